@@ -1,0 +1,182 @@
+"""Draft token trees: the one shape every proposer hands to verification.
+
+A tree holds `tokens[N]` and `parents[N]`. Node 0 is the root: the token that is
+already decided for this step (sampled or argmaxed from the previous step's last
+logits) and is not yet in the target's KV cache. Every other node is a guess.
+
+Invariants (checked on construction, so a bad proposer fails loudly, not subtly):
+- `parents[0] == -1` and `0 <= parents[i] < i` for i > 0: a parent comes before
+  its children, which also rules out cycles;
+- token ids and parents are int64, one-dimensional, of the same length N >= 1;
+- `draft_probs`, when present, is float32 `[N, V]`: row i is the draft
+  distribution token i was drawn from (row 0 is unused). `None` means the drafts
+  are deterministic guesses (retrieval), which the acceptance rules treat as such.
+
+A chain is the tree `parents = [-1, 0, 1, ...]`. Trees built from branches
+(`from_branches`) merge identical siblings into a trie. Trees with draft
+probabilities are never merged: the multi-draft rule needs every sibling as it
+was drawn, duplicates included.
+
+The derived views (depths, ancestor-or-self mask, children) are computed once,
+lazily, with a loop over depth rather than over node pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+
+class TreeError(ValueError):
+    """A draft tree that breaks the invariants above."""
+
+
+def ancestry(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ancestor-or-self mask and depths of a tree given by its parent array.
+
+    parents: [N] int64 with parents[0] == -1 and parents[i] < i.
+    Returns (mask [N, N] bool with mask[i, j] = j is i or an ancestor of i,
+             depths [N] int64 with depths[0] == 0).
+    """
+    num_nodes = parents.shape[0]
+    rows = torch.arange(num_nodes, device=parents.device)
+    mask = torch.zeros(num_nodes, num_nodes, dtype=torch.bool, device=parents.device)
+    mask[rows, rows] = True
+    depths = torch.zeros(num_nodes, dtype=torch.int64, device=parents.device)
+    cur = parents.clone()
+    # One pass per tree level: every node climbs one step towards the root at once.
+    while True:
+        alive = cur >= 0
+        if not bool(alive.any()):
+            break
+        mask[rows[alive], cur[alive]] = True
+        depths += alive.long()
+        cur = torch.where(alive, parents[cur.clamp(min=0)], cur)
+    return mask, depths
+
+
+@dataclass(frozen=True, eq=False)
+class DraftTree:
+    tokens: torch.Tensor  # [N] int64
+    parents: torch.Tensor  # [N] int64
+    draft_probs: torch.Tensor | None = None  # [N, V] float32 or None
+
+    def __post_init__(self) -> None:
+        tokens, parents = self.tokens, self.parents
+        if tokens.dim() != 1 or parents.dim() != 1:
+            raise TreeError("tokens and parents must be one-dimensional")
+        if tokens.shape[0] == 0:
+            raise TreeError("a draft tree needs at least the root node")
+        if tokens.shape != parents.shape:
+            raise TreeError(f"tokens ({tokens.shape[0]}) and parents ({parents.shape[0]}) differ in length")
+        if tokens.dtype != torch.int64 or parents.dtype != torch.int64:
+            raise TreeError("tokens and parents must be int64")
+        if int(parents[0]) != -1:
+            raise TreeError("node 0 is the root: parents[0] must be -1")
+        later = parents[1:]
+        index = torch.arange(1, parents.shape[0], device=parents.device)
+        if bool(((later < 0) | (later >= index)).any()):
+            raise TreeError("every parent must come before its child (0 <= parents[i] < i)")
+        if self.draft_probs is not None:
+            if self.draft_probs.dim() != 2 or self.draft_probs.shape[0] != tokens.shape[0]:
+                raise TreeError("draft_probs must be [N, V] with one row per node")
+
+    # ----------------------------------------------------------------- builders
+    @classmethod
+    def chain(cls, root: int, drafts: Sequence[int] = (), draft_probs: torch.Tensor | None = None) -> DraftTree:
+        """A chain root -> drafts[0] -> drafts[1] -> ...; draft_probs [1 + len(drafts), V] if given."""
+        tokens = torch.tensor([root, *drafts], dtype=torch.int64)
+        parents = torch.arange(-1, len(drafts), dtype=torch.int64)
+        return cls(tokens, parents, draft_probs)
+
+    @classmethod
+    def from_branches(
+        cls, root: int, branches: Sequence[Sequence[int]], max_nodes: int | None = None
+    ) -> DraftTree:
+        """Merge token branches below `root` into a trie of at most `max_nodes` nodes (root included).
+
+        Branches earlier in the list win the budget: nodes are added branch by branch
+        and a branch is cut where the budget runs out.
+        """
+        if max_nodes is not None and max_nodes < 1:
+            raise TreeError(f"max_nodes must be >= 1 (got {max_nodes})")
+        tokens, parents = [root], [-1]
+        child_of: dict[tuple[int, int], int] = {}
+        for branch in branches:
+            node = 0
+            for token in branch:
+                key = (node, int(token))
+                if key not in child_of:
+                    if max_nodes is not None and len(tokens) >= max_nodes:
+                        break
+                    child_of[key] = len(tokens)
+                    tokens.append(int(token))
+                    parents.append(node)
+                node = child_of[key]
+        return cls(torch.tensor(tokens, dtype=torch.int64), torch.tensor(parents, dtype=torch.int64))
+
+    def merged(self) -> DraftTree:
+        """The same tree with identical siblings merged (a trie); deterministic trees only."""
+        if self.draft_probs is not None:
+            raise TreeError("trees with draft_probs are not merged: the multi-draft rule needs every sibling")
+        return DraftTree.from_branches(self.token_list[0], [self.path_tokens(leaf)[1:] for leaf in self.leaves])
+
+    # ------------------------------------------------------------ derived views
+    @property
+    def num_nodes(self) -> int:
+        return self.tokens.shape[0]
+
+    @cached_property
+    def token_list(self) -> list[int]:
+        return self.tokens.tolist()
+
+    @cached_property
+    def parent_list(self) -> list[int]:
+        return self.parents.tolist()
+
+    @cached_property
+    def _ancestry(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return ancestry(self.parents)
+
+    @property
+    def ancestor_mask(self) -> torch.Tensor:
+        """[N, N] bool: mask[i, j] is True when node j is node i or one of its ancestors."""
+        return self._ancestry[0]
+
+    @property
+    def depths(self) -> torch.Tensor:
+        """[N] int64: edges from the root (the root has depth 0)."""
+        return self._ancestry[1]
+
+    @cached_property
+    def children(self) -> list[list[int]]:
+        kids: list[list[int]] = [[] for _ in range(self.num_nodes)]
+        for node, parent in enumerate(self.parent_list[1:], start=1):
+            kids[parent].append(node)
+        return kids
+
+    @cached_property
+    def leaves(self) -> list[int]:
+        return [node for node, kids in enumerate(self.children) if not kids]
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depths.max())
+
+    def path(self, node: int) -> list[int]:
+        """Node indices from the root down to `node`, both included."""
+        nodes = []
+        while node >= 0:
+            nodes.append(node)
+            node = self.parent_list[node]
+        return nodes[::-1]
+
+    def path_tokens(self, node: int) -> list[int]:
+        return [self.token_list[i] for i in self.path(node)]
+
+    def paths(self) -> list[list[int]]:
+        """Every root-to-leaf path as node indices."""
+        return [self.path(leaf) for leaf in self.leaves]
