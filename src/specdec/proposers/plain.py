@@ -1,0 +1,33 @@
+"""Plain decoding as a proposer that proposes nothing: the tree is the root alone.
+
+It exists so that plain decoding runs through the very loop the speculative
+methods use, which makes "token-identical to plain decoding" a like-for-like claim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specdec.engine import ProposalContext
+from specdec.models import LoadedModel
+from specdec.tree import DraftTree
+from specdec.verify import VerifyResult
+
+
+@dataclass(frozen=True)
+class PlainConfig:
+    """No options: one token per forward pass."""
+
+    def build(self, loaded: LoadedModel) -> PlainProposer:
+        return PlainProposer()
+
+
+class PlainProposer:
+    def begin(self, prompt_ids: list[int]) -> None:
+        pass
+
+    def propose(self, ctx: ProposalContext) -> DraftTree:
+        return DraftTree.chain(ctx.token_ids[-1])
+
+    def observe(self, result: VerifyResult) -> None:
+        pass

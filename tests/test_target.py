@@ -1,0 +1,146 @@
+"""TargetModel: tree forward passes and KV compaction agree with plain sequential decoding.
+
+Reference for every node: a fresh, cache-free forward pass over prefix + the
+node's root-to-node path; its last row must equal the node's tree logits.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from specdec.models import UnsupportedModelError
+from specdec.target import TargetModel
+from specdec.tree import DraftTree
+
+ATOL = 1e-4
+
+
+def tiny_llama() -> torch.nn.Module:
+    config = LlamaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+def tiny_qwen2(sliding: bool = False) -> torch.nn.Module:
+    config = Qwen2Config(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        use_sliding_window=sliding, sliding_window=16, max_window_layers=0,
+    )
+    torch.manual_seed(1)
+    return Qwen2ForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module", params=["default", "llama", "qwen2"])
+def model(request, default_model):
+    if request.param == "default":
+        return default_model.model
+    return tiny_llama() if request.param == "llama" else tiny_qwen2()
+
+
+def random_tree(num_nodes: int, vocab: int, seed: int, max_fanout_bias: float = 0.5) -> DraftTree:
+    """A random tree: each node's parent is drawn among earlier nodes."""
+    gen = torch.Generator().manual_seed(seed)
+    parents = [-1]
+    for i in range(1, num_nodes):
+        # Bias towards recent nodes for depth, or towards the root for width.
+        if torch.rand(1, generator=gen).item() < max_fanout_bias:
+            parents.append(int(torch.randint(0, i, (1,), generator=gen)))
+        else:
+            parents.append(i - 1)
+    tokens = torch.randint(0, vocab, (num_nodes,), generator=gen)
+    return DraftTree(tokens, torch.tensor(parents, dtype=torch.int64))
+
+
+def trees(vocab: int) -> dict[str, DraftTree]:
+    return {
+        "root-only": DraftTree.chain(5),
+        "chain": DraftTree.chain(7, [11, 13, 17, 19, 23, 29]),
+        "wide": DraftTree(torch.randint(0, vocab, (9,)), torch.tensor([-1] + [0] * 8)),
+        "deep": random_tree(24, vocab, seed=3, max_fanout_bias=0.15),
+        "bushy": random_tree(32, vocab, seed=4, max_fanout_bias=0.7),
+    }
+
+
+def reference_logits(model, ids: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(torch.tensor([ids])).logits[0, -1]
+
+
+@pytest.mark.parametrize("shape", ["root-only", "chain", "wide", "deep", "bushy"])
+def test_tree_logits_match_sequential(model, shape):
+    vocab = model.config.vocab_size
+    prefix = torch.randint(0, vocab, (13,), generator=torch.Generator().manual_seed(0)).tolist()
+    tree = trees(vocab)[shape]
+    target = TargetModel(model)
+    target.prefill(prefix)
+    logits = target.forward_tree(tree.tokens, tree.parents)
+    assert logits.shape == (tree.num_nodes, vocab)
+    for node in range(tree.num_nodes):
+        expected = reference_logits(model, prefix + tree.path_tokens(node))
+        torch.testing.assert_close(logits[node].float(), expected.float(), atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("shape", ["chain", "wide", "deep", "bushy"])
+def test_commit_then_continue_equals_fresh_prefill(model, shape):
+    vocab = model.config.vocab_size
+    prefix = torch.randint(0, vocab, (9,), generator=torch.Generator().manual_seed(1)).tolist()
+    tree = trees(vocab)[shape]
+    target = TargetModel(model)
+    target.prefill(prefix)
+    target.forward_tree(tree.tokens, tree.parents)
+    deepest = int(tree.depths.argmax())
+    path = tree.path(deepest)
+    target.commit(path)
+    assert target.num_cached == len(prefix) + len(path)
+    # Two more steps on top of the compacted cache, one chain and one small tree.
+    follow = DraftTree(torch.tensor([3, 4, 5]), torch.tensor([-1, 0, 0]))
+    logits = target.forward_tree(follow.tokens, follow.parents)
+    committed = prefix + tree.path_tokens(deepest)
+    for node in range(follow.num_nodes):
+        expected = reference_logits(model, committed + follow.path_tokens(node))
+        torch.testing.assert_close(logits[node].float(), expected.float(), atol=ATOL, rtol=0)
+    target.commit([0, 2])
+    fresh = TargetModel(model)
+    fresh_logits = fresh.prefill(committed + [3, 5, 8])
+    torch.testing.assert_close(target.append([8])[-1].float(), fresh_logits.float(), atol=ATOL, rtol=0)
+
+
+def test_trim_rolls_back(model):
+    target = TargetModel(model)
+    target.prefill([1, 2, 3, 4, 5, 6])
+    target.trim(4)
+    assert target.num_cached == 4
+    torch.testing.assert_close(
+        target.append([9])[-1].float(), reference_logits(model, [1, 2, 3, 4, 9]).float(), atol=ATOL, rtol=0
+    )
+
+
+def test_protocol_errors(model):
+    target = TargetModel(model)
+    tree = DraftTree.chain(1, [2])
+    with pytest.raises(RuntimeError, match="prefill"):
+        target.forward_tree(tree.tokens, tree.parents)
+    target.prefill([1, 2, 3])
+    with pytest.raises(RuntimeError, match="nothing to commit"):
+        target.commit([0])
+    target.forward_tree(tree.tokens, tree.parents)
+    with pytest.raises(RuntimeError, match="commit"):
+        target.forward_tree(tree.tokens, tree.parents)
+    with pytest.raises(ValueError, match="root-first"):
+        target.commit([1])
+    target.commit([0, 1])
+    with pytest.raises(ValueError, match="trim"):
+        target.trim(99)
+    with pytest.raises(ValueError, match="empty"):
+        target.prefill([])
+
+
+def test_sliding_window_model_is_refused():
+    with pytest.raises(UnsupportedModelError, match="sliding"):
+        TargetModel(tiny_qwen2(sliding=True))
