@@ -1,0 +1,196 @@
+"""The results folder: summary.csv, summary.md, PNG plots and manifest.json.
+
+Why: a benchmark number is worth only as much as what it says about how it was
+measured. Every report file is drawn from the one `BenchSummary` (so they agree
+with each other and with the JSON line the CLI prints), and manifest.json
+records what is needed to reproduce or distrust it: model, dtype, device,
+library versions, CPU model, cores and threads, every setting, the question
+ids, the prompts file's sha256 and the command line.
+
+Plots use matplotlib's object API on the Agg canvas: no pyplot, no global
+backend switch, no display needed.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import platform
+import sys
+from dataclasses import asdict, is_dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from specdec.bench.config import BASELINES
+from specdec.bench.metrics import OVERALL, BenchSummary
+
+CSV_FIELDS = (
+    "method", "category", "num_questions", "num_turns", "new_tokens", "wall_time_s", "tokens_per_s",
+    "speedup_vs_plain", "speedup_vs_hf_greedy", "mat", "exact_match_plain", "exact_match_hf_greedy",
+    "acceptance_rate", "retrieval_success",
+)
+
+
+def write_reports(out_dir: Path, rows: list[dict[str, Any]], summary: BenchSummary, context: dict[str, Any]) -> None:
+    write_csv(out_dir / "summary.csv", summary)
+    (out_dir / "summary.md").write_text(markdown_table(summary, context), encoding="utf-8")
+    plot_speedups(out_dir / "speedup.png", summary)
+    plot_accepted_lengths(out_dir / "accepted_lengths.png", summary)
+    manifest = build_manifest(summary, context)
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def write_csv(path: Path, summary: BenchSummary) -> None:
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        for label in summary.methods:
+            for group in (*summary.categories, OVERALL):
+                writer.writerow({"method": label, "category": group, **summary.stats[label][group]})
+
+
+def _fmt(value: float | None, kind: str) -> str:
+    if value is None:
+        return "n/a"
+    return {"x": f"{value:.2f}x", "%": f"{100 * value:.0f}%", "f1": f"{value:.1f}", "f2": f"{value:.2f}"}[kind]
+
+
+def markdown_table(summary: BenchSummary, context: dict[str, Any]) -> str:
+    config, target = context["config"], context["target"]
+    header = (
+        f"# specdec bench\n\nmodel `{target.name}` ({str(target.dtype).replace('torch.', '')}, {target.device}), "
+        f"{len(context['plan'].questions)} questions, max_new_tokens {config.max_new_tokens}, "
+        f"temperature {config.temperature}, seed {config.seed}, torch threads {torch.get_num_threads()}, "
+        f"chat template {'on' if context['chat'] else 'off'}.\n\n"
+        "tokens/s: mean over questions of tokens/s (Spec-Bench); speedup: that mean / the baseline's; "
+        "MAT: tokens per decoding forward pass (prefill left out, plain = 1.00); exact match: share of turns token-identical to the baseline.\n\n"
+    )
+    lines = [
+        "| category | method | tokens/s | speedup vs plain | speedup vs hf-greedy | MAT | exact match vs plain "
+        "| exact match vs hf-greedy |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for group in (*summary.categories, OVERALL):
+        for label in summary.methods:
+            m = summary.stats[label][group]
+            name = f"**{group}**" if group == OVERALL else group
+            lines.append(
+                f"| {name} | `{label}` | {_fmt(m['tokens_per_s'], 'f1')} | {_fmt(m['speedup_vs_plain'], 'x')} "
+                f"| {_fmt(m['speedup_vs_hf_greedy'], 'x')} | {_fmt(m['mat'], 'f2')} "
+                f"| {_fmt(m['exact_match_plain'], '%')} | {_fmt(m['exact_match_hf_greedy'], '%')} |"
+            )
+    notes = "".join(f"\n- {note}" for note in summary.notes)
+    return header + "\n".join(lines) + "\n" + (f"\nNotes:{notes}\n" if notes else "")
+
+
+def _speedup_basis(summary: BenchSummary) -> tuple[str, str]:
+    """The metric key and axis label of the speedup plot: vs plain, else vs hf-greedy, else tokens/s."""
+    for baseline in BASELINES:
+        if summary.baselines[baseline]:
+            return "speedup_vs_" + baseline.replace("-", "_"), f"speedup vs {baseline}"
+    return "tokens_per_s", "tokens/s"
+
+
+def plot_speedups(path: Path, summary: BenchSummary) -> None:
+    key, ylabel = _speedup_basis(summary)
+    groups = (*summary.categories, OVERALL)
+    fig = Figure(figsize=(max(6.0, 1.3 * len(groups) + 2), 4.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    width = 0.8 / max(len(summary.methods), 1)
+    for i, label in enumerate(summary.methods):
+        values = [summary.stats[label][g][key] or 0.0 for g in groups]
+        xs = [g + (i - (len(summary.methods) - 1) / 2) * width for g in range(len(groups))]
+        ax.bar(xs, values, width, label=label)
+    if key != "tokens_per_s":
+        ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(groups)), groups, rotation=20)
+    ax.set_ylabel(ylabel)
+    ax.set_title("speedup by category and method")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def plot_accepted_lengths(path: Path, summary: BenchSummary) -> None:
+    known = [label for label in summary.methods if summary.histograms[label]]
+    fig = Figure(figsize=(4.0 * max(len(known), 1), 3.5))
+    FigureCanvasAgg(fig)
+    if not known:
+        fig.text(0.5, 0.5, "no method reports accepted lengths", ha="center")
+    for i, label in enumerate(known):
+        hist = summary.histograms[label] or {}
+        total = sum(hist.values())
+        ax = fig.add_subplot(1, len(known), i + 1)
+        ax.bar(list(hist), [v / total for v in hist.values()])
+        ax.set_title(label, fontsize="small")
+        ax.set_xlabel("accepted draft tokens per step")
+        ax.set_ylabel("share of steps" if i == 0 else "")
+    unknown = [label for label in summary.methods if not summary.histograms[label]]
+    if unknown:
+        fig.suptitle(f"not measured: {', '.join(unknown)}", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _sha256(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _utc(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds")
+
+
+def build_manifest(summary: BenchSummary, context: dict[str, Any]) -> dict[str, Any]:
+    config, plan, target, assistant = context["config"], context["plan"], context["target"], context["assistant"]
+    return {
+        "model": {"name": target.name, "dtype": str(target.dtype).replace("torch.", ""), "device": str(target.device),
+                  "eos_token_ids": list(target.eos_token_ids)},
+        "draft_model": assistant.name if assistant is not None else None,
+        "versions": {"specdec": _version("specdec"), "torch": torch.__version__,
+                     "transformers": _version("transformers"), "python": platform.python_version()},
+        "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                    "platform": platform.platform()},
+        "settings": config.to_dict(),
+        "methods": [{"label": m.label, "name": m.name, "options": _options(m.config)} for m in plan.methods],
+        "method_order": "rotated by one per question; turns interleaved across methods",
+        "chat_template": context["chat"],
+        "data": {"path": plan.data_path, "sha256": _sha256(plan.data_path),
+                 "question_ids": [q.question_id for q in plan.questions]},
+        "command": context["command"] if context["command"] is not None else " ".join(sys.argv),
+        "started_utc": _utc(context["started"]),
+        "finished_utc": _utc(context["finished"]),
+        "notes": list(summary.notes),
+    }
+
+
+def _options(config: Any) -> dict[str, Any]:
+    return asdict(config) if is_dataclass(config) else {}

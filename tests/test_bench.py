@@ -1,0 +1,222 @@
+"""`specdec bench`: a small real run, checked against its own responses.jsonl.
+
+Every figure in the summary is recomputed here from the raw rows (token ids,
+wall times, forward passes), independently of specdec.bench.metrics, and our
+greedy plain decoding must be token-identical to transformers' greedy generate
+in fp32. Bad input must be refused before any model is loaded. No timing
+assertions: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from statistics import mean
+
+import pytest
+
+from specdec.bench import BenchConfig, BenchConfigError, run_bench, split_method_list
+from specdec.cli import main
+from specdec.data import DataError
+from specdec.prompts import encode_prompt
+from specdec.proposers import METHODS, MethodError
+
+MAX_NEW_TOKENS = 16
+QUESTIONS = [
+    {
+        "question_id": 81,
+        "category": "writing",  # an MT-bench subcategory: two turns
+        "turns": ["Write two short sentences about the sea.", "Now say the same thing in one sentence."],
+    },
+    {
+        "question_id": 301,
+        "category": "summarization",
+        "turns": [
+            "Summarize this text. The old mill stood by the river. The old mill ground wheat for the village. "
+            "Every morning the miller opened the old mill and every evening the miller closed the old mill."
+        ],
+    },
+]
+FILES = ("responses.jsonl", "summary.csv", "summary.md", "speedup.png", "accepted_lengths.png", "manifest.json")
+
+
+def write_questions(path: Path, questions: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(q) + "\n" for q in questions), encoding="utf-8")
+    return path
+
+
+def read_rows(out_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (out_dir / "responses.jsonl").read_text().splitlines()]
+
+
+def methods_under_test() -> tuple[str, ...]:
+    return ("plain", "hf-greedy", "pld") if "pld" in METHODS else ("plain", "hf-greedy")
+
+
+@pytest.fixture(scope="module")
+def bench_run(default_model, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench")
+    config = BenchConfig(
+        data=str(write_questions(tmp / "questions.jsonl", QUESTIONS)),
+        methods=methods_under_test(),
+        max_new_tokens=MAX_NEW_TOKENS,
+        out=str(tmp / "results"),
+        progress=False,
+    )
+    summary = run_bench(config, loaded=default_model, command="pytest")
+    return summary, Path(summary.out_dir), read_rows(Path(summary.out_dir))
+
+
+def recompute(rows: list[dict], method: str) -> dict:
+    """The summary figures of one method, from the rows alone (Spec-Bench: per question, all turns)."""
+    mine = [r for r in rows if r["method"] == method]
+    speeds = []
+    for qid in dict.fromkeys(r["question_id"] for r in mine):
+        turns = [r for r in mine if r["question_id"] == qid]
+        speeds.append(sum(r["new_tokens"] for r in turns) / sum(r["wall_time_s"] for r in turns))
+    by_key = {(r["method"], r["question_id"], r["turn"]): r["token_ids"] for r in rows}
+    same = {
+        base: mean(by_key[(method, r["question_id"], r["turn"])] == by_key[(base, r["question_id"], r["turn"])]
+                   for r in mine)
+        for base in ("plain", "hf-greedy") if any(m == base for m, _, _ in by_key)
+    }
+    return {
+        "tokens_per_s": mean(speeds),
+        # The engine's MAT: the prefill's pass and the token it yields are left out.
+        "mat": sum(r["new_tokens"] - 1 for r in mine) / sum(r["forward_passes"] - 1 for r in mine),
+        "exact_match": same,
+    }
+
+
+def test_results_folder_and_rows(bench_run):
+    summary, out_dir, rows = bench_run
+    for name in FILES:
+        assert (out_dir / name).is_file() and (out_dir / name).stat().st_size > 0, name
+    methods = methods_under_test()
+    assert summary.methods == methods
+    num_turns = sum(len(q["turns"]) for q in QUESTIONS)
+    assert len(rows) == num_turns * len(methods)
+    for row in rows:
+        assert row["new_tokens"] == len(row["token_ids"]) <= MAX_NEW_TOKENS
+        assert row["forward_passes"] >= 1 and row["decode_steps"] == row["forward_passes"] - 1
+        want_mat = (row["new_tokens"] - 1) / row["decode_steps"] if row["decode_steps"] else 1.0
+        assert row["mat"] == pytest.approx(want_mat)
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert manifest["model"]["dtype"] == "float32"
+    assert manifest["machine"]["torch_threads"] >= 1 and manifest["versions"]["torch"]
+    assert manifest["data"]["question_ids"] == ["81", "301"]
+    assert "| **overall** |" in (out_dir / "summary.md").read_text()
+
+
+def test_summary_agrees_with_rows(bench_run):
+    summary, _, rows = bench_run
+    plain = recompute(rows, "plain")
+    hf_greedy = recompute(rows, "hf-greedy")
+    for method in summary.methods:
+        got = summary.stats[method]["overall"]
+        want = recompute(rows, method)
+        assert got["tokens_per_s"] == pytest.approx(want["tokens_per_s"])
+        assert got["mat"] == pytest.approx(want["mat"])
+        assert got["exact_match_plain"] == pytest.approx(want["exact_match"]["plain"])
+        assert got["exact_match_hf_greedy"] == pytest.approx(want["exact_match"]["hf-greedy"])
+        assert got["speedup_vs_plain"] == pytest.approx(want["tokens_per_s"] / plain["tokens_per_s"])
+        assert got["speedup_vs_hf_greedy"] == pytest.approx(want["tokens_per_s"] / hf_greedy["tokens_per_s"])
+    assert set(summary.categories) == {"mt_bench", "summarization"}
+
+
+def test_plain_is_token_identical_to_transformers_greedy(bench_run):
+    summary, _, rows = bench_run
+    plain = {(r["question_id"], r["turn"]): r["token_ids"] for r in rows if r["method"] == "plain"}
+    hf = {(r["question_id"], r["turn"]): r["token_ids"] for r in rows if r["method"] == "hf-greedy"}
+    assert plain.keys() == hf.keys() and len(plain) == 3
+    assert all(len(ids) > 0 for ids in plain.values())
+    assert plain == hf
+    assert summary.stats["plain"]["overall"]["exact_match_hf_greedy"] == 1.0
+    # The forward-pass hook on transformers' generate: greedy makes one pass per token, as ours does.
+    for row in rows:
+        if row["method"] in ("plain", "hf-greedy"):
+            assert row["forward_passes"] == row["new_tokens"] and row["mat"] == 1.0
+
+
+def test_speculative_method_ran(bench_run):
+    if "pld" not in METHODS:
+        pytest.skip("the pld method is not registered in specdec.proposers.METHODS yet")
+    summary, _, rows = bench_run
+    pld = [r for r in rows if r["method"] == "pld"]
+    assert len(pld) == 3 and all(r["accepted_histogram"] for r in pld)
+    assert summary.histograms["pld"] and sum(summary.histograms["pld"].values()) > 0
+    assert all(r["match_plain"] == (r["token_ids"] == plain["token_ids"]) for r in pld
+               for plain in rows if plain["method"] == "plain"
+               and (plain["question_id"], plain["turn"]) == (r["question_id"], r["turn"]))
+
+
+def test_second_turn_follows_the_methods_own_first_answer(bench_run, default_model):
+    _, _, rows = bench_run
+    first, second = QUESTIONS[0]["turns"]
+    for method in methods_under_test():
+        turn1, turn2 = (r for r in rows if r["method"] == method and r["question_id"] == "81")
+        messages = [
+            {"role": "user", "content": first},
+            {"role": "assistant", "content": turn1["text"].strip()},
+            {"role": "user", "content": second},
+        ]
+        assert turn2["num_prompt_tokens"] == len(encode_prompt(default_model.tokenizer, messages, chat=True))
+
+
+def test_cli_prints_the_summary_as_the_last_stdout_line(tmp_path, capsys):
+    data = write_questions(tmp_path / "q.jsonl", QUESTIONS[1:])
+    out = tmp_path / "out"
+    argv = ["bench", "--dtype", "fp32", "--data", str(data), "--methods", "plain,hf-greedy",
+            "--max-new-tokens", "4", "--warmup", "0", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    printed = json.loads(last)
+    rows = read_rows(out)
+    assert printed["out_dir"] == str(out)
+    for method in ("plain", "hf-greedy"):
+        overall = printed["methods"][method]["overall"]
+        assert overall["tokens_per_s"] == pytest.approx(recompute(rows, method)["tokens_per_s"])
+        assert overall["new_tokens"] == sum(r["new_tokens"] for r in rows if r["method"] == method)
+        assert set(printed["methods"][method]["categories"]) == {"summarization"}
+    assert printed["methods"]["plain"]["overall"]["exact_match_hf_greedy"] == 1.0
+
+
+def test_bad_method_is_refused_before_the_model_loads(tmp_path, capsys):
+    data = str(write_questions(tmp_path / "q.jsonl", QUESTIONS))
+    with pytest.raises(MethodError, match="unknown method 'nope'"):
+        run_bench(BenchConfig(model="/no/such/model", methods=("plain", "nope"), data=data, out=str(tmp_path / "o")))
+    with pytest.raises(MethodError, match="unknown option"):
+        run_bench(BenchConfig(model="/no/such/model", methods=("hf-pld:bogus=1",), data=data))
+    assert main(["bench", "--model", "/no/such/model", "--methods", "plain,nope", "--data", data]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown method 'nope'" in err[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_bad_data_and_folders_are_refused_before_the_model_loads(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question_id": 1, "category": "qa"}\n')
+    with pytest.raises(DataError, match="turns"):
+        run_bench(BenchConfig(model="/no/such/model", methods=("plain",), data=str(bad)))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(DataError, match="no prompts"):
+        run_bench(BenchConfig(model="/no/such/model", methods=("plain",), data=str(empty)))
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "responses.jsonl").write_text("{}\n")
+    good = str(write_questions(tmp_path / "q.jsonl", QUESTIONS))
+    with pytest.raises(BenchConfigError, match="not empty"):
+        run_bench(BenchConfig(model="/no/such/model", methods=("plain",), data=good, out=str(full)))
+    with pytest.raises(BenchConfigError, match="draft-model"):
+        run_bench(BenchConfig(model="/no/such/model", methods=("hf-assisted",), data=good))
+
+
+def test_method_list_keeps_options_with_their_method():
+    assert split_method_list("plain,hf-greedy,logitspec:k=60,budget=32,pld") == (
+        "plain", "hf-greedy", "logitspec:k=60,budget=32", "pld",
+    )
+    with pytest.raises(BenchConfigError):
+        split_method_list("k=60,plain")
+    with pytest.raises(BenchConfigError):
+        split_method_list(" , ")
