@@ -1,0 +1,381 @@
+"""Sampling parameters, logits -> probabilities, and the lossless acceptance rules.
+
+Why: speculative decoding is only worth having if it changes nothing but speed.
+The acceptance rule is where that is won or lost: given a draft tree and the
+target's logits at every node (one forward pass), it decides which draft tokens
+the target "would have produced anyway" and emits them, plus one token drawn
+from the target itself. Everything here is small, model-free and testable by
+distribution: `tests/test_sampling.py` checks every rule against the target's
+own distribution of the first and first two emitted tokens.
+
+Invariants (every rule):
+- node i's row of `target_probs` / `target_logits` is the target's distribution
+  for the token *after* node i (the child of node i), given the path to node i;
+- the root (node 0) is always on the accepted path and is never emitted again:
+  it was decided (and emitted) by the previous step;
+- `Acceptance.tokens` = the tokens of `path[1:]`, then exactly one more token:
+  a *bonus* token (drawn from the target at the last accepted node, when the
+  walk ended at a leaf or, for deterministic drafts, when the target's own draw
+  left the tree) or a *recovered* token (drawn from the residual after a
+  rejection). So every step emits at least one token;
+- lossless: at temperature 0 the emitted tokens are the target's argmax chain;
+  at temperature > 0 they are distributed exactly as tokens drawn one by one
+  from `logits_to_probs(target_logits)` along the path;
+- randomness only through the explicit `generator` (on the target rows' device,
+  where `draft_probs` must live too); probabilities in float32, the uniforms
+  and the sampling CDF in float64;
+- siblings with draft probabilities must be drawn independently given their
+  parent (with replacement), each from its own `draft_probs` row: that is what
+  the multi-draft rule's losslessness rests on.
+
+The rules:
+- `accept_greedy`: walk down while a child's token is the target's argmax.
+- `accept_deterministic` (drafts without probabilities: retrieval, lookup): draw
+  the target's own token at each node; follow the child with that token if
+  there is one, else emit the draw and stop. This is exactly "sample from the
+  target", with the tree only deciding how far one step gets.
+- `accept_speculative_chain`: speculative sampling (Leviathan et al. 2023,
+  arXiv 2211.17192; Chen et al. 2023, arXiv 2302.01318): accept a draft token x
+  drawn from the draft distribution with probability min(1, target(x)/draft(x));
+  on rejection draw from norm(max(0, target - draft)).
+- `accept_multi_draft`: multi-step / recursive rejection sampling over siblings
+  (SpecInfer, Miao et al. 2024, arXiv 2305.09781, section 4.3): the siblings
+  are tried in turn against a residual that shrinks after every rejection. A
+  chain is the one-child case, so both rules share one walk (`_rejection_walk`).
+
+Cost: every rule only needs the target rows on the path it walks, so rows are
+made on first use (`_TargetRows`): at N = 64, V = 49152 on one CPU core a full
+softmax over all rows costs ~5 ms and a top-p sort ~300 ms, the path's few rows
+a small fraction of that. Tokens are drawn by inverse CDF from one float64
+uniform (torch.multinomial is ~15x slower at V = 49152 on CPU), and each step
+takes all its uniforms from the generator at once, one per node.
+
+Numerical corner: a residual norm(max(0, r - draft)) can sum to ~0 in float32
+even though the rejection that asks for it happened (in exact arithmetic a
+residual of mass m is only needed with probability m, so mass 0 means the
+rejection was impossible; rounding lets it happen anyway). When the mass is
+below `RESIDUAL_EPS` we keep r itself (the distribution the rejected draft was
+being matched against: the target at this node for a chain, the current
+residual for siblings). The rejection happened with probability < RESIDUAL_EPS,
+so whatever is drawn then moves the output distribution by less than that in
+total variation, and we never divide by ~0 or sample from an all-zero row.
+Keeping r rather than restarting from the target row also keeps the invariant
+the later siblings rely on (the token leaving the node is distributed as r).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specdec.tree import DraftTree
+
+# Below this residual mass a rejection is a rounding artefact (see module docstring).
+RESIDUAL_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 means greedy (argmax); top_k / top_p are then moot
+    top_k: int = 0  # keep the k most likely tokens (ties at the k-th logit kept); 0 = off
+    top_p: float = 1.0  # keep the smallest most-likely set with mass >= top_p; 1.0 = off
+    seed: int | None = None  # None: seeded from torch's default RNG
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:  # also rejects NaN
+            raise ValueError(f"temperature must be >= 0 (0 means greedy), got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 turns it off), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 turns it off), got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def make_generator(params: SamplingParams, device: torch.device | str) -> torch.Generator:
+    """A generator on `device` seeded from `params.seed`, or from torch's default RNG when it is None.
+
+    Drawing the seed from the default RNG keeps `torch.manual_seed(...)` reproducible
+    for callers who set no seed of their own.
+    """
+    generator = torch.Generator(device=device)
+    seed = params.seed
+    if seed is None:
+        seed = int(torch.randint(0, 2**62, (1,), dtype=torch.int64).item())
+    generator.manual_seed(seed)
+    return generator
+
+
+def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Target (or draft) logits -> float32 probabilities after temperature, top-k, top-p.
+
+    logits: [..., V]. Returns [..., V] float32, rows summing to 1. Greedy params give
+    the one-hot of the argmax. Order as in Hugging Face: temperature, then top-k (ties
+    with the k-th logit kept), then top-p on what is left. The most likely token
+    always survives both filters.
+    """
+    logits = logits.float()
+    if params.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    scaled = logits / params.temperature  # [..., V]
+    if 0 < params.top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, params.top_k, dim=-1).values[..., -1:]  # [..., 1]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = scaled.softmax(-1)  # [..., V]
+    if params.top_p < 1.0:
+        probs = _nucleus(probs, params.top_p)
+    return probs
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest most-likely set of each row with mass >= top_p; renormalise.
+
+    probs: [..., V]. A token is dropped when the more likely tokens before it already
+    reach top_p (the first never is). Only each row's head is sorted: topk of a
+    width that grows x4 until every row's nucleus fits (a full sort costs ~4 ms per
+    49152-wide row on one core; a language model's nucleus is usually far narrower).
+    Tokens tied with the least likely kept one are all kept (Hugging Face's sort
+    splits such ties arbitrarily), so the result never depends on sort order.
+    """
+    vocab_size = probs.shape[-1]
+    width = min(vocab_size, 64)
+    while True:
+        head = torch.topk(probs, width, dim=-1).values  # [..., width] descending
+        mass = head.cumsum(-1, dtype=torch.float64)  # [..., width]: a wide nucleus sums many tiny terms
+        if width == vocab_size or bool((mass[..., -1] >= top_p).all()):
+            break
+        width = 4 * width if 32 * width < vocab_size else vocab_size  # a wide nucleus: sort it all
+    num_kept = (mass - head < top_p).sum(-1, keepdim=True)  # [..., 1], >= 1
+    cutoff = head.gather(-1, num_kept - 1)  # [..., 1] least likely kept probability
+    probs = probs.masked_fill(probs < cutoff, 0.0)
+    return probs / probs.sum(-1, keepdim=True)
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    path: list[int]  # accepted node indices, root first (the root is always on the path)
+    tokens: list[int]  # tokens of path[1:], then one bonus or recovered token
+
+    @property
+    def num_accepted(self) -> int:
+        return len(self.path) - 1
+
+
+# ---------------------------------------------------------------------- helpers
+class _TargetRows:
+    """Node -> [V] float32 target distribution, made on first use and kept.
+
+    source: [N, V] target probabilities (params None) or target logits (params given).
+    """
+
+    def __init__(self, source: torch.Tensor, params: SamplingParams | None = None) -> None:
+        self.source, self.params, self.done = source, params, {}
+        self.device = source.device
+
+    def __getitem__(self, node: int) -> torch.Tensor:
+        row = self.done.get(node)
+        if row is None:
+            row = (
+                self.source[node].float()
+                if self.params is None
+                else logits_to_probs(self.source[node], self.params)
+            )
+            self.done[node] = row
+        return row
+
+
+def _check_rows(tree: DraftTree, rows: torch.Tensor, name: str) -> None:
+    if rows.dim() != 2 or rows.shape[0] != tree.num_nodes:
+        raise ValueError(
+            f"{name} must be [N, V] with N = {tree.num_nodes} tree nodes, got {tuple(rows.shape)}"
+        )
+    if tree.draft_probs is not None and tree.draft_probs.shape[1] != rows.shape[1]:
+        raise ValueError(
+            f"{name} has V = {rows.shape[1]} but draft_probs has V = {tree.draft_probs.shape[1]}"
+        )
+
+
+def _uniforms(tree: DraftTree, generator: torch.Generator | None, device: torch.device) -> list[float]:
+    """N float64 uniforms in [0, 1), one per node, all drawn up front.
+
+    uniforms[i] (i >= 1) decides node i; uniforms[0] (the root needs no test) draws the
+    final token. One generator call and one host transfer per step.
+    """
+    return torch.rand(tree.num_nodes, generator=generator, device=device, dtype=torch.float64).tolist()
+
+
+def _draw(probs: torch.Tensor, uniform: float) -> int:
+    """The token whose CDF interval holds uniform * total: inverse-CDF sampling from probs [V].
+
+    probs need not be normalised. The CDF is float64, so tiny probabilities are
+    neither lost nor inflated.
+    """
+    cdf = probs.cumsum(-1, dtype=torch.float64)  # [V]
+    index = int(torch.searchsorted(cdf, cdf[-1:] * uniform, right=True))
+    if index >= cdf.shape[0]:  # uniform * total rounded up to total (probability ~2**-53)
+        index = int(probs.nonzero()[-1])
+    return index
+
+
+def _residual(base: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, base - draft)) for base, draft [V] float32; `base` itself if that has ~0 mass."""
+    residual = (base - draft).clamp_(min=0)  # [V]
+    mass = float(residual.sum())
+    if mass < RESIDUAL_EPS:  # the rejection had probability < RESIDUAL_EPS: see module docstring
+        return base
+    return residual.div_(mass)
+
+
+def _is_chain(tree: DraftTree) -> bool:
+    return tree.parent_list == list(range(-1, tree.num_nodes - 1))
+
+
+# ------------------------------------------------------------------------ rules
+def accept_greedy(tree: DraftTree, target_logits: torch.Tensor) -> Acceptance:
+    """Temperature 0: follow the target's argmax through the tree.
+
+    target_logits: [N, V], row i scores the child of node i. On an accelerator: one
+    argmax over all rows, one host transfer, then a Python walk over the children.
+    On CPU, torch's argmax is not vectorised (~50 us per 49152-wide row, ~3 ms for
+    [64, 49152] on one core) while numpy's is (~10 us per fp32 row), and the walk only
+    needs the rows on the accepted path; so there each of those rows is reduced on
+    its own with numpy: the cost follows the tokens emitted, not the tree's size.
+    Ties go to the lowest token id in both, as in plain greedy decoding.
+    """
+    _check_rows(tree, target_logits, "target_logits")
+    if target_logits.device.type == "cpu":
+        rows = target_logits.detach()
+
+        def best(node: int) -> int:  # bf16 -> fp32 is exact, so the argmax is unchanged
+            return int(rows[node].float().numpy().argmax())
+
+    else:
+        best = target_logits.argmax(-1).tolist().__getitem__  # [N] -> list: the only sync
+    tokens, children = tree.token_list, tree.children
+    node, path, emitted = 0, [0], []
+    while True:
+        want = best(node)
+        emitted.append(want)
+        for child in children[node]:
+            if tokens[child] == want:
+                break
+        else:  # no child is the argmax (or a leaf): the argmax is the bonus / correction
+            return Acceptance(path, emitted)
+        node = child
+        path.append(node)
+
+
+def accept_deterministic(
+    tree: DraftTree, target_probs: torch.Tensor, generator: torch.Generator | None
+) -> Acceptance:
+    """Drafts without probabilities (retrieval): sample the target, follow the tree while it agrees.
+
+    target_probs: [N, V] float32, row i = target distribution for the child of node i.
+    At each node on the path one token is drawn from its target row (depth + 1 draws);
+    a child with that token is accepted, else the draw is the final token. Every
+    emitted token is a draw from the target given the emitted prefix, so this is
+    lossless for any tree; in a trie (merged siblings) no rule accepts more. With
+    duplicate siblings the first is taken and the others' subtrees are wasted, not wrong.
+    """
+    _check_rows(tree, target_probs, "target_probs")
+    return _deterministic_walk(tree, _TargetRows(target_probs), generator)
+
+
+def _deterministic_walk(tree: DraftTree, rows: _TargetRows, generator: torch.Generator | None) -> Acceptance:
+    uniforms = _uniforms(tree, generator, rows.device)  # node i draws with uniforms[i]
+    tokens, children = tree.token_list, tree.children
+    node, path, emitted = 0, [0], []
+    while True:
+        drawn = _draw(rows[node], uniforms[node])
+        emitted.append(drawn)
+        for child in children[node]:
+            if tokens[child] == drawn:
+                break
+        else:
+            return Acceptance(path, emitted)
+        node = child
+        path.append(node)
+
+
+def accept_speculative_chain(
+    tree: DraftTree, target_probs: torch.Tensor, generator: torch.Generator | None
+) -> Acceptance:
+    """Speculative sampling on a chain (Leviathan et al. 2023; Chen et al. 2023).
+
+    tree: a chain with draft_probs [N, V]; token i (i >= 1) was drawn from draft_probs[i].
+    target_probs: [N, V] float32, row i = target distribution for token i + 1.
+    Token i is accepted when u_i * draft(x_i) < target(x_i), u_i ~ U[0, 1): probability
+    min(1, target / draft). The first rejection ends the step with a recovered token
+    from norm(max(0, target - draft)); a fully accepted chain ends with a bonus token
+    from the last node's target row. This is the one-child case of the multi-draft
+    rule, and runs the same walk.
+    """
+    _check_rows(tree, target_probs, "target_probs")
+    if tree.draft_probs is None or not _is_chain(tree):
+        raise ValueError("accept_speculative_chain needs a chain with draft_probs")
+    return _rejection_walk(tree, _TargetRows(target_probs), generator)
+
+
+def accept_multi_draft(
+    tree: DraftTree, target_probs: torch.Tensor, generator: torch.Generator | None
+) -> Acceptance:
+    """Recursive rejection sampling over siblings (SpecInfer, Miao et al. 2024, section 4.3).
+
+    tree: any tree with draft_probs [N, V]; each node's token was drawn from its own row,
+    independently of its siblings given the path to the parent (sampling with
+    replacement: duplicate siblings are allowed and must stay unmerged).
+    target_probs: [N, V] float32, row i = target distribution for the children of node i.
+    At a node the residual r starts as the target row; child c (token x, draft row q)
+    is accepted when u_c * q(x) < r(x), i.e. with probability min(1, r(x) / q(x)), and
+    each rejection sets r = norm(max(0, r - q)). Accepted: descend. All children
+    rejected, or a leaf: the final token is drawn from r. Each child is one round of
+    plain speculative sampling against the previous residual, so by induction the
+    token leaving a node is distributed as its target row.
+    """
+    _check_rows(tree, target_probs, "target_probs")
+    if tree.draft_probs is None:
+        raise ValueError("accept_multi_draft needs draft_probs")
+    return _rejection_walk(tree, _TargetRows(target_probs), generator)
+
+
+def _rejection_walk(tree: DraftTree, rows: _TargetRows, generator: torch.Generator | None) -> Acceptance:
+    draft_probs = tree.draft_probs  # [N, V]
+    uniforms = _uniforms(tree, generator, rows.device)  # [N]
+    index = tree.tokens[:, None].to(draft_probs.device)  # [N, 1]
+    draft_at = draft_probs.gather(1, index)[:, 0].tolist()  # [N] draft(x_i), one sync
+    tokens, children = tree.token_list, tree.children
+    node, path = 0, [0]
+    while True:
+        residual = rows[node]  # [V], the target row until a child is rejected
+        for child in children[node]:
+            if uniforms[child] * draft_at[child] < float(residual[tokens[child]]):
+                break
+            residual = _residual(residual, draft_probs[child])
+        else:  # every child rejected (recovered token), or a leaf (bonus token)
+            final = _draw(residual, uniforms[0])
+            return Acceptance(path, [tokens[i] for i in path[1:]] + [final])
+        node = child
+        path.append(node)
+
+
+def accept(
+    tree: DraftTree,
+    target_logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+) -> Acceptance:
+    """Pick the rule: greedy; else deterministic drafts, or rejection sampling (chain or tree).
+
+    target_logits: [N, V] raw target logits, row i scores the child of node i.
+    logits_to_probs runs only on the rows the walk reaches.
+    """
+    if params.greedy:
+        return accept_greedy(tree, target_logits)
+    _check_rows(tree, target_logits, "target_logits")
+    rows = _TargetRows(target_logits, params)
+    if tree.draft_probs is None:
+        return _deterministic_walk(tree, rows, generator)
+    return _rejection_walk(tree, rows, generator)

@@ -1,0 +1,617 @@
+"""Tests for specdec.sampling: parameters, logits -> probs, and the acceptance rules.
+
+The acceptance rules are tested by distribution, model-free: a tiny "target model"
+and "draft model" are random order-2 Markov tables over a vocabulary of 8 (the
+distribution of the next token depends on the last two tokens), so a target
+distribution is defined after *every* prefix, in the tree or not. For each rule
+we run 100k independent steps and compare the empirical distribution of the first
+emitted token, and of the first two emitted tokens, with the target's own.
+
+The first-two-token truth is p(x1) * p(x2 | root, x1) for every (x1, x2). When a
+step emits only one token, the second is drawn straight from the target given the
+root and x1: that is what any lossless next step would emit (the next step's own
+first token is what the first-token check covers), so the two-token check
+measures exactly what the step under test adds: an accepted draft and the bonus /
+recovered token after it must have the target's conditional distribution.
+
+The rules are always the real functions, called once per trial. What is
+vectorised around them: drawing the draft tokens for all trials, and building
+each distinct tree (and its target rows) once, keyed by its tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specdec.sampling import (
+    Acceptance,
+    SamplingParams,
+    _draw,
+    _residual,
+    accept,
+    accept_deterministic,
+    accept_greedy,
+    accept_multi_draft,
+    accept_speculative_chain,
+    logits_to_probs,
+    make_generator,
+)
+from specdec.tree import DraftTree
+
+VOCAB = 8
+NUM_TRIALS = 100_000
+CONTEXT, ROOT = 3, 5  # the token before the root, and the root (already decided)
+DELTA = 1e-6  # chance that a correct rule fails one check, for a random seed
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Everything here works on tiny tensors: extra intra-op threads only add synchronisation
+    (on a busy 2-core machine the 100k-trial checks ran 3x slower with 2 threads)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ------------------------------------------------------------------ statistics
+def tv_bound(true_probs: torch.Tensor, num_trials: int, delta: float = DELTA) -> float:
+    """Largest total variation a *correct* rule shows, except with probability delta.
+
+    For n i.i.d. trials, the empirical frequency of outcome k has variance
+    p_k (1 - p_k) / n, so E|freq_k - p_k| <= sqrt(p_k (1 - p_k) / n) (Jensen) and
+        E[TV] <= 1/2 * sum_k sqrt(p_k (1 - p_k) / n)        (<= 1/2 sqrt(K / n) for K outcomes).
+    Changing one trial moves TV by at most 1/n, so by McDiarmid's inequality
+        P(TV >= E[TV] + t) <= exp(-2 n t^2),  t = sqrt(ln(1 / delta) / (2 n)).
+    With n = 100k and 8 uniform outcomes this is about 0.004 + 0.008; with 64, about
+    0.013 + 0.008 (skewed outcomes give less: the bound uses the true p_k). A correct
+    rule shows TV ~ E[TV]; the broken rules below show 0.1 to 0.5. The seeds are
+    fixed, so every run is the same run; the bound says the seeds were not picked
+    to pass (a correct rule fails for fewer than one seed in a million).
+    """
+    spread = 0.5 * float((true_probs * (1 - true_probs)).clamp(min=0).sqrt().sum()) / math.sqrt(num_trials)
+    return spread + math.sqrt(math.log(1 / delta) / (2 * num_trials))
+
+
+def total_variation(samples: torch.Tensor, true_probs: torch.Tensor) -> float:
+    """samples: [n] int64 outcome ids; true_probs: [K] float64."""
+    freq = torch.bincount(samples, minlength=true_probs.numel()).double() / samples.numel()
+    return 0.5 * float((freq - true_probs.flatten()).abs().sum())
+
+
+# ------------------------------------------------------------ reference filter
+def reference_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Independent, row-by-row reference for logits_to_probs (float64). logits: [..., V]."""
+    flat = logits.double().reshape(-1, logits.shape[-1])
+    out = torch.zeros_like(flat)
+    for row, values in zip(out, flat.tolist(), strict=True):
+        if params.greedy:
+            row[max(range(len(values)), key=lambda i: (values[i], -i))] = 1.0
+            continue
+        scaled = [v / params.temperature for v in values]
+        order = sorted(range(len(scaled)), key=lambda i: -scaled[i])
+        keep = order  # top-k keeps every token at least as likely as the k-th
+        if 0 < params.top_k < len(order):
+            keep = [i for i in order if scaled[i] >= scaled[order[params.top_k - 1]]]
+        weights = [math.exp(scaled[i] - scaled[order[0]]) for i in keep]
+        total, mass, kept = sum(weights), 0.0, []
+        for i, w in zip(keep, weights, strict=True):
+            if mass >= params.top_p:  # the tokens before already reach top_p
+                break
+            kept.append(i)
+            mass += w / total
+        norm = sum(weights[keep.index(i)] for i in kept)
+        for i in kept:
+            row[i] = weights[keep.index(i)] / norm
+    return out.reshape(logits.shape)
+
+
+# ------------------------------------------------------------------ the models
+@dataclass
+class Models:
+    """Order-2 Markov target and draft models: table[a, b] = next-token row after (..., a, b)."""
+
+    params: SamplingParams  # applied to both models (the draft samples with the same settings)
+    target_logits: torch.Tensor  # [V, V, V]
+    target_table: torch.Tensor  # [V, V, V] float64: the truth, from the independent reference
+    draft_table: torch.Tensor  # [V, V, V] float32: what drafts are drawn from
+
+    @classmethod
+    def make(cls, seed: int, params: SamplingParams) -> Models:
+        gen = torch.Generator().manual_seed(seed)
+        target_logits = 1.5 * torch.randn(VOCAB, VOCAB, VOCAB, generator=gen)
+        # Correlated with the target (drafts get accepted, often several in a row) but clearly off.
+        draft_logits = 0.7 * target_logits + torch.randn(VOCAB, VOCAB, VOCAB, generator=gen)
+        draft_table = reference_probs(draft_logits, params).float()
+        return cls(params, target_logits, reference_probs(target_logits, params), draft_table)
+
+    def truth(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """([V] first-token probs, [V * V] first-two-token probs) after (CONTEXT, ROOT)."""
+        first = self.target_table[CONTEXT, ROOT]
+        return first, (first[:, None] * self.target_table[ROOT]).flatten()
+
+
+# Rule under test: (tree, target_probs [N, V], generator) -> Acceptance
+Rule = Callable[[DraftTree, torch.Tensor, torch.Generator], Acceptance]
+
+
+@dataclass
+class Scenario:
+    parents: list[int]  # tree shape, node 0 = ROOT
+    rule: Rule
+    params: SamplingParams
+    fixed_tokens: list[int] | None = None  # deterministic drafts; None: drawn from the draft model
+    random_size: bool = False  # keep only the first 2..N nodes, at random (a chain of random length)
+
+
+def draw_drafts(scenario: Scenario, models: Models, num_trials: int, gen: torch.Generator) -> torch.Tensor:
+    """[n, N] tokens of every trial's tree; each drafted node is drawn given its own path."""
+    num_nodes = len(scenario.parents)
+    if scenario.fixed_tokens is not None:
+        return torch.tensor(scenario.fixed_tokens).expand(num_trials, num_nodes)
+    tokens = torch.full((num_trials, num_nodes), ROOT, dtype=torch.int64)
+    for node in range(1, num_nodes):
+        parent = scenario.parents[node]
+        before = tokens[:, scenario.parents[parent]] if parent > 0 else torch.full((num_trials,), CONTEXT)
+        rows = models.draft_table[before, tokens[:, parent]]  # [n, V]
+        tokens[:, node] = torch.multinomial(rows, 1, generator=gen).squeeze(1)
+    return tokens
+
+
+def build_step(scenario: Scenario, models: Models, tokens: list[int]) -> tuple[DraftTree, torch.Tensor]:
+    """One trial's tree and its target_probs [N, V] (made by the real logits_to_probs)."""
+    tokens_t = torch.tensor(tokens, dtype=torch.int64)
+    parents = scenario.parents[: len(tokens)]
+    prev = torch.tensor([CONTEXT] + [tokens[p] for p in parents[1:]])  # [N] the token before each node
+    target_probs = logits_to_probs(models.target_logits[prev, tokens_t], scenario.params)
+    draft_probs = None
+    if scenario.fixed_tokens is None:  # row i: the distribution node i was drawn from (row 0 unused)
+        draft_probs = models.draft_table[prev, tokens_t][[0, *parents[1:]]]
+    return DraftTree(tokens_t, torch.tensor(parents, dtype=torch.int64), draft_probs), target_probs
+
+
+def run_trials(
+    scenario: Scenario, models: Models, num_trials: int = NUM_TRIALS, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """([n] first emitted tokens, [n] first-two outcome ids x1 * V + x2) over n independent steps."""
+    gen = torch.Generator().manual_seed(seed)
+    keys = draw_drafts(scenario, models, num_trials, gen).tolist()
+    if scenario.random_size:  # the proposer's choice of size is independent of the draws: still lossless
+        sizes = torch.randint(2, len(scenario.parents) + 1, (num_trials,), generator=gen).tolist()
+        keys = [key[:size] for key, size in zip(keys, sizes, strict=True)]
+    rule_gen = torch.Generator().manual_seed(seed + 1)
+    steps: dict[tuple[int, ...], tuple[DraftTree, torch.Tensor]] = {}  # each distinct tree built once
+    first, second = [0] * num_trials, [-1] * num_trials
+    for trial, key in enumerate(map(tuple, keys)):
+        step = steps.get(key)
+        if step is None:
+            step = steps[key] = build_step(scenario, models, list(key))
+        emitted = scenario.rule(step[0], step[1], rule_gen).tokens
+        first[trial] = emitted[0]
+        if len(emitted) > 1:
+            second[trial] = emitted[1]
+    first_t, second_t = torch.tensor(first), torch.tensor(second)
+    alone = second_t < 0  # one token emitted: the next step would draw the second from the target
+    rows = models.target_table[ROOT, first_t[alone]]  # [m, V]
+    second_t[alone] = torch.multinomial(rows, 1, generator=gen).squeeze(1)
+    return first_t, first_t * VOCAB + second_t
+
+
+def check(scenario: Scenario, seed: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((TV, bound) of the first token, (TV, bound) of the first two tokens)."""
+    models = Models.make(seed, scenario.params)
+    first, two = run_trials(scenario, models, seed=seed)
+    true_first, true_two = models.truth()
+    return (
+        (total_variation(first, true_first), tv_bound(true_first, NUM_TRIALS)),
+        (total_variation(two, true_two), tv_bound(true_two, NUM_TRIALS)),
+    )
+
+
+# ------------------------------------------------------------------ the rules
+PLAIN = SamplingParams(temperature=1.0)
+PARAMS_A = SamplingParams(temperature=0.7, top_k=5, top_p=0.9)
+PARAMS_B = SamplingParams(temperature=1.3, top_p=0.8)
+CHAIN = [-1, 0, 1, 2]
+TREE = [-1, 0, 0, 0, 1, 1]  # siblings at two levels: root -> {1, 2, 3}, 1 -> {4, 5}; duplicates happen
+
+
+def _retrieval_tree(seed: int, params: SamplingParams) -> tuple[list[int], list[int]]:
+    """A fixed tree below ROOT along the target's likely tokens (deep walks happen), siblings at
+    two levels, plus a duplicate sibling (not a trie: still lossless, only wasteful)."""
+    table = Models.make(seed, params).target_table
+    top = table[CONTEXT, ROOT].argsort(descending=True).tolist()
+    nxt = table[ROOT, top[0]].argsort(descending=True).tolist()
+    third = int(table[top[0], nxt[0]].argmax())
+    tree = DraftTree.from_branches(ROOT, [[top[0], nxt[0], third], [top[0], nxt[1]], [top[1]], [top[2], 0]])
+    assert tree.parent_list == [-1, 0, 1, 2, 1, 0, 0, 6]
+    return [*tree.parent_list, 0], [*tree.token_list, top[1]]  # node 8 duplicates node 5
+
+
+RETRIEVAL_PARENTS, RETRIEVAL_TOKENS = _retrieval_tree(11, PARAMS_B)
+SCENARIOS = {
+    # deterministic drafts (retrieval), temperature + top-p
+    "deterministic-tree": (11, Scenario(RETRIEVAL_PARENTS, accept_deterministic, PARAMS_B, RETRIEVAL_TOKENS)),
+    # a drafted chain, plain temperature-1 distributions
+    # (1 to 3 drafts: the bonus token after a fully accepted chain is the 2nd token for 1 draft)
+    "speculative-chain": (12, Scenario(CHAIN, accept_speculative_chain, PLAIN, random_size=True)),
+    # a drafted tree with siblings, temperature + top-k + top-p (zeros in both target and draft rows)
+    "multi-draft-tree": (13, Scenario(TREE, accept_multi_draft, PARAMS_A)),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_rule_matches_target_distribution(name: str) -> None:
+    seed, scenario = SCENARIOS[name]
+    (tv_first, bound_first), (tv_two, bound_two) = check(scenario, seed)
+    print(f"{name}: TV first {tv_first:.4f} < {bound_first:.4f}, first two {tv_two:.4f} < {bound_two:.4f}")
+    assert tv_first < bound_first
+    assert tv_two < bound_two
+
+
+def accept_every_draft(tree: DraftTree, target_probs: torch.Tensor, gen: torch.Generator) -> Acceptance:
+    """BROKEN on purpose: takes the first child all the way down."""
+    path = [0]
+    while tree.children[path[-1]]:
+        path.append(tree.children[path[-1]][0])
+    return Acceptance(path, [tree.token_list[i] for i in path[1:]] + [0])
+
+
+def forgetful_chain(seed: int) -> Rule:
+    """BROKEN on purpose, subtly: after a rejection it samples the target row, not the residual."""
+    rng = random.Random(seed)
+
+    def rule(tree: DraftTree, target_probs: torch.Tensor, gen: torch.Generator) -> Acceptance:
+        target, draft, tokens = target_probs.tolist(), tree.draft_probs.tolist(), tree.token_list
+        for node in range(1, tree.num_nodes):
+            token = tokens[node]
+            if rng.random() * draft[node][token] >= target[node - 1][token]:
+                final = rng.choices(range(VOCAB), weights=target[node - 1])[0]
+                return Acceptance(list(range(node)), tokens[1:node] + [final])
+        bonus = rng.choices(range(VOCAB), weights=target[-1])[0]
+        return Acceptance(list(range(tree.num_nodes)), tokens[1:] + [bonus])
+
+    return rule
+
+
+@pytest.mark.parametrize("name", ["accept-every-draft", "forgetful-residual"])
+def test_broken_rule_fails_the_same_check(name: str) -> None:
+    """The check has teeth: broken rules land outside the bound the real rules meet (same scenario)."""
+    seed, scenario = SCENARIOS["speculative-chain"]
+    broken = accept_every_draft if name == "accept-every-draft" else forgetful_chain(seed)
+    (tv_first, bound_first), (tv_two, bound_two) = check(dataclasses.replace(scenario, rule=broken), seed)
+    print(f"{name}: TV first {tv_first:.4f} > {bound_first:.4f}, first two {tv_two:.4f} > {bound_two:.4f}")
+    assert tv_first > bound_first
+    assert tv_two > bound_two
+
+
+def test_bounds_are_what_the_docstring_says() -> None:
+    uniform_8, uniform_64 = torch.full((8,), 1 / 8), torch.full((64,), 1 / 64)
+    assert 0.011 < tv_bound(uniform_8, NUM_TRIALS) < 0.014
+    assert 0.018 < tv_bound(uniform_64, NUM_TRIALS) < 0.021
+
+
+# ============================================================== unit tests
+# ------------------------------------------------------------ SamplingParams
+def test_default_params_are_greedy() -> None:
+    assert SamplingParams().greedy
+    assert not SamplingParams(temperature=0.5).greedy
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"temperature": -0.1}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"top_k": -1}, "top_k"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": -0.5}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+    ],
+)
+def test_params_validation(kwargs: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**kwargs)
+
+
+def test_params_are_frozen() -> None:
+    with pytest.raises(AttributeError):
+        SamplingParams().temperature = 1.0  # type: ignore[misc]
+
+
+# ------------------------------------------------------------ make_generator
+def _stream(gen: torch.Generator) -> list[float]:
+    return torch.rand(5, generator=gen).tolist()
+
+
+def test_seeded_generator_is_reproducible() -> None:
+    params = SamplingParams(temperature=1.0, seed=1234)
+    assert _stream(make_generator(params, "cpu")) == _stream(make_generator(params, torch.device("cpu")))
+    assert _stream(make_generator(params, "cpu")) != _stream(make_generator(SamplingParams(seed=1235), "cpu"))
+
+
+def test_unseeded_generator_follows_torch_default_rng() -> None:
+    params = SamplingParams(temperature=1.0)
+    torch.manual_seed(99)
+    first = _stream(make_generator(params, "cpu"))
+    again = _stream(make_generator(params, "cpu"))
+    torch.manual_seed(99)
+    assert _stream(make_generator(params, "cpu")) == first
+    assert again != first
+
+
+def test_same_seed_same_acceptances() -> None:
+    def run() -> list[Acceptance]:
+        gen = make_generator(SamplingParams(temperature=1.0, seed=5), "cpu")
+        data = torch.Generator().manual_seed(0)
+        out = []
+        for _ in range(30):
+            tree, logits = _random_case(data, 9, 16, with_draft_probs=True)
+            out.append(accept(tree, logits, PARAMS_A, gen))
+        return out
+
+    assert run() == run()
+
+
+# ------------------------------------------------------------ logits_to_probs
+def test_logits_to_probs_shapes_and_dtype() -> None:
+    logits = torch.randn(2, 3, 11).bfloat16()
+    probs = logits_to_probs(logits, PARAMS_A)
+    assert probs.shape == logits.shape and probs.dtype == torch.float32
+    assert torch.allclose(probs.sum(-1), torch.ones(2, 3))
+
+
+def test_temperature_scales_logits() -> None:
+    logits = torch.randn(4, 10)
+    expected = (logits / 0.6).softmax(-1)
+    assert torch.allclose(logits_to_probs(logits, SamplingParams(temperature=0.6)), expected, atol=1e-7)
+
+
+def test_greedy_params_give_the_argmax_one_hot() -> None:
+    logits = torch.tensor([[0.0, 2.0, 2.0, 1.0], [5.0, 0.0, 0.0, 0.0]])
+    assert logits_to_probs(logits, SamplingParams()).tolist() == [[0, 1, 0, 0], [1, 0, 0, 0]]
+
+
+def test_top_k_keeps_the_k_largest() -> None:
+    logits = torch.randn(50, 12, generator=torch.Generator().manual_seed(3))
+    for k in range(1, 13):
+        probs = logits_to_probs(logits, SamplingParams(temperature=1.0, top_k=k))
+        kept = probs > 0
+        assert (kept.sum(-1) == k).all()
+        assert torch.equal(kept, logits >= logits.topk(k, -1).values[:, -1:])
+        expected = logits.masked_fill(~kept, float("-inf")).softmax(-1)
+        assert torch.allclose(probs, expected, atol=1e-7)
+
+
+def test_top_k_keeps_ties_with_the_kth_logit() -> None:
+    probs = logits_to_probs(torch.tensor([3.0, 1.0, 3.0, 2.0]), SamplingParams(temperature=1.0, top_k=1))
+    assert probs.tolist() == [0.5, 0.0, 0.5, 0.0]
+
+
+def test_top_p_keeps_the_smallest_set_reaching_top_p() -> None:
+    probs_in = torch.tensor([0.05, 0.4, 0.3, 0.15, 0.1])
+    logits = probs_in.log()
+    for top_p, support in [
+        (0.3, [1]),
+        (0.4, [1]),
+        (0.41, [1, 2]),
+        (0.7, [1, 2]),
+        (0.71, [1, 2, 3]),
+        (0.9, [1, 2, 3, 4]),
+    ]:
+        probs = logits_to_probs(logits, SamplingParams(temperature=1.0, top_p=top_p))
+        assert (probs > 0).nonzero().flatten().tolist() == support, top_p
+        assert torch.allclose(probs[support], probs_in[support] / probs_in[support].sum())
+
+
+def test_the_top_token_always_survives() -> None:
+    logits = torch.randn(20, 30, generator=torch.Generator().manual_seed(4))
+    for params in (SamplingParams(temperature=1.0, top_p=1e-9), SamplingParams(temperature=1.0, top_k=1)):
+        probs = logits_to_probs(logits, params)
+        assert torch.equal(probs, torch.nn.functional.one_hot(logits.argmax(-1), 30).float())
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    vocab_size=st.sampled_from([2, 5, 16, 40, 300, 1000]),
+    scale=st.sampled_from([0.2, 1.0, 4.0]),  # flat to peaky: the nucleus is wide or narrow
+    temperature=st.floats(0.1, 3.0),
+    top_k=st.integers(0, 50),
+    top_p=st.floats(0.01, 1.0),
+)
+def test_logits_to_probs_matches_the_reference(seed, vocab_size, scale, temperature, top_k, top_p) -> None:
+    logits = scale * torch.randn(3, vocab_size, generator=torch.Generator().manual_seed(seed))
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+    probs, expected = logits_to_probs(logits, params), reference_probs(logits, params)
+    # A token whose preceding mass is within float32 rounding of top_p may fall either side.
+    scaled = logits.double() / temperature
+    if 0 < top_k < vocab_size:
+        scaled = scaled.masked_fill(scaled < scaled.topk(top_k, -1).values[:, -1:], float("-inf"))
+    ordered, order = scaled.softmax(-1).sort(-1, descending=True)
+    mass_before = torch.empty_like(ordered).scatter_(-1, order, ordered.cumsum(-1) - ordered)
+    ambiguous = (mass_before - top_p).abs() < 1e-6
+    assert torch.equal((probs > 0) | ambiguous, (expected > 0) | ambiguous)
+    assert torch.allclose(probs.double(), expected, atol=1e-5)
+
+
+# ------------------------------------------------------------ helpers of the rules
+def test_draw_never_picks_a_zero_probability_token() -> None:
+    probs = torch.tensor([0.0, 2.0, 0.0, 2.0, 0.0])  # unnormalised is fine
+    assert _draw(probs, 0.0) == 1
+    assert _draw(probs, 0.4999) == 1
+    assert _draw(probs, 0.5) == 3
+    assert _draw(probs, 1 - 2**-53) == 3
+
+
+def test_residual_is_normalised_and_falls_back_when_empty() -> None:
+    base, draft = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.6, 0.2])
+    assert torch.allclose(_residual(base, draft), torch.tensor([1.0, 0.0, 0.0]))
+    assert _residual(base, base.clone()) is base  # ~0 mass: the rejection was (numerically) impossible
+    assert _residual(base, base + 1e-8) is base
+
+
+# ------------------------------------------------------------ greedy
+def _logits_with_argmax(argmaxes: list[int], vocab_size: int = 10) -> torch.Tensor:
+    logits = torch.zeros(len(argmaxes), vocab_size)
+    logits[range(len(argmaxes)), argmaxes] = 1.0
+    return logits
+
+
+def test_greedy_accepts_a_whole_chain_and_adds_the_bonus() -> None:
+    tree = DraftTree.chain(7, [1, 2, 3])
+    result = accept_greedy(tree, _logits_with_argmax([1, 2, 3, 9]))
+    assert result.path == [0, 1, 2, 3] and result.tokens == [1, 2, 3, 9] and result.num_accepted == 3
+
+
+def test_greedy_stops_at_the_first_mismatch_with_the_correction() -> None:
+    tree = DraftTree.chain(7, [1, 2, 3])
+    result = accept_greedy(tree, _logits_with_argmax([1, 5, 3, 9]))
+    assert result.path == [0, 1] and result.tokens == [1, 5]
+
+
+def test_greedy_follows_the_matching_sibling() -> None:
+    tree = DraftTree.from_branches(7, [[1, 2], [4, 5], [4, 6]])  # nodes: 1:1 2:2 3:4 4:5 5:6
+    result = accept_greedy(tree, _logits_with_argmax([4, 0, 0, 6, 0, 8]))
+    assert result.path == [0, 3, 5] and result.tokens == [4, 6, 8]
+
+
+def test_greedy_emits_one_token_when_every_node_is_rejected() -> None:
+    tree = DraftTree.from_branches(7, [[1, 2], [3]])
+    result = accept_greedy(tree, _logits_with_argmax([9, 9, 9, 9]))
+    assert result.path == [0] and result.tokens == [9] and result.num_accepted == 0
+    root_only = accept_greedy(DraftTree.chain(7), _logits_with_argmax([4]))
+    assert root_only.path == [0] and root_only.tokens == [4]
+
+
+def test_greedy_breaks_ties_like_torch_argmax_and_reads_bf16() -> None:
+    logits = torch.tensor([[0.0, 3.0, 3.0, 1.0], [2.0, 0.0, 2.0, 0.0]]).bfloat16()
+    result = accept_greedy(DraftTree.chain(0, [1]), logits)
+    assert result.tokens == [1, 0] == [int(logits[0].argmax()), int(logits[1].argmax())]
+
+
+def test_greedy_emits_the_argmax_of_every_path_row() -> None:
+    data = torch.Generator().manual_seed(1)
+    for _ in range(200):
+        tree, logits = _random_case(data, 12, 6, with_draft_probs=False)
+        result = accept_greedy(tree, logits)
+        assert result.tokens == [int(logits[node].argmax()) for node in result.path]
+        _assert_consistent(tree, result)
+
+
+def test_greedy_dispatch_needs_no_generator() -> None:
+    tree, logits = DraftTree.chain(7, [1, 2]), _logits_with_argmax([1, 4, 0])
+    assert accept(tree, logits, SamplingParams(), None) == accept_greedy(tree, logits)
+
+
+def test_rows_must_match_the_tree() -> None:
+    tree = DraftTree.chain(7, [1, 2])
+    with pytest.raises(ValueError, match="N = 3"):
+        accept_greedy(tree, torch.zeros(2, 10))
+    with pytest.raises(ValueError, match="N = 3"):
+        accept(tree, torch.zeros(4, 10), PARAMS_A, torch.Generator())
+    drafted = DraftTree.chain(7, [1, 2], torch.full((3, 10), 0.1))
+    with pytest.raises(ValueError, match="draft_probs"):
+        accept_speculative_chain(drafted, torch.full((3, 12), 1 / 12), torch.Generator())
+
+
+# ------------------------------------------------------------ sampling rules: structure
+def _random_case(
+    data: torch.Generator, max_nodes: int, vocab_size: int, with_draft_probs: bool
+) -> tuple[DraftTree, torch.Tensor]:
+    """A random tree (small vocabulary: matches and duplicate siblings happen) and target logits."""
+    num_nodes = int(torch.randint(1, max_nodes + 1, (1,), generator=data))
+    parents = [-1] + [int(torch.randint(0, i, (1,), generator=data)) for i in range(1, num_nodes)]
+    tokens = torch.randint(0, vocab_size, (num_nodes,), generator=data)
+    draft_probs = None
+    if with_draft_probs:
+        draft_probs = (2 * torch.randn(num_nodes, vocab_size, generator=data)).softmax(-1)
+    logits = 2 * torch.randn(num_nodes, vocab_size, generator=data)
+    return DraftTree(tokens, torch.tensor(parents), draft_probs), logits
+
+
+def _assert_consistent(tree: DraftTree, result: Acceptance) -> None:
+    assert result.path[0] == 0 and len(result.tokens) == len(result.path) >= 1
+    assert all(tree.parent_list[b] == a for a, b in zip(result.path, result.path[1:], strict=False))
+    assert result.tokens[:-1] == [tree.token_list[i] for i in result.path[1:]]
+    assert result.num_accepted == len(result.path) - 1
+
+
+@pytest.mark.parametrize("kind", ["deterministic", "chain", "tree"])
+def test_accept_dispatches_to_the_rule_with_lazy_rows(kind: str) -> None:
+    """`accept` (rows made on demand) gives exactly what the rule gives on all rows at once."""
+    rule = {
+        "deterministic": accept_deterministic,
+        "chain": accept_speculative_chain,
+        "tree": accept_multi_draft,
+    }[kind]
+    data = torch.Generator().manual_seed(2)
+    for seed in range(150):
+        tree, logits = _random_case(data, 10, 6, with_draft_probs=kind != "deterministic")
+        if kind == "chain":
+            tree = DraftTree.chain(tree.token_list[0], tree.token_list[1:], tree.draft_probs)
+        params = (PARAMS_A, PARAMS_B, PLAIN)[seed % 3]
+        got = accept(tree, logits, params, torch.Generator().manual_seed(seed))
+        want = rule(tree, logits_to_probs(logits, params), torch.Generator().manual_seed(seed))
+        assert got == want
+        _assert_consistent(tree, got)
+
+
+def test_multi_draft_on_a_chain_is_the_chain_rule() -> None:
+    data = torch.Generator().manual_seed(3)
+    for seed in range(100):
+        tree, logits = _random_case(data, 6, 5, with_draft_probs=True)
+        chain = DraftTree.chain(tree.token_list[0], tree.token_list[1:], tree.draft_probs)
+        probs = logits.softmax(-1)
+        assert accept_multi_draft(
+            chain, probs, torch.Generator().manual_seed(seed)
+        ) == accept_speculative_chain(chain, probs, torch.Generator().manual_seed(seed))
+
+
+def test_rules_refuse_the_wrong_kind_of_tree() -> None:
+    probs, gen = torch.full((3, 4), 0.25), torch.Generator()
+    with pytest.raises(ValueError, match="chain"):
+        accept_speculative_chain(DraftTree.chain(0, [1, 2]), probs, gen)  # no draft_probs
+    branched = DraftTree(torch.tensor([0, 1, 2]), torch.tensor([-1, 0, 0]), probs)
+    with pytest.raises(ValueError, match="chain"):
+        accept_speculative_chain(branched, probs, gen)
+    with pytest.raises(ValueError, match="draft_probs"):
+        accept_multi_draft(DraftTree.chain(0, [1, 2]), probs, gen)
+
+
+def test_every_rule_emits_one_token_when_every_node_is_rejected() -> None:
+    """The target gives zero mass to every drafted token: nothing is accepted, one token still comes out."""
+    target_probs = torch.tensor([[0.0, 0.0, 0.5, 0.0, 0.5]]).expand(5, 5)  # only tokens 2 and 4
+    draft_probs = torch.tensor([[0.3, 0.3, 0.1, 0.3, 0.0]]).expand(5, 5)
+    tokens, gen = torch.tensor([2, 0, 1, 3, 0]), torch.Generator().manual_seed(0)
+    cases = [
+        (accept_deterministic, DraftTree(tokens, torch.tensor([-1, 0, 0, 0, 1]))),
+        (accept_speculative_chain, DraftTree(tokens, torch.tensor([-1, 0, 1, 2, 3]), draft_probs)),
+        (accept_multi_draft, DraftTree(tokens, torch.tensor([-1, 0, 0, 0, 1]), draft_probs)),
+    ]
+    for rule, tree in cases:
+        for _ in range(200):
+            result = rule(tree, target_probs, gen)
+            assert result.path == [0] and len(result.tokens) == 1 and result.tokens[0] in (2, 4)
+
+
+def test_drafts_drawn_from_the_target_are_always_accepted() -> None:
+    """draft == target: min(1, p / q) = 1 for every drafted token, so whole chains and first children pass."""
+    data = torch.Generator().manual_seed(4)
+    for seed in range(100):
+        tree, logits = _random_case(data, 8, 6, with_draft_probs=False)
+        probs = logits.softmax(-1)  # every token has mass, so every drafted token could have been drawn
+        chain = DraftTree.chain(
+            tree.token_list[0], tree.token_list[1:], probs[[0, *range(tree.num_nodes - 1)]]
+        )
+        result = accept_speculative_chain(chain, probs, torch.Generator().manual_seed(seed))
+        assert result.path == list(range(tree.num_nodes))
