@@ -1,0 +1,396 @@
+"""`specdec serve`: an OpenAI-compatible HTTP server (FastAPI + uvicorn) over one loaded model.
+
+Endpoints: POST /v1/chat/completions and /v1/completions (JSON or `stream: true`
+server-sent events in OpenAI's chunk format, ending with `data: [DONE]`),
+GET /v1/models, /health and /metrics (Prometheus text). The speculative method
+is chosen per request with the extra field `"specdec": {"method", "options"}`
+and every reply carries the request's decoding stats under `"specdec"`.
+
+Why it is built this way: one model with one KV cache serves everybody, so
+requests are validated and tokenized on arrival, then wait in a bounded FIFO
+queue (server_queue.Scheduler) for the single decode worker thread; the event
+loop never runs the model, so /health, /metrics and streaming stay responsive.
+
+Invariants:
+- every error is JSON in OpenAI's shape {"error": {"message", "type", "param",
+  "code"}} with a 4xx status for the client's mistakes (FastAPI's 422 becomes
+  400) and 500 without a traceback for ours; nothing a request sends can stop
+  the worker or the process;
+- a request is refused before it is queued when its prompt does not fit the
+  context, its method or options are not valid, or the queue is full (429);
+- a client that goes away cancels its generation (streaming: at the next text
+  piece; non-streaming: within DISCONNECT_POLL_S);
+- with an API key, every path but /health needs `Authorization: Bearer KEY`;
+  bodies larger than max_body_bytes are refused (413);
+- on shutdown (SIGINT/SIGTERM) uvicorn lets in-flight responses finish for up to
+  shutdown_timeout_s, then the scheduler cancels what is left and stops.
+"""
+
+import asyncio
+import copy
+import hmac
+import logging
+import sys
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2.exceptions
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from specdec.engine import Engine, GenerationConfig
+from specdec.metrics import ServerMetrics
+from specdec.models import DEFAULT_MODEL, LoadedModel
+from specdec.prompts import encode_prompt
+from specdec.proposers import parse_method
+from specdec.sampling import SamplingParams
+from specdec.server_queue import CancelledEvent, DoneEvent, ErrorEvent, Job, QueueClosed, QueueFull, Scheduler
+from specdec.server_reply import (
+    APIError,
+    Reply,
+    error_body,
+    event_error,
+    install_error_handlers,
+    resolve_method,
+    sse,
+)
+from specdec.server_schema import (
+    ERROR_RESPONSES,
+    SSE_CONTENT,
+    ChatCompletion,
+    Completion,
+    Health,
+    ModelCard,
+    ModelList,
+    SchemaLimits,
+    document_bearer_auth,
+    request_models,
+)
+
+log = logging.getLogger("specdec.server")
+DISCONNECT_POLL_S = 0.5
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+# Below this, logits / temperature can overflow to inf (NaN probabilities); such a temperature
+# means "greedy" anyway, so it is served as 0 (the convention of other OpenAI-compatible servers).
+MIN_TEMPERATURE = 1e-5
+PUBLIC_PATHS = frozenset({"/health"})
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    model: str = DEFAULT_MODEL
+    method: str = "logitspec"  # default method spec for requests without "specdec.method"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    max_queue: int = 64  # requests waiting (the running one not counted) before 429
+    max_tokens_limit: int = 1024  # largest max_tokens a request may ask for
+    max_body_bytes: int = 1 << 20
+    dtype: str = "auto"
+    cache_dir: str | None = None
+    shutdown_timeout_s: float = 30.0
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        if self.max_queue < 0 or self.max_tokens_limit < 1 or self.max_body_bytes < 1024:
+            raise ValueError("max_queue must be >= 0, max_tokens_limit >= 1 and max_body_bytes >= 1024")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError("the API key is empty")
+        parse_method(self.method)  # a bad default method fails at startup, not per request
+
+
+class _Guard:
+    """ASGI middleware: API key, body-size cap and response counting, before any route runs."""
+
+    def __init__(
+        self, app: ASGIApp, api_key: str | None, max_body_bytes: int, metrics: ServerMetrics
+    ) -> None:
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode() if api_key else None
+        self.max_body_bytes = max_body_bytes
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+
+        async def counted_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.record_response(path, message["status"])
+            await send(message)
+
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            await JSONResponse(error_body(refusal), refusal.status)(scope, receive, counted_send)
+            return
+        await self.app(scope, self._capped(receive), counted_send)
+
+    def _refusal(self, scope: Scope) -> APIError | None:
+        headers = dict(scope["headers"])
+        if self.expected and scope["path"] not in PUBLIC_PATHS:
+            given = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                why = "missing" if not given else "incorrect"
+                return APIError(
+                    401, f"{why} API key: send 'Authorization: Bearer <key>'", code="invalid_api_key"
+                )
+        length = headers.get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > self.max_body_bytes:
+            return APIError(
+                413, f"the request body exceeds {self.max_body_bytes} bytes", code="request_too_large"
+            )
+        return None
+
+    def _capped(self, receive: Receive) -> Receive:
+        seen = 0
+
+        async def capped() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_body_bytes:
+                raise HTTPException(413, f"the request body exceeds {self.max_body_bytes} bytes")
+            return message
+
+        return capped
+
+
+class Service:
+    """The served model, its queue and its metrics; the route handlers live here."""
+
+    def __init__(self, config: ServerConfig, loaded: LoadedModel) -> None:
+        self.config = config
+        self.loaded = loaded
+        self.engine = Engine(loaded)
+        self.metrics = ServerMetrics()
+        self.scheduler = Scheduler(self.engine, config.max_queue, self.metrics)
+        # Requests are tokenized on their own thread with their own tokenizer copy, so the event loop
+        # never waits on a chat template and never shares a tokenizer with the decode worker.
+        self.tokenizer = copy.deepcopy(loaded.tokenizer)
+        self.encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specdec-tokenize")
+        self.context = self.engine.target.max_length
+        self.vocab_size = int(self.engine.target.config.vocab_size)
+
+    @property
+    def model_name(self) -> str:
+        return self.loaded.name
+
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model != self.model_name:
+            raise APIError(
+                404,
+                f"model {model!r} is not served here; use {self.model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
+
+    async def prompt_ids(self, body: Any, chat: bool) -> list[int]:
+        try:
+            ids = await asyncio.get_running_loop().run_in_executor(self.encoder, self._encode, body, chat)
+        except (ValueError, TypeError, jinja2.exceptions.TemplateError) as error:
+            raise APIError(400, f"invalid prompt: {error}", param="messages" if chat else "prompt") from None
+        if self.context and len(ids) >= self.context:
+            raise APIError(
+                400,
+                f"the prompt has {len(ids)} tokens; the model's context is {self.context}",
+                param="messages" if chat else "prompt",
+                code="context_length_exceeded",
+            )
+        return ids
+
+    def _encode(self, body: Any, chat: bool) -> list[int]:
+        if chat:
+            messages = [_message_dict(m) for m in body.messages]
+            return encode_prompt(self.tokenizer, messages, chat=True)
+        prompt = body.prompt
+        if isinstance(prompt, list) and isinstance(prompt[0], int):
+            return [int(t) for t in prompt]
+        return encode_prompt(self.tokenizer, prompt if isinstance(prompt, str) else prompt[0])
+
+    def settings(self, body: Any, chat: bool, num_prompt_tokens: int) -> GenerationConfig:
+        limit = self.config.max_tokens_limit
+        max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens
+        if max_tokens is None:
+            room = self.context - num_prompt_tokens if self.context else limit
+            max_tokens = min(limit, room) if chat else min(limit, COMPLETIONS_DEFAULT_MAX_TOKENS)
+        stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+        try:
+            temperature = body.temperature if body.temperature >= MIN_TEMPERATURE else 0.0
+            sampling = SamplingParams(temperature, body.top_k, body.top_p, body.seed)
+            return GenerationConfig(max_new_tokens=max_tokens, sampling=sampling, stop=stop)
+        except ValueError as error:
+            raise APIError(400, str(error)) from None
+
+    def submit(self, job: Job) -> None:
+        try:
+            self.scheduler.submit(job)
+        except QueueFull as error:
+            raise APIError(429, str(error), type="rate_limit_error", code="queue_full") from None
+        except QueueClosed as error:
+            raise APIError(503, str(error), type="server_error", code="shutting_down") from None
+
+    async def generate(self, request: Request, body: Any, chat: bool) -> Response:
+        self.check_model(body.model)
+        method_name, method_config = resolve_method(self.config.method, body.specdec)
+        prompt_ids = await self.prompt_ids(body, chat)
+        settings = self.settings(body, chat, len(prompt_ids))
+        events: asyncio.Queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        endpoint = "chat" if chat else "completions"
+
+        def sink(event: Any) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        job = Job(prompt_ids, method_config, method_name, settings, endpoint, body.stream, sink)
+        self.submit(job)
+        reply = Reply(chat, self.model_name, method_name, method_config, len(prompt_ids))
+        if body.stream:
+            usage = bool(body.stream_options and body.stream_options.include_usage)
+            headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+            return StreamingResponse(
+                self.stream(job, events, reply, usage), media_type="text/event-stream", headers=headers
+            )
+        return await self.collect(request, job, events, reply)
+
+    async def stream(self, job: Job, events: asyncio.Queue, reply: Reply, usage: bool) -> AsyncIterator[str]:
+        """SSE chunks of one job; leaving early (client gone, shutdown) cancels the job."""
+        try:
+            if reply.chat:
+                yield sse(reply.chunk("", first=True))
+            while True:
+                event = await events.get()
+                if isinstance(event, DoneEvent):
+                    for chunk in reply.final_chunks(event, usage):
+                        yield sse(chunk)
+                elif isinstance(event, ErrorEvent | CancelledEvent):
+                    yield sse(error_body(event_error(event)))
+                else:
+                    yield sse(reply.chunk(event.text))
+                    continue
+                yield "data: [DONE]\n\n"
+                return
+        finally:
+            job.cancel()
+
+    async def collect(self, request: Request, job: Job, events: asyncio.Queue, reply: Reply) -> Response:
+        """Wait for a non-streaming job's result, cancelling it if the client goes away."""
+        getter = asyncio.ensure_future(events.get())
+        try:
+            while not getter.done():
+                await asyncio.wait({getter}, timeout=DISCONNECT_POLL_S)
+                if not getter.done() and await request.is_disconnected():
+                    return Response(status_code=499)  # nobody reads this; the finally cancels the job
+            event = getter.result()
+        finally:
+            getter.cancel()
+            job.cancel()
+        if isinstance(event, DoneEvent):
+            return JSONResponse(reply.full(event))
+        raise event_error(event)
+
+    def health(self) -> dict:
+        return {
+            "status": "ok",
+            "model": self.model_name,
+            "waiting": self.scheduler.num_waiting,
+            "running": self.scheduler.num_running,
+        }
+
+    def models(self) -> dict:
+        card = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "specdec"}
+        return {"object": "list", "data": [card]}
+
+
+def _message_dict(message: Any) -> dict[str, str]:
+    content = message.content
+    text = content if isinstance(content, str) else "".join(part.text for part in content)
+    return {"role": "system" if message.role == "developer" else message.role, "content": text}
+
+
+def create_app(config: ServerConfig, loaded: LoadedModel) -> FastAPI:
+    """The ASGI app for one loaded model; its lifespan starts and stops the decode worker."""
+    service = Service(config, loaded)
+    limits = SchemaLimits(service.model_name, config.max_tokens_limit, service.vocab_size)
+    ChatRequest, CompletionRequest = request_models(limits)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service.scheduler.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(service.scheduler.close, config.shutdown_timeout_s)
+            service.encoder.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="specdec", version="0.1.0", lifespan=lifespan, redoc_url=None)
+    app.state.service = service
+    install_error_handlers(app)
+    app.add_middleware(
+        _Guard, api_key=config.api_key, max_body_bytes=config.max_body_bytes, metrics=service.metrics
+    )
+    if config.api_key:
+        document_bearer_auth(app, PUBLIC_PATHS)
+    generation = {"responses": {**ERROR_RESPONSES, 200: {"content": SSE_CONTENT}}}
+
+    @app.post("/v1/chat/completions", response_model=ChatCompletion, **generation)
+    async def chat_completions(request: Request, body: ChatRequest) -> Response:  # type: ignore[valid-type]
+        return await service.generate(request, body, chat=True)
+
+    @app.post("/v1/completions", response_model=Completion, **generation)
+    async def completions(request: Request, body: CompletionRequest) -> Response:  # type: ignore[valid-type]
+        return await service.generate(request, body, chat=False)
+
+    @app.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES)
+    async def models() -> dict:
+        return service.models()
+
+    @app.get("/v1/models/{model}", response_model=ModelCard, responses=ERROR_RESPONSES)
+    async def model_card(model: str) -> dict:
+        service.check_model(model)
+        return service.models()["data"][0]
+
+    @app.get("/health", response_model=Health)
+    async def health() -> dict:
+        return service.health()
+
+    @app.get("/metrics", responses={200: {"content": {service.metrics.content_type: {}}}, **ERROR_RESPONSES})
+    async def metrics() -> Response:
+        return Response(service.metrics.render(), media_type=service.metrics.content_type)
+
+    return app
+
+
+def serve(config: ServerConfig) -> None:
+    """Load the model and serve it until SIGINT/SIGTERM."""
+    import uvicorn
+
+    from specdec.models import load_model
+
+    loaded = load_model(config.model, dtype=config.dtype, cache_dir=config.cache_dir)
+    parse_method(config.method).build(loaded)  # warm-up: e.g. LogitSpec measures and caches its cost curve
+    app = create_app(config, loaded)
+    if config.api_key is None and config.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("serving on %s without --api-key: anyone who can reach it can use it", config.host)
+    print(
+        f"specdec: serving {loaded.name} (default method {config.method}) on "
+        f"http://{config.host}:{config.port}",
+        file=sys.stderr,
+        flush=True,
+    )
+    uv_config = uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.port,
+        log_level=config.log_level,
+        timeout_graceful_shutdown=max(1, round(config.shutdown_timeout_s)),
+    )
+    uvicorn.Server(uv_config).run()

@@ -1,0 +1,254 @@
+"""The HTTP contract of `specdec serve`: request and response bodies as pydantic models.
+
+Why apart from server.py: these models *are* the public API. FastAPI builds
+/openapi.json from them, the tests fuzz the server from that schema, and the
+official `openai` client must accept what comes back, so they are kept in one
+reviewable place.
+
+Invariants:
+- fields OpenAI defines keep OpenAI's names, types and meanings (including
+  OpenAI's default temperature of 1.0); everything specdec adds lives under the
+  extra field `specdec`, plus `top_k` as in other OpenAI-compatible servers;
+- the schema is honest: limits that depend on the served model (its name, the
+  server's max_tokens limit, the vocabulary size) are written into the schema by
+  `request_models`, and features specdec does not have (n > 1, logprobs,
+  penalties, tools, echo, ...) are declared with the only value they accept, so a
+  request the schema allows is refused only for reasons a schema cannot express
+  (prompt longer than the context, a chat template that rejects the messages,
+  a method option that its method refuses);
+- unknown fields are ignored, as OpenAI clients send fields (`user`, metadata)
+  that change nothing here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_STOP_STRINGS = 4
+MAX_STOP_CHARS = 256
+MAX_METHOD_OPTIONS = 32
+MAX_SEED = 2**64 - 1
+MIN_SEED = -(2**63)
+
+NonEmptyText = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
+OptionValue = str | int | float | bool
+PromptText = Annotated[str, Field(pattern=r"\S", description="not blank")]
+OnePrompt = Annotated[list[PromptText], Field(min_length=1, max_length=1)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+
+class SpecdecRequest(_Body):
+    """Which speculative method serves this request (default: the server's --method)."""
+
+    method: str | None = Field(
+        None, min_length=1, max_length=200, description="a registered method, optionally name:opt=value,..."
+    )
+    options: dict[str, OptionValue] = Field(
+        default_factory=dict, max_length=MAX_METHOD_OPTIONS, description="method options, on top of method's"
+    )
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class TextPart(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class SchemaLimits:
+    """What the served model and the server's options allow; written into the schema."""
+
+    model_name: str
+    max_tokens: int
+    vocab_size: int
+
+
+def request_models(limits: SchemaLimits) -> tuple[type[BaseModel], type[BaseModel]]:
+    """The (chat, completion) request models for one server, with its limits in the schema."""
+    MaxTokens = Annotated[int, Field(ge=1, le=limits.max_tokens)] | None
+    model_field = Field(None, json_schema_extra={"enum": [limits.model_name]}, description="the served model")
+    TokenId = Annotated[int, Field(ge=0, lt=limits.vocab_size)]
+
+    class CommonRequest(_Body):
+        model: str | None = model_field
+        max_tokens: MaxTokens = None
+        temperature: float = Field(1.0, ge=0.0, le=2.0, description="0 = greedy (so is < 1e-5)")
+        top_p: float = Field(1.0, gt=0.0, le=1.0)
+        top_k: int = Field(0, ge=0, le=limits.vocab_size, description="0 = off (extension)")
+        seed: int | None = Field(None, ge=MIN_SEED, le=MAX_SEED)
+        stop: NonEmptyText | Annotated[list[NonEmptyText], Field(max_length=MAX_STOP_STRINGS)] | None = None
+        n: int | None = Field(None, ge=1, le=1, description="only 1 is supported")
+        stream: bool = False
+        stream_options: StreamOptions | None = None
+        presence_penalty: float | None = Field(None, ge=0.0, le=0.0, description="not supported: 0 only")
+        frequency_penalty: float | None = Field(None, ge=0.0, le=0.0, description="not supported: 0 only")
+        logit_bias: dict[str, float] | None = Field(None, max_length=0, description="not supported")
+        user: str | None = None
+        specdec: SpecdecRequest | None = None
+
+    class ChatCompletionRequest(CommonRequest):
+        messages: list[ChatMessage] = Field(min_length=1)
+        max_completion_tokens: MaxTokens = None
+        logprobs: Literal[False] | None = Field(None, description="not supported")
+        tools: list[dict[str, Any]] | None = Field(None, max_length=0, description="not supported")
+
+    class CompletionRequest(CommonRequest):
+        prompt: PromptText | Annotated[list[TokenId], Field(min_length=1)] | OnePrompt = Field(
+            description="text, token ids, or a list holding one text"
+        )
+        logprobs: Literal[0] | None = Field(None, description="not supported")
+        echo: Literal[False] = False
+        best_of: int | None = Field(None, ge=1, le=1)
+        suffix: Literal[""] | None = None
+
+    return ChatCompletionRequest, CompletionRequest
+
+
+# ------------------------------------------------------------------ responses (documentation)
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class SpecdecStats(BaseModel):
+    """Per-request decoding stats (the engine's vocabulary; see DESIGN.md, Metrics)."""
+
+    method: str
+    options: dict[str, Any]
+    mat: float
+    num_forward_passes: int
+    num_prompt_tokens: int
+    num_new_tokens: int
+    accepted_histogram: dict[str, int]
+    acceptance_rate: float
+    retrieval_success: float
+    tokens_per_s: float
+    wall_time_s: float
+    prefill_s: float
+    draft_time_s: float
+    verify_time_s: float
+    queue_time_s: float
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"]
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    finish_reason: Literal["stop", "length"]
+    logprobs: None = None
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    specdec: SpecdecStats
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    finish_reason: Literal["stop", "length"]
+    logprobs: None = None
+
+
+class Completion(BaseModel):
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+    specdec: SpecdecStats
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    model: str
+    waiting: int
+    running: int
+
+
+SSE_EVENT = {  # OpenAPI < 3.2: for text/event-stream, `schema` describes one event
+    "type": "object",
+    "properties": {
+        "data": {"type": "string", "description": "a JSON chunk or error object, or [DONE] at the end"},
+        "event": {"type": "string"},
+    },
+    "required": ["data"],
+}
+SSE_CONTENT = {"text/event-stream": {"schema": SSE_EVENT}}
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": why}
+    for status, why in {
+        400: "invalid request (OpenAI error shape)",
+        401: "missing or wrong API key",
+        404: "unknown model",
+        413: "request body too large",
+        429: "the request queue is full",
+        500: "internal error",
+        503: "the server is shutting down",
+    }.items()
+}
+
+
+def document_bearer_auth(app: Any, public_paths: frozenset[str]) -> None:
+    """Declare `Authorization: Bearer` on every operation of `app`'s OpenAPI but the public paths."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = build()
+        schema.setdefault("components", {})["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        for path, operations in schema["paths"].items():
+            for operation in operations.values():
+                if path not in public_paths:
+                    operation["security"] = [{"bearer": []}]
+        return schema
+
+    app.openapi = openapi
