@@ -211,6 +211,45 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 SUBCOMMANDS.append(_add_bench)
 
 
+def _add_analyze(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("analyze", help="LogitSpec's observations on real prompts: next-next top-k, retrieval success")
+    p.add_argument("data", nargs="?", default=None, help="prompts JSONL (default: Spec-Bench)")
+    add_model_options(p)
+    p.add_argument("--per-category", type=_positive_int, default=5)
+    p.add_argument("--categories", default=None, help="comma-separated categories")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=128)
+    p.add_argument("--k", type=_positive_int, default=60, help="LogitSpec's next-next candidates")
+    p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    p.add_argument("--out", default=None, help="output folder (default results/analyze-<UTC time>)")
+    p.set_defaults(func=_cmd_analyze)
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from specdec.analyze import AnalyzeConfig, markdown_table, run_analysis
+    from specdec.data import load_questions
+    from specdec.engine import Engine
+    from specdec.models import load_model
+
+    categories = [c.strip() for c in args.categories.split(",")] if args.categories else None
+    questions = load_questions(args.data, categories=categories, per_category=args.per_category)
+    out = Path(args.out or f"results/analyze-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+    if out.exists():
+        raise ValueError(f"output folder {out} exists already: choose another --out")
+    config = AnalyzeConfig(args.max_new_tokens, args.k, chat=not args.no_chat)
+    engine = Engine(load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir))
+    table = run_analysis(engine, questions, config, out)
+    print(markdown_table(table))
+    print(f"wrote {out}/analysis.md, analysis.json, analysis.png", file=sys.stderr)
+    print(json.dumps(table))
+    return 0
+
+
+SUBCOMMANDS.append(_add_analyze)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description="Lossless speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True)
