@@ -38,10 +38,13 @@ from specdec.server_queue import CancelledEvent, DoneEvent, Job, QueueClosed, Qu
 METHOD = "logitspec"
 MODEL = "smollm2-135m"
 MAX_QUEUE = 7  # main server: 1 running + 7 waiting = 8 concurrent clients, the 9th gets 429
-LIMIT = 64
+LIMIT = 256
 SERVER_ARGS = ["--dtype", "fp32", "--method", METHOD, "--log-level", "warning"]
 MESSAGES = [{"role": "user", "content": "Name three colors of the rainbow."}]
-LONG_PROMPT = [{"role": "user", "content": "Count from 1 to 200, separated by commas."}]
+COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"  # greedy SmolLM2 counts on for hundreds of tokens without EOS
+# A request that holds the decode worker for LIMIT plain forward passes (seconds even on an idle
+# machine) until its client leaves: it makes "one running, the rest waiting" a fact, not a race.
+HOLD = {"prompt": COUNTING, "max_tokens": LIMIT, "temperature": 0, "stream": True, "specdec": {"method": "plain"}}
 PROMPTS = ["Say hello.", "Name a fruit.", "What is 3+4?", "Name a planet.", "Give me a color."]
 WAIT_S = 90.0  # bound on every poll loop
 
@@ -221,10 +224,9 @@ def test_eight_concurrent_streaming_clients_get_their_single_client_output(serve
     assert delta("specdec_step_seconds_count", method=METHOD) == delta("specdec_forward_passes_total", method=METHOD) - 40
 
 
-def _open_stream(stack: ExitStack, server: ServerProcess, max_tokens: int) -> httpx.Response:
+def _open_stream(stack: ExitStack, server: ServerProcess, body: dict = HOLD, path: str = "/v1/completions"):
     http = stack.enter_context(httpx.Client(timeout=120))
-    body = {"messages": LONG_PROMPT, "max_tokens": max_tokens, "temperature": 0, "stream": True}
-    response = stack.enter_context(http.stream("POST", server.url + "/v1/chat/completions", json=body))
+    response = stack.enter_context(http.stream("POST", server.url + path, json=body))
     assert response.status_code == 200
     return response
 
@@ -232,41 +234,36 @@ def _open_stream(stack: ExitStack, server: ServerProcess, max_tokens: int) -> ht
 def test_full_queue_answers_429_in_openai_shape(server):
     wait_idle(server)
     with ExitStack() as stack:
-        running = _open_stream(stack, server, LIMIT)
-        next(data_lines(running))  # the role chunk: this request has been queued, then started
+        running = data_lines(_open_stream(stack, server))  # kept: a dropped iterator closes the connection
+        next(running)  # its first text: it runs, and holds the worker
         for _ in range(MAX_QUEUE):
-            _open_stream(stack, server, LIMIT)  # 200 and headers: these are queued
-        refused = httpx.post(server.url + "/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 4})
+            _open_stream(stack, server)  # 200 and headers: these are queued
         health = server.health()
+        refused = httpx.post(server.url + "/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 4})
+    assert health is not None and (health["running"], health["waiting"]) == (1, MAX_QUEUE)
     assert refused.status_code == 429, refused.text
     assert refused.json()["error"]["code"] == "queue_full"
     assert set(refused.json()["error"]) == {"message", "type", "param", "code"}
-    assert health is not None and health["waiting"] == MAX_QUEUE
     wait_idle(server)  # the closed streams were all cancelled
 
 
 def test_client_disconnect_cancels_its_generation(server):
     wait_idle(server)
+    labels = {"endpoint": "completions", "method": "plain"}
     before = scrape(server)
     with ExitStack() as stack:
-        lines = data_lines(_open_stream(stack, server, LIMIT))
-        seen = [json.loads(next(lines)) for _ in range(4)]  # the role chunk and 3 text chunks; then it leaves
+        lines = data_lines(_open_stream(stack, server))
+        seen = [json.loads(next(lines)) for _ in range(3)]  # 3 text chunks; then the client leaves
         assert all(chunk["choices"][0]["finish_reason"] is None for chunk in seen)
 
-    def cancelled() -> float:
-        labels = {"endpoint": "chat", "method": METHOD, "outcome": "cancelled"}
-        return metric(scrape(server), "specdec_requests_total", **labels) - metric(
-            before, "specdec_requests_total", **labels
-        )
+    def delta(name: str, **extra: str) -> float:
+        now = scrape(server)
+        return metric(now, name, **labels, **extra) - metric(before, name, **labels, **extra)
 
-    wait_until(lambda: cancelled() == 1, "the generation to be cancelled")
-    after = scrape(server)
-    completed = ("specdec_requests_total", "completed")
-    assert metric(after, completed[0], endpoint="chat", method=METHOD, outcome=completed[1]) == metric(
-        before, completed[0], endpoint="chat", method=METHOD, outcome=completed[1]
-    )
-    chunks = metric(after, "specdec_text_chunks_total", method=METHOD) - metric(
-        before, "specdec_text_chunks_total", method=METHOD
+    wait_until(lambda: delta("specdec_requests_total", outcome="cancelled") == 1, "the generation to be cancelled")
+    assert delta("specdec_requests_total", outcome="completed") == 0
+    chunks = metric(scrape(server), "specdec_text_chunks_total", method="plain") - metric(
+        before, "specdec_text_chunks_total", method="plain"
     )
     assert 3 <= chunks < LIMIT // 2  # it stopped soon after the client left, far from max_tokens
 
@@ -274,8 +271,9 @@ def test_client_disconnect_cancels_its_generation(server):
 def test_sigterm_lets_running_and_queued_streams_finish(servers):
     server = servers["shutdown"].wait_ready()
     with ExitStack() as stack:
-        running = data_lines(_open_stream(stack, server, 24))
-        queued = data_lines(_open_stream(stack, server, 8))
+        chat = {"messages": MESSAGES, "temperature": 0, "stream": True}
+        running = data_lines(_open_stream(stack, server, {**chat, "max_tokens": 24}, "/v1/chat/completions"))
+        queued = data_lines(_open_stream(stack, server, {**chat, "max_tokens": 8}, "/v1/chat/completions"))
         next(running)
         server.terminate()
         streams = [[next(running), *running], list(queued)]
@@ -296,7 +294,7 @@ def _job(prompt_ids: list[int], max_tokens: int, sink, method: str = "plain") ->
 
 
 def test_scheduler_is_fifo_bounded_and_closes_cleanly(default_model):
-    prompt_ids = encode_prompt(default_model.tokenizer, LONG_PROMPT, chat=True)
+    prompt_ids = encode_prompt(default_model.tokenizer, COUNTING)
     events: list[tuple[int, object]] = []
     first_three_done, started = threading.Event(), threading.Event()
 
