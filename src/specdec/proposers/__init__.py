@@ -19,6 +19,8 @@ from typing import Any, get_type_hints
 # name -> "module:ConfigClass"
 METHODS: dict[str, str] = {
     "plain": "specdec.proposers.plain:PlainConfig",
+    "pld": "specdec.proposers.pld:PLDConfig",
+    "logitspec": "specdec.proposers.logitspec:LogitSpecConfig",
 }
 
 

@@ -1,0 +1,258 @@
+"""Cost-aware tree budgets: how many draft nodes are worth one forward pass *here*.
+
+Why: a fixed tree budget is tuned for one machine. LogitSpec's paper uses 64
+nodes, which is nearly free on a GPU, but on a CPU without AMX a 16-node tree
+costs about 1.8x a one-token step and a 64-node tree about 3.6x. The right tree
+size depends on the forward-pass cost curve of the model on the machine at hand
+*and* on how often the drafts are actually accepted, so both are measured:
+
+- `CostModel`: seconds per target forward pass as a function of the number of
+  tree nodes, measured once per (model, dtype, device, threads, torch version)
+  on a throwaway `TargetModel` (its own KV cache: the generation's cache is never
+  touched) and cached as JSON under `~/.cache/specdec/costs/`;
+- `AcceptanceStats`: online acceptance rates per node feature (e.g. "root
+  branch, 3-gram match, depth 2"), Beta-prior smoothed and windowed so they
+  follow the text at hand;
+- `plan_tree`: given each candidate node's probability of being accepted (the
+  product of conditional rates down its branch), pick the node set that
+  maximises expected tokens per second, (1 + sum of probabilities) / cost(size).
+
+Invariants: costs are non-decreasing in the tree size (fastest timings, then a
+running maximum, so noise never makes a bigger tree look cheaper); `plan_tree` only
+returns per-branch prefixes (a node is never chosen without its parent) and
+falls back to the root alone unless a tree beats it by `min_gain`. Per step it
+costs one sort of at most a few hundred floats: no tensors, no vocabulary loops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specdec.models import LoadedModel, default_cache_dir
+from specdec.target import TargetModel
+
+DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+DEFAULT_REPEATS = 5
+DEFAULT_CONTEXT = 384  # committed tokens in the throwaway cache while timing
+COSTS_SUBDIR = "costs"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Forward-pass seconds at a few tree sizes; piecewise-linear in between, linear beyond."""
+
+    sizes: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.sizes or len(self.sizes) != len(self.seconds):
+            raise ValueError("a cost model needs as many timings as sizes, at least one")
+        if list(self.sizes) != sorted(set(self.sizes)) or self.sizes[0] < 1:
+            raise ValueError(f"sizes must be strictly increasing positive ints, got {self.sizes}")
+        if any(not s > 0 for s in self.seconds):
+            raise ValueError(f"timings must be positive, got {self.seconds}")
+
+    def cost(self, num_nodes: int) -> float:
+        sizes, secs = self.sizes, self.seconds
+        if len(sizes) == 1 or num_nodes <= sizes[0]:
+            return secs[0]
+        for i in range(1, len(sizes)):
+            if num_nodes <= sizes[i]:
+                return _line(sizes[i - 1], secs[i - 1], sizes[i], secs[i], num_nodes)
+        return _line(sizes[-2], secs[-2], sizes[-1], secs[-1], num_nodes)
+
+    def table(self, max_nodes: int) -> list[float]:
+        """[cost(0) = 0, cost(1), ..., cost(max_nodes)], non-decreasing."""
+        out = [0.0]
+        for n in range(1, max_nodes + 1):
+            out.append(max(out[-1], self.cost(n)))
+        return out
+
+
+def _line(x0: int, y0: float, x1: int, y1: float, x: int) -> float:
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+# ------------------------------------------------------------------ measuring
+def _probe_parents(num_nodes: int) -> torch.Tensor:
+    """A star below the root (non-chain from 3 nodes on, like LogitSpec trees: the masked path)."""
+    return torch.tensor([-1] + [0] * (num_nodes - 1), dtype=torch.int64)
+
+
+def measure_costs(
+    model: torch.nn.Module,
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    repeats: int = DEFAULT_REPEATS,
+    context_len: int = DEFAULT_CONTEXT,
+) -> CostModel:
+    """Fastest of `repeats` timings of `TargetModel.forward_tree` per tree size, on a cache of its own.
+
+    The minimum, not the median: on a shared machine other processes only ever add
+    time, and what the budget needs is the machine's own cost curve. Sizes are
+    interleaved within each repetition so that load drifting during the
+    measurement spreads over all sizes instead of skewing a few.
+    """
+    target = TargetModel(model)  # own DynamicCache: nobody's generation is touched
+    vocab = int(model.config.vocab_size)
+    generator = torch.Generator().manual_seed(0)
+    context_len = max(1, min(context_len, (target.max_length or context_len + 128) - max(sizes) - 1))
+    target.prefill(torch.randint(0, vocab, (context_len,), generator=generator))
+    probes = {n: (torch.randint(0, vocab, (n,), generator=generator), _probe_parents(n)) for n in sizes}
+    sync = torch.cuda.synchronize if target.device.type == "cuda" else (lambda: None)
+
+    def timed(n: int) -> float:
+        sync()
+        start = time.perf_counter()
+        target.forward_tree(*probes[n])
+        sync()
+        elapsed = time.perf_counter() - start
+        target.trim(context_len)
+        return elapsed
+
+    for n in sizes:  # warm-up: first calls pay for allocations
+        timed(n)
+    samples: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(repeats):
+        for n in sizes:
+            samples[n].append(timed(n))
+    seconds, floor = [], 0.0
+    for n in sizes:
+        floor = max(floor, min(samples[n]))
+        seconds.append(floor)
+    return CostModel(tuple(sizes), tuple(seconds))
+
+
+def cost_key(loaded: LoadedModel, sizes: Sequence[int], context_len: int) -> dict:
+    model = loaded.model
+    return {
+        "format": FORMAT_VERSION,
+        "model": loaded.name,
+        "source": str(getattr(model.config, "_name_or_path", "")),
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "dtype": str(loaded.dtype).removeprefix("torch."),
+        "device": loaded.device.type,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "sizes": list(sizes),
+        "context_len": context_len,
+    }
+
+
+def cost_file(costs_dir: Path, key: dict) -> Path:
+    slug = "-".join(str(key[f]) for f in ("model", "dtype", "device", "threads"))
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", slug)
+    return costs_dir / f"{slug}.json"
+
+
+def load_or_measure(
+    loaded: LoadedModel,
+    costs_dir: str | Path | None = None,
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    repeats: int = DEFAULT_REPEATS,
+    context_len: int = DEFAULT_CONTEXT,
+    remeasure: bool = False,
+) -> CostModel:
+    """The cached cost model for this model and machine, measuring (and caching) it when absent."""
+    folder = Path(costs_dir).expanduser() if costs_dir else default_cache_dir() / COSTS_SUBDIR
+    key = cost_key(loaded, sizes, context_len)
+    path = cost_file(folder, key)
+    if not remeasure:
+        try:
+            saved = json.loads(path.read_text())
+            if saved.get("key") == key:
+                return CostModel(tuple(saved["sizes"]), tuple(saved["seconds"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # absent or unreadable: measure again
+    costs = measure_costs(loaded.model, sizes, repeats, context_len)
+    record = {"key": key, "sizes": list(costs.sizes), "seconds": list(costs.seconds), "measured_at": time.time()}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(record, handle, indent=1)
+        os.replace(temp, path)
+    except OSError:
+        pass  # a read-only cache only costs a re-measurement next time
+    return costs
+
+
+# ------------------------------------------------------------------ acceptance
+class AcceptanceStats:
+    """Acceptance rate per feature key: (accepted + prior) / (offered + prior strength), windowed.
+
+    `prior(key) -> (mean, strength)` seeds a key the first time it is seen. Once a
+    key's offered count passes `window`, both counts are scaled back to `window`,
+    which keeps the mean and makes older observations fade geometrically.
+    """
+
+    __slots__ = ("_counts", "_prior", "window")
+
+    def __init__(self, prior: Callable[[Hashable], tuple[float, float]], window: float = 200.0) -> None:
+        if window <= 0:
+            raise ValueError(f"window must be > 0, got {window}")
+        self._counts: dict[Hashable, list[float]] = {}
+        self._prior = prior
+        self.window = window
+
+    def _entry(self, key: Hashable) -> list[float]:
+        entry = self._counts.get(key)
+        if entry is None:
+            mean, strength = self._prior(key)
+            entry = self._counts[key] = [mean * strength, strength]
+        return entry
+
+    def rate(self, key: Hashable) -> float:
+        accepted, offered = self._entry(key)
+        return accepted / offered
+
+    def update(self, key: Hashable, offered: float, accepted: float) -> None:
+        entry = self._entry(key)
+        entry[0] += accepted
+        entry[1] += offered
+        if entry[1] > self.window:
+            scale = self.window / entry[1]
+            entry[0] *= scale
+            entry[1] = self.window
+
+    def snapshot(self) -> dict[Hashable, tuple[float, float]]:
+        """key -> (rate, effective number of observations incl. the prior), for reports and tuning."""
+        return {key: (acc / off, off) for key, (acc, off) in self._counts.items()}
+
+
+def plan_tree(
+    branch_probs: Sequence[Sequence[float]], costs: Sequence[float], max_nodes: int, min_gain: float = 0.0
+) -> tuple[list[int], float]:
+    """Per-branch lengths that maximise expected tokens per second, and that expected rate.
+
+    branch_probs[b][d]: probability that node d (0-based depth below the root) of
+    branch b is accepted, non-increasing in d. costs[n]: seconds for an n-node
+    forward pass (index 0 unused), for n up to at least max_nodes. Nodes are taken
+    in order of probability (ties: earlier branch, shallower node first, so a node
+    always comes after its parent); every prefix size n is scored as
+    (1 + sum of its probabilities) / costs[1 + n] and the best wins, provided it
+    beats the root alone by a factor (1 + min_gain).
+    """
+    items = [(p, b) for b, probs in enumerate(branch_probs) for p in probs if p > 0.0]
+    items.sort(key=lambda item: -item[0])  # stable: keeps branch and depth order on ties
+    limit = min(len(items), max_nodes - 1, len(costs) - 2)
+    base = 1.0 / costs[1]
+    best_n, best_rate, expected = 0, base * (1.0 + min_gain), 1.0
+    for n in range(1, limit + 1):
+        expected += items[n - 1][0]
+        rate = expected / costs[n + 1]
+        if rate > best_rate:
+            best_n, best_rate = n, rate
+    lengths = [0] * len(branch_probs)
+    for _, b in items[:best_n]:
+        lengths[b] += 1
+    return lengths, (best_rate if best_n else base)
