@@ -364,6 +364,12 @@ def load_model(
         raise ModelLoadError(
             f"{name_or_path!r} is neither a model folder (with config.json) nor a .gguf file"
         )
+    from specdec import pull  # opt-in models (`specdec models pull NAME`); lazy: pull imports this module
+
+    if name_or_path in pull.PULLABLE:
+        gguf_path = pull.pulled_gguf_path(name_or_path, cache_root)
+        folder = _cached_gguf_folder(gguf_path, name_or_path, pull.PULLABLE[name_or_path].sha256, cache_root)
+        return _load_pretrained(str(folder), name_or_path, torch_dtype, device)
     if _looks_like_path(name_or_path):
         raise ModelLoadError(f"model path not found: {name_or_path}")
     return _load_hub(name_or_path, torch_dtype, device)
