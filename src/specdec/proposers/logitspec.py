@@ -22,13 +22,19 @@ Two ways to size the tree:
   the bare candidate), until `budget` nodes (64 in the paper, tuned for a GPU);
 - `adaptive=True` (default, goes beyond the paper): every node's chance of being
   accepted is estimated online from what verification actually emitted (per
-  feature: root branch vs candidate, rank bucket, matched m-gram size, depth),
+  feature: root branch vs candidate, rank bucket, matched m-gram size, depth,
+  and for the root branch how many drafts the previous step accepted),
   and `budget.plan_tree` keeps the nodes that maximise expected tokens per second
   under the forward-pass cost curve measured on this machine (`budget.CostModel`).
   Where nothing repeats the tree shrinks to the root alone, i.e. plain decoding.
   The rates are learned counterfactually, from the emitted tokens, for every
   candidate and retrieval the step computed, offered in the tree or not, so a
-  branch cut today can come back when the text starts repeating.
+  branch cut today can come back when the text starts repeating. Measured on
+  SmolLM2 over Spec-Bench, a *bare* next-next candidate (no retrieval behind it)
+  is right ~2.5% of the time at rank 1 and less below, while on a 2-core AVX2 CPU
+  a node costs ~5% of a step: not worth a node there (the paper's GPU tree keeps
+  them, and so does this planner where nodes are nearly free). A candidate whose
+  2-gram (root, candidate) occurred before is right ~30% of the time: kept.
 
 Invariants: drafts are deterministic (`draft_probs=None`), so verification is
 lossless whatever the tree; the tree never exceeds `budget` nodes nor
