@@ -120,7 +120,9 @@ def _histogram(rows: Sequence[dict[str, Any]]) -> dict[int, int] | None:
     return dict(sorted(total.items()))
 
 
-def summarize(rows: Sequence[dict[str, Any]], labels: Sequence[str], out_dir: str | Path) -> BenchSummary:
+def summarize(
+    rows: Sequence[dict[str, Any]], labels: Sequence[str], out_dir: str | Path, notes: Sequence[str] = ()
+) -> BenchSummary:
     categories = tuple(dict.fromkeys(row["category"] for row in rows))
     by_method: dict[str, list[dict[str, Any]]] = {label: [r for r in rows if r["method"] == label] for label in labels}
     baselines = {b: b in by_method for b in BASELINES}
@@ -132,7 +134,7 @@ def summarize(rows: Sequence[dict[str, Any]], labels: Sequence[str], out_dir: st
         for label, method_rows in by_method.items()
     }
     _add_speedups(stats, baselines)
-    notes = tuple(
+    notes = tuple(notes) + tuple(
         f"{b} was not among the methods: no speedup or exact match vs {b}" for b, ran in baselines.items() if not ran
     )
     histograms = {label: _histogram(method_rows) for label, method_rows in by_method.items()}

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from specdec.bench.config import BASELINES
 from specdec.bench.metrics import OVERALL, BenchSummary
@@ -131,6 +132,8 @@ def plot_accepted_lengths(path: Path, summary: BenchSummary) -> None:
         total = sum(hist.values())
         ax = fig.add_subplot(1, len(known), i + 1)
         ax.bar(list(hist), [v / total for v in hist.values()])
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlim(-0.6, max(max(hist, default=0), 1) + 0.6)
         ax.set_title(label, fontsize="small")
         ax.set_xlabel("accepted draft tokens per step")
         ax.set_ylabel("share of steps" if i == 0 else "")

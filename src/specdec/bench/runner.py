@@ -156,11 +156,22 @@ def run_bench(config: BenchConfig, loaded: LoadedModel | None = None, command: s
     started = time.time()
     warm_up(contenders, prompting, config.warmup, min(config.max_new_tokens, WARMUP_MAX_NEW_TOKENS))
     rows = _run_all(plan, contenders, prompting, out_dir / "responses.jsonl", config.progress)
-    summary = summarize(rows, plan.labels, out_dir)
+    summary = summarize(rows, plan.labels, out_dir, run_notes(config))
     context = {"config": config, "plan": plan, "target": target, "assistant": assistant,
                "chat": prompting.chat, "command": command, "started": started, "finished": time.time()}
     write_reports(out_dir, rows, summary, context)
     return summary
+
+
+def run_notes(config: BenchConfig) -> list[str]:
+    """Caveats that belong next to the numbers."""
+    notes = []
+    if config.temperature > 0:
+        notes.append(
+            f"temperature {config.temperature}: outputs are samples, so exact match is reported but not expected; "
+            "hf-* baselines sample too (same temperature, top-k/top-p off, torch.manual_seed(seed) per call)"
+        )
+    return notes
 
 
 def _run_all(
