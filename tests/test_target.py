@@ -11,7 +11,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from specdec.models import UnsupportedModelError
-from specdec.target import TargetModel
+from specdec.target import TargetModel, head_logits, head_weight
 from specdec.tree import DraftTree
 
 ATOL = 1e-4
@@ -144,3 +144,19 @@ def test_protocol_errors(model):
 def test_sliding_window_model_is_refused():
     with pytest.raises(UnsupportedModelError, match="sliding"):
         TargetModel(tiny_qwen2(sliding=True))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7, 40])
+def test_head_logits_equal_the_linear_head(rows):
+    generator = torch.Generator().manual_seed(rows)
+    weight = torch.randn(1000, 64, generator=generator)
+    hidden = torch.randn(rows, 64, generator=generator)
+    torch.testing.assert_close(head_logits(weight, hidden), hidden @ weight.T, atol=1e-4, rtol=1e-4)
+
+
+def test_fast_head_only_for_plain_fp32_heads(default_model):
+    assert head_weight(default_model.model) is default_model.model.lm_head.weight
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4
+    )
+    assert head_weight(LlamaForCausalLM(config).to(torch.bfloat16)) is None

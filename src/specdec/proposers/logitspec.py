@@ -88,7 +88,7 @@ class LogitSpecConfig:
     max_continuation: int = 10
     prefer: str = "latest"
     adaptive: bool = True
-    min_gain: float = 0.02
+    min_gain: float = 0.1
     costs_dir: str = ""
 
     def __post_init__(self) -> None:
