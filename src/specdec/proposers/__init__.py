@@ -21,6 +21,9 @@ METHODS: dict[str, str] = {
     "plain": "specdec.proposers.plain:PlainConfig",
     "pld": "specdec.proposers.pld:PLDConfig",
     "logitspec": "specdec.proposers.logitspec:LogitSpecConfig",
+    "draft": "specdec.proposers.draft:DraftConfig",
+    "layerskip": "specdec.proposers.layerskip:LayerSkipConfig",
+    "lookahead": "specdec.proposers.lookahead:LookaheadConfig",
 }
 
 

@@ -1,0 +1,287 @@
+"""Classic speculative decoding with a small draft model (Leviathan et al. 2023; Chen et al. 2023).
+
+Why: a draft model that shares the target's tokenizer guesses a chain of tokens
+one by one (cheap passes); the target checks the whole chain in one pass. With
+greedy decoding the draft takes its argmax; with sampling it *draws* each token
+from `logits_to_probs(draft_logits, sampling)` and hands those rows on as
+`draft_probs`, so the speculative-sampling rule keeps the output distributed
+exactly as the target's.
+
+Invariants:
+- the draft keeps its own KV cache (a `TargetModel` wrapper around the draft
+  model) holding a prefix of the context; each step it is rolled back (`trim`)
+  to the longest prefix shared with the accepted context, then the missing
+  tokens are fed, so the draft never re-reads what it has already seen and
+  never keeps KV of rejected drafts. The target's cache is never touched;
+- `draft_probs` row i (i >= 1) is the distribution draft token i was drawn
+  from (row 0 unused, zeros); it is built only when sampling (the greedy rule
+  ignores it), over the target's vocabulary size (draft logits cut or padded);
+- the chain's length is a stopping time: whether token i joins the chain depends
+  on the draft distributions and tokens before it, never on token i's own
+  value (that would bias the kept draws and break losslessness when sampling);
+- all randomness comes from the proposer's own `torch.Generator`, seeded from
+  the sampling seed through a fixed mixing step so its stream differs from the
+  verifier's (the draft draws must be independent of the acceptance draws);
+- the draft's dtype and device are the target's; `quantize=int8` (opt-in, CPU)
+  swaps the draft's Linear layers for dynamic int8 ones: a cheaper, slightly
+  worse guesser, and still lossless since only the draft changes.
+
+The chain's length (fixed `k`, transformers' heuristic, or the cost-aware
+`cost` / `timed` rules) is decided by `specdec.proposers.chain_length`.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from specdec.engine import ProposalContext
+from specdec.models import LoadedModel, load_model
+from specdec.proposers.chain_length import ChainSettings, DraftLength
+from specdec.sampling import SamplingParams, logits_to_probs
+from specdec.target import TargetModel
+from specdec.tree import DraftTree
+from specdec.verify import VerifyResult
+
+QUANTIZE = ("", "int8")
+# One more verified token, in units of a one-token target pass (the `cost` rule, and the prior of
+# the `timed` fit). Measured on the dev CPU in fp32: SmolLM2-135M 0.05 (52 ms for 1 token, 94 ms
+# for 16); Qwen2.5-Coder-1.5B, one thread under load, about 0.3. A middle value:
+VERIFY_COST_PER_TOKEN = 0.1
+# A transformers decoder layer costs some fixed Python/dispatch time on top of its
+# matmuls; on the dev CPU (fp32, 1 token) that is about as much as 2M parameters' worth.
+LAYER_OVERHEAD_PARAMS = 2_000_000
+# A 1-token pass of Qwen2.5-Coder-0.5B with dynamic int8 Linear layers took 0.28 s against 0.60 s
+# in fp32 on the dev CPU (one thread): the int8 draft's cost in fp32-parameter units is about half.
+INT8_COST_FACTOR = 0.5
+SAMPLE_SIZE = 512  # token -> id pairs compared between tokenizers
+_SEED_MIX = 0x9E3779B97F4A7C15
+
+
+class TokenizerMismatchError(ValueError):
+    """The draft model's tokenizer does not map tokens to the same ids as the target's."""
+
+
+def compute_params(model: torch.nn.Module, num_layers: int | None = None) -> float:
+    """Cost of one 1-token pass in parameter units: matmul weights plus a per-layer overhead.
+
+    The input embedding is a lookup, not a matmul, so it counts only when it is tied to
+    the output head (then it *is* the head). `num_layers` defaults to the config's.
+    """
+    total = sum(p.numel() for p in model.parameters())  # shared (tied) tensors count once
+    embedding = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    if head is None or head.weight is not embedding:
+        total -= embedding.numel()
+    layers = model.config.num_hidden_layers if num_layers is None else num_layers
+    return float(total + LAYER_OVERHEAD_PARAMS * layers)
+
+
+def check_same_tokenizer(draft_tokenizer, target_tokenizer, draft_name: str = "the draft") -> None:
+    """Raise TokenizerMismatchError unless both tokenizers have the same size and token -> id map.
+
+    Compares the sizes and an evenly spaced sample of SAMPLE_SIZE vocabulary entries
+    (plus the special tokens), which catches a different tokenizer in practice while
+    staying cheap for 150k-entry vocabularies.
+    """
+    draft_size, target_size = len(draft_tokenizer), len(target_tokenizer)
+    if draft_size != target_size:
+        raise TokenizerMismatchError(
+            f"{draft_name} has a tokenizer of {draft_size} tokens but the target's has {target_size}: "
+            "a draft model must share the target's tokenizer"
+        )
+    draft_vocab, target_vocab = draft_tokenizer.get_vocab(), target_tokenizer.get_vocab()
+    entries = sorted(target_vocab.items(), key=lambda item: item[1])
+    step = max(1, len(entries) // SAMPLE_SIZE)
+    sample = entries[::step] + [(t, target_vocab[t]) for t in target_tokenizer.all_special_tokens]
+    for token, token_id in sample:
+        if draft_vocab.get(token) != token_id:
+            raise TokenizerMismatchError(
+                f"{draft_name}'s tokenizer maps {token!r} to {draft_vocab.get(token)} but the target's "
+                f"maps it to {token_id}: a draft model must share the target's tokenizer"
+            )
+
+
+def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of `model` with dynamic int8 Linear layers (weights int8, activations quantized per pass).
+
+    Only ever applied to a *draft*: its guesses get a little worse, the output stays
+    lossless because the target verifies every token. CPU only (fbgemm / onednn kernels).
+    """
+    if next(model.parameters()).device.type != "cpu":
+        raise ValueError("quantize=int8 runs on CPU only")
+    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+
+class LastLogitsOnly(torch.nn.Module):
+    """A causal LM that returns only its last position's logits (a draft never needs the others).
+
+    Saves the output head over every prompt position when the draft reads the prompt.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.config = model.config
+
+    def forward(self, **kwargs):
+        return self.model(**kwargs, logits_to_keep=1)
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """A small draft model sharing the target's tokenizer; dtype and device follow the target."""
+
+    draft_model: str = ""  # name or path for load_model, e.g. qwen2.5-coder-0.5b (required)
+    k: int = 4  # draft length (the starting one for the heuristic)
+    adaptive: bool = True
+    schedule: str = "timed"  # timed | cost | heuristic (see specdec.proposers.chain_length)
+    max_k: int = 12
+    cost_ratio: float = 0.0  # draft pass / target pass; 0 = from parameter counts
+    verify_cost: float = VERIFY_COST_PER_TOKEN
+    cache_dir: str = ""  # where load_model keeps converted models ("" = its default)
+    quantize: str = ""  # "" = the target's dtype; "int8" = dynamic int8 Linear layers in the draft (CPU)
+
+    def __post_init__(self) -> None:
+        self.chain_settings(0.5)  # validates k, max_k, schedule
+        if self.cost_ratio < 0 or self.verify_cost < 0:
+            raise ValueError("cost_ratio and verify_cost must be >= 0")
+        if self.quantize not in QUANTIZE:
+            raise ValueError(f"quantize must be empty or int8 (got {self.quantize!r})")
+
+    def chain_settings(self, cost_ratio: float) -> ChainSettings:
+        cost = max((self.cost_ratio or cost_ratio) + self.verify_cost, 1e-3)
+        return ChainSettings(self.k, self.max_k, self.adaptive, self.schedule, cost, self.verify_cost)
+
+    def build(self, loaded: LoadedModel) -> DraftProposer:
+        if not self.draft_model:
+            raise ValueError("draft: give the draft model, e.g. draft:draft_model=qwen2.5-coder-0.5b")
+        draft = load_model(
+            self.draft_model, dtype=loaded.dtype, device=str(loaded.device), cache_dir=self.cache_dir or None
+        )
+        check_same_tokenizer(draft.tokenizer, loaded.tokenizer, f"draft model {self.draft_model!r}")
+        return self.build_with(loaded, draft.model)
+
+    def build_with(self, loaded: LoadedModel, draft_model: torch.nn.Module) -> DraftProposer:
+        """A proposer for an already loaded draft module (the caller vouches for its tokenizer)."""
+        ratio = compute_params(draft_model) / compute_params(loaded.model)
+        if self.quantize == "int8":
+            draft_model = quantize_int8(draft_model)
+            ratio *= INT8_COST_FACTOR
+        vocab_size = loaded.model.config.vocab_size
+        return DraftProposer(LastLogitsOnly(draft_model), self.chain_settings(ratio), vocab_size)
+
+
+class DraftProposer:
+    """Drafts a chain with any causal LM (a separate draft model or a layer-skipping view)."""
+
+    def __init__(self, draft_model: torch.nn.Module, settings: ChainSettings, vocab_size: int) -> None:
+        self.runner = TargetModel(draft_model)  # the draft's own KV cache
+        self.settings = settings
+        self.vocab_size = vocab_size
+        self.length = DraftLength(settings)
+        self.cached: list[int] = []  # tokens whose KV the draft cache holds, in order
+        self.num_checked = 0  # cached[:num_checked] is known to equal the context
+        self.generator: torch.Generator | None = None
+        self._step = (0, 0.0, 0.0, 0)  # drafted, summed chain probability, draft seconds, passes
+        self._proposed_at = 0.0
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        self.runner.reset()
+        self.cached, self.num_checked, self.generator = [], 0, None
+        if len(prompt_ids) > 1:  # the prompt's last token is fed with the first root
+            self.runner.append(prompt_ids[:-1])
+            self.cached = list(prompt_ids[:-1])
+            self.num_checked = len(self.cached)
+
+    def sync(self, token_ids: list[int]) -> torch.Tensor:
+        """Roll the draft cache back to the part shared with the context, feed the rest; logits [V]."""
+        shared = self.num_checked
+        limit = min(len(self.cached), len(token_ids) - 1)  # always feed at least the root
+        while shared < limit and self.cached[shared] == token_ids[shared]:
+            shared += 1
+        shared = min(shared, limit)
+        if shared < len(self.cached):
+            self.runner.trim(shared)
+            del self.cached[shared:]
+        new = token_ids[shared:]
+        logits = self.runner.append(new)[-1]
+        self.cached.extend(new)
+        self.num_checked = len(token_ids)
+        return logits
+
+    def _generator(self, sampling: SamplingParams) -> torch.Generator:
+        if self.generator is None:
+            seed = sampling.seed
+            if seed is None:
+                seed = int(torch.randint(0, 2**62, (1,), dtype=torch.int64))
+            self.generator = torch.Generator(device=self.runner.device)
+            self.generator.manual_seed((seed * _SEED_MIX + 1) % 2**63)
+        return self.generator
+
+    def _pick(self, logits: torch.Tensor, sampling: SamplingParams) -> tuple[int, float, torch.Tensor | None]:
+        """(token, the draft's confidence, the row it was drawn from or None when greedy).
+
+        The confidence is the draft distribution's largest probability, never the drawn
+        token's own: whether a token joins the chain must not depend on which token was
+        drawn, or the kept tokens would no longer be draws from their rows and the
+        speculative-sampling rule would stop being lossless. (Greedy: the same number.)
+        """
+        logits = self._fit_vocab(logits)
+        if sampling.greedy:
+            token = int(logits.argmax())
+            if not self.length.uses_confidence:
+                return token, 1.0, None
+            return token, float(torch.softmax(logits.float(), -1)[token]), None
+        probs = logits_to_probs(logits, sampling)  # [V] float32
+        token = int(torch.multinomial(probs, 1, generator=self._generator(sampling)))
+        return token, float(probs.max()), probs
+
+    def _fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """Draft logits [V_draft] -> [V_target]: cut extra (padding) rows, pad missing ones with -inf."""
+        size = logits.shape[-1]
+        if size == self.vocab_size:
+            return logits
+        if size > self.vocab_size:
+            return logits[: self.vocab_size]
+        return torch.cat([logits, logits.new_full((self.vocab_size - size,), float("-inf"))])
+
+    @torch.inference_mode()
+    def propose(self, ctx: ProposalContext) -> DraftTree:
+        start = time.perf_counter()
+        root = ctx.token_ids[-1]
+        limit = min(self.length.begin_step(ctx.sampling.greedy), ctx.max_depth)
+        drafts: list[int] = []
+        rows: list[torch.Tensor] = []
+        predicted, passes = 0.0, 0
+        if limit > 0:
+            logits = self.sync(ctx.token_ids)
+            passes, chain_prob = 1, 1.0
+            while True:
+                token, prob, row = self._pick(logits, ctx.sampling)
+                chain_prob *= prob
+                if not self.length.keep_going(chain_prob):
+                    break
+                drafts.append(token)
+                predicted += chain_prob
+                if row is not None:
+                    rows.append(row)
+                if len(drafts) >= limit:
+                    break
+                logits = self.runner.append([token])[-1]
+                self.cached.append(token)
+                passes += 1
+        draft_probs = torch.stack([torch.zeros_like(rows[0]), *rows]) if rows else None  # [n + 1, V]
+        self._proposed_at = time.perf_counter()
+        self._step = (len(drafts), predicted, self._proposed_at - start, passes)
+        return DraftTree.chain(root, drafts, draft_probs)
+
+    def observe(self, result: VerifyResult) -> None:
+        verify_s = time.perf_counter() - self._proposed_at  # the engine verifies right after propose
+        drafted, predicted, draft_s, passes = self._step
+        self.length.update(drafted, result.num_accepted, predicted, draft_s, passes, verify_s)

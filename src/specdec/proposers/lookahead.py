@@ -1,0 +1,147 @@
+"""Lookahead decoding (Fu et al., ICML 2024) mapped onto one token tree per step.
+
+Why: Jacobi iteration lets the target itself guess several future tokens, with
+no draft model and no datastore. Its guesses rarely converge in one go, but the
+n-grams that appear along its trajectory are often right later; lookahead
+decoding keeps them in a pool and verifies the ones that start with the current
+token.
+
+The paper runs a 2-D lookahead window (W positions x N-1 past Jacobi levels,
+with a purpose-built attention mask that is not a tree) beside a verification
+branch of G pool n-grams, all in one forward pass. Our verifier runs one
+*tree* per pass, so the mapping here differs, honestly stated:
+- lookahead branch = one chain root -> g_1 -> ... -> g_W, the current Jacobi
+  guess for the W tokens after the root. Its target logits (which come back in
+  `VerifyResult.target_logits` anyway) give the next Jacobi iterate in the same
+  pass: g'_j = argmax at node g_{j-1} (root for j = 1), for j = 1..W+1. Only
+  the newest level is fed to the model; the older levels are kept on the side;
+- n-grams are collected along the diagonals of the last N-1 levels, as in the
+  paper: (level t-N+2 at position p-N+2, ..., level t at p-1, the new token at
+  p): each token was predicted with the previous one as its immediate context.
+  They go into a pool keyed by their first token (most recent first, at most
+  `pool_size` per key);
+- verification branch = up to G pool continuations of the root token, merged
+  with the lookahead chain into one trie. The lookahead chain is itself a
+  draft, so its guesses are accepted whenever they are right;
+- after a step that emitted e tokens the window slides by e: the new iterate's
+  guesses for positions past the new root are kept, and the freed slots at the
+  end are filled from the pool (continuations of the last guess) or by
+  repeating the last guess.
+All acceptance goes through `verify` (greedy, or the deterministic rule when
+sampling: the drafts carry no probabilities), so the output is lossless. The
+tree is capped at `max_nodes` nodes: on this CPU every node costs a few
+percent of a target pass (see the machine notes in DESIGN.md).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from specdec.engine import ProposalContext
+from specdec.models import LoadedModel
+from specdec.tree import DraftTree
+from specdec.verify import VerifyResult
+
+
+@dataclass(frozen=True)
+class LookaheadConfig:
+    """Jacobi window W, n-gram size N, G verified n-grams per step (see module docstring)."""
+
+    window: int = 4  # W: Jacobi guesses per step
+    ngram: int = 4  # N: pool n-grams are a key token + N-1 continuation tokens
+    guesses: int = 2  # G: pool n-grams verified per step
+    pool_size: int = 8  # continuations kept per key token
+    max_nodes: int = 16  # tree budget, root included
+
+    def __post_init__(self) -> None:
+        if self.window < 1 or self.ngram < 2 or self.guesses < 0 or self.pool_size < 1:
+            raise ValueError("lookahead needs window >= 1, ngram >= 2, guesses >= 0, pool_size >= 1")
+        if self.max_nodes < self.window + 1:
+            raise ValueError(f"max_nodes ({self.max_nodes}) must hold the root and the window ({self.window})")
+
+    def build(self, loaded: LoadedModel) -> LookaheadProposer:
+        return LookaheadProposer(self)
+
+
+class LookaheadProposer:
+    def __init__(self, config: LookaheadConfig) -> None:
+        self.config = config
+        self.pool: dict[int, deque[tuple[int, ...]]] = {}
+        self.levels: deque[dict[int, int]] = deque(maxlen=config.ngram - 1)  # position -> token, oldest first
+        self.window: list[int] = []  # current Jacobi guess for the positions after the root
+        self.root_position = 0  # position of this step's root in the sequence
+        self._chain_nodes: list[int] = []  # tree node of root, g_1, ..., g_W
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        self.pool.clear()
+        self.levels.clear()
+        # First guess: the prompt's last W tokens (the paper starts from tokens of the prompt).
+        self.window = list(prompt_ids[-self.config.window :])
+        while len(self.window) < self.config.window:
+            self.window.append(self.window[-1])
+
+    def propose(self, ctx: ProposalContext) -> DraftTree:
+        root = ctx.token_ids[-1]
+        self.root_position = len(ctx.token_ids) - 1
+        depth = max(ctx.max_depth, 0)
+        chain = self.window[:depth]
+        branches = [chain] + [list(cont[:depth]) for cont in list(self.pool.get(root, ()))[: self.config.guesses]]
+        tree = DraftTree.from_branches(root, branches, max_nodes=self.config.max_nodes)
+        self._chain_nodes = self._walk(tree, chain)
+        return tree
+
+    @staticmethod
+    def _walk(tree: DraftTree, chain: list[int]) -> list[int]:
+        """Tree nodes of the root and of each chain token (the chain is the first branch, never cut)."""
+        nodes = [0]
+        for token in chain:
+            nodes.append(next(c for c in tree.children[nodes[-1]] if tree.token_list[c] == token))
+        return nodes
+
+    def observe(self, result: VerifyResult) -> None:
+        tree, start = result.tree, self.root_position
+        chain = [tree.token_list[n] for n in self._chain_nodes]  # root, g_1..g_m
+        rows = result.target_logits[self._chain_nodes]  # [m + 1, V]: row j predicts position start + j + 1
+        new_iterate = [int(rows[j].float().argmax()) for j in range(rows.shape[0])]
+        level = {start + j: token for j, token in enumerate(chain)}
+        self.levels.append(level)
+        self._collect(new_iterate, start)
+        emitted = len(result.tokens)
+        # Slide: new guesses for positions after the new root (start + emitted), then fill from the pool.
+        kept = new_iterate[emitted:]
+        self.window = self._fill(kept, result.tokens[-1])
+
+    def _collect(self, new_iterate: list[int], start: int) -> None:
+        """Add the diagonal n-grams ending in each newly predicted token to the pool."""
+        size = self.config.ngram
+        levels = list(self.levels)  # oldest first; levels[-1] is the chain fed this step
+        if len(levels) < size - 1:
+            return
+        for j, token in enumerate(new_iterate):
+            position = start + j + 1
+            gram = []
+            for back in range(size - 1, 0, -1):  # level -back holds position - back
+                value = levels[-back].get(position - back)
+                if value is None:
+                    break
+                gram.append(value)
+            else:
+                gram.append(token)
+                self._add(gram[0], tuple(gram[1:]))
+
+    def _add(self, key: int, continuation: tuple[int, ...]) -> None:
+        entries = self.pool.setdefault(key, deque(maxlen=self.config.pool_size))
+        if continuation in entries:
+            entries.remove(continuation)
+        entries.appendleft(continuation)
+
+    def _fill(self, guesses: list[int], root: int) -> list[int]:
+        """Extend the guesses to the window size from the pool, else by repeating the last token."""
+        out = list(guesses[: self.config.window])
+        while len(out) < self.config.window:
+            last = out[-1] if out else root
+            continuation = self.pool.get(last)
+            out.extend(continuation[0] if continuation else (last,))
+        return out[: self.config.window]
+

@@ -1,0 +1,258 @@
+"""The `draft` method on the real default model (fp32).
+
+Stand-ins for a draft model that shares the target's tokenizer: a truncated copy
+built from the default model's own weights (six of its 30 layers left out: a
+real draft that the target accepts about half the time, so both accepted runs
+and rejections occur), and the default model itself (a perfect draft:
+acceptance ~100%, a sharp check that draft rows and tokens line up).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import Whitespace
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from specdec.data import load_questions
+from specdec.engine import Engine, GenerationConfig, ProposalContext
+from specdec.models import LoadedModel
+from specdec.prompts import encode_prompt
+from specdec.proposers import parse_method
+from specdec.proposers.draft import DraftConfig, DraftProposer, TokenizerMismatchError, check_same_tokenizer
+from specdec.proposers.plain import PlainProposer
+from specdec.sampling import SamplingParams
+from specdec.tree import DraftTree
+
+NEW_TOKENS = 48
+DROPPED_LAYERS = (3, 4, 5, 6, 25, 26)  # the ones whose absence changes the argmax least
+KEPT_LAYERS = tuple(i for i in range(30) if i not in DROPPED_LAYERS)
+
+
+@pytest.fixture(scope="module")
+def prompts(default_model):
+    questions = load_questions(categories=["mt_bench", "math_reasoning", "summarization"], per_category=1)
+    return [encode_prompt(default_model.tokenizer, q.turns[0], chat=True) for q in questions]
+
+
+@pytest.fixture(scope="module")
+def plain_outputs(engine, prompts):
+    config = GenerationConfig(max_new_tokens=NEW_TOKENS)
+    return [engine.generate(p, PlainProposer(), config).token_ids for p in prompts]
+
+
+@pytest.fixture(scope="module")
+def small_draft(default_model):
+    """A 24-layer model made of the default model's own layers (renumbered), norm and head."""
+    target = default_model.model
+    config = copy.deepcopy(target.config)
+    config.num_hidden_layers = len(KEPT_LAYERS)
+    if getattr(config, "layer_types", None):
+        config.layer_types = [config.layer_types[i] for i in KEPT_LAYERS]
+    draft = type(target)(config)
+    state = {}
+    for name, tensor in target.state_dict().items():
+        if name.startswith("model.layers."):
+            index, rest = name.removeprefix("model.layers.").split(".", 1)
+            if int(index) not in KEPT_LAYERS:
+                continue
+            name = f"model.layers.{KEPT_LAYERS.index(int(index))}.{rest}"
+        state[name] = tensor
+    draft.load_state_dict(state, strict=True)
+    return draft.eval().requires_grad_(False)
+
+
+def run(engine, proposer, prompt_ids, sampling=None, new_tokens=NEW_TOKENS):
+    config = GenerationConfig(max_new_tokens=new_tokens, sampling=sampling or SamplingParams())
+    return engine.generate(prompt_ids, proposer, config)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (0, dict(k=3, adaptive=False)),
+        (1, dict(k=2, schedule="heuristic")),
+        (2, dict(schedule="cost", cost_ratio=0.3)),
+        (0, dict(schedule="timed")),
+    ],
+    ids=["fixed", "heuristic", "cost", "timed"],
+)
+def test_small_draft_greedy_is_token_identical(engine, default_model, small_draft, prompts, plain_outputs, case):
+    index, options = case
+    proposer = DraftConfig(**options).build_with(default_model, small_draft)
+    out = run(engine, proposer, prompts[index])
+    assert out.token_ids == plain_outputs[index]
+    if options.get("schedule") != "timed":  # timed may find drafting not worth it on a busy machine
+        assert out.stats.num_forward_passes < len(out.token_ids)  # some drafts were accepted
+
+
+def test_self_draft_accepts_almost_everything(engine, default_model, prompts, plain_outputs):
+    proposer = DraftConfig(k=4, adaptive=False).build_with(default_model, default_model.model)
+    out = run(engine, proposer, prompts[0], new_tokens=32)
+    assert out.token_ids == plain_outputs[0][:32]
+    assert out.stats.acceptance_rate > 0.9
+    assert out.stats.mat > 3.0  # at most 5 per step (4 drafts + 1), 1 for the prefill
+
+
+def test_self_draft_sampling_accepts_almost_everything(engine, default_model, prompts):
+    """draft == target: min(1, target/draft) = 1, so rejections mean misaligned draft rows."""
+    proposer = DraftConfig(k=4, adaptive=False).build_with(default_model, default_model.model)
+    out = run(engine, proposer, prompts[1], SamplingParams(temperature=0.8, seed=7), 24)
+    assert out.stats.acceptance_rate > 0.9
+
+
+def test_seeded_sampling_is_reproducible(engine, default_model, small_draft, prompts):
+    sampling = SamplingParams(temperature=0.9, top_p=0.95, seed=11)
+    outputs = [
+        run(engine, DraftConfig().build_with(default_model, small_draft), prompts[0], sampling, 24).token_ids
+        for _ in range(2)
+    ]
+    assert outputs[0] == outputs[1]
+    other = run(engine, DraftConfig().build_with(default_model, small_draft), prompts[0],
+                SamplingParams(temperature=0.9, top_p=0.95, seed=12), 24)
+    assert other.token_ids != outputs[0]
+
+
+def test_sampled_chain_carries_draft_rows(default_model, small_draft, prompts):
+    proposer = DraftConfig(k=3, adaptive=False).build_with(default_model, small_draft)
+    proposer.begin(prompts[0])
+    sampling = SamplingParams(temperature=1.0, seed=3)
+    ctx = ProposalContext([*prompts[0], 13], torch.zeros(1), len(prompts[0]), sampling, max_depth=10)
+    tree = proposer.propose(ctx)
+    assert tree.num_nodes == 4 and tree.draft_probs is not None
+    assert tree.draft_probs.shape == (4, default_model.model.config.vocab_size)
+    assert torch.allclose(tree.draft_probs[1:].sum(-1), torch.ones(3), atol=1e-4)
+    assert bool((tree.draft_probs[1:].gather(1, tree.tokens[1:, None]) > 0).all())
+    greedy = proposer.propose(ProposalContext(ctx.token_ids, ctx.last_logits, len(prompts[0]), SamplingParams(), 10))
+    assert greedy.draft_probs is None
+
+
+def test_draft_cache_rollback_equals_fresh_prefill(default_model, small_draft, prompts):
+    proposer = DraftConfig(k=4, adaptive=False).build_with(default_model, small_draft)
+    prompt = prompts[0]
+    proposer.begin(prompt)
+    tokens = [*prompt, 13]
+    tree = proposer.propose(ProposalContext(tokens, torch.zeros(1), len(prompt), SamplingParams(), 10))
+    drafts = tree.token_list[1:]
+    # The target keeps the first draft and then disagrees: the draft cache must drop drafts 2..4.
+    accepted = [*tokens, drafts[0], (drafts[1] + 1) % 1000]
+    rolled = proposer.sync(accepted)
+    assert proposer.runner.num_cached == len(accepted)
+    fresh = DraftProposer(proposer.runner.model, proposer.settings, proposer.vocab_size)
+    fresh.begin(accepted[:1])
+    expected = fresh.sync(accepted)
+    assert torch.allclose(rolled, expected, atol=1e-4)
+
+
+def test_context_shorter_than_cache_is_rolled_back(default_model, small_draft, prompts):
+    proposer = DraftConfig(k=4, adaptive=False).build_with(default_model, small_draft)
+    proposer.begin(prompts[0])
+    tokens = [*prompts[0], 13]
+    tree = proposer.propose(ProposalContext(tokens, torch.zeros(1), len(prompts[0]), SamplingParams(), 10))
+    full = [*tokens, *tree.token_list[1:]]  # every draft accepted: the cache lacks only the last one
+    proposer.sync(full)
+    assert proposer.runner.num_cached == len(full)
+    assert proposer.cached == full
+
+
+def _tiny_llama(seed: int, vocab: int = 16) -> LlamaForCausalLM:
+    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval().requires_grad_(False)
+    model.lm_head.weight.mul_(40.0)  # peaked distributions: acceptance is neither ~0 nor ~1
+    return model
+
+
+@torch.inference_mode()
+def test_sampling_is_lossless_in_distribution():
+    """Tokens 2 and 3 (the first speculative step drafts both) are distributed as the target's own."""
+    vocab, prompt, runs = 16, [3, 5, 7], 3000
+    target = LoadedModel(_tiny_llama(0), _word_tokenizer([f"w{i}" for i in range(vocab)]), "tiny")
+    engine = Engine(target)
+    settings = DraftConfig(k=2, adaptive=False)
+    counts = torch.zeros(2, vocab)
+    for seed in range(runs):
+        config = GenerationConfig(4, SamplingParams(temperature=1.0, seed=seed), ignore_eos=True)
+        tokens = engine.generate(prompt, settings.build_with(target, _tiny_llama(1)), config).token_ids
+        counts[0, tokens[1]] += 1
+        counts[1, tokens[2]] += 1
+    grid = torch.cartesian_prod(torch.arange(vocab), torch.arange(vocab))  # every (t1, t2)
+    probs = target.model(torch.cat([torch.tensor(prompt).expand(len(grid), 3), grid], 1)).logits.softmax(-1)
+    first = probs[0, 2]  # [V] p(t1)
+    second = probs[::vocab, 3]  # [V, V] p(t2 | t1)
+    joint = first[:, None] * second  # p(t1, t2)
+    third = (joint[..., None] * probs[:, 4].reshape(vocab, vocab, vocab)).sum((0, 1))
+    expected = torch.stack([joint.sum(0), third])
+    distance = 0.5 * (counts / runs - expected).abs().sum(-1)
+    assert bool((distance < 0.06).all()), distance
+    assert counts[1].max() < runs * 0.9  # not a degenerate distribution
+
+
+def _word_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
+    model = WordLevel({w: i for i, w in enumerate(words)}, unk_token=words[0])
+    backend = Tokenizer(model)
+    backend.pre_tokenizer = Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token=words[0])
+
+
+def test_tokenizer_check_compares_size_and_mapping(default_model):
+    words = ["<unk>", "a", "b", "c", "d"]
+    check_same_tokenizer(_word_tokenizer(words), _word_tokenizer(words))
+    with pytest.raises(TokenizerMismatchError, match="maps"):
+        check_same_tokenizer(_word_tokenizer(["<unk>", "b", "a", "c", "d"]), _word_tokenizer(words))
+    with pytest.raises(TokenizerMismatchError, match="5 tokens"):
+        check_same_tokenizer(_word_tokenizer(words), default_model.tokenizer)
+    check_same_tokenizer(default_model.tokenizer, copy.deepcopy(default_model.tokenizer))
+
+
+def test_mismatched_draft_model_is_refused(default_model, tmp_path):
+    words = ["<unk>", *(f"w{i}" for i in range(63))]
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    _word_tokenizer(words).save_pretrained(tmp_path)
+    with pytest.raises(TokenizerMismatchError, match="share the target's tokenizer"):
+        DraftConfig(draft_model=str(tmp_path)).build(default_model)
+
+
+def test_options_are_validated():
+    with pytest.raises(ValueError, match="draft model"):
+        DraftConfig().build(None)
+    with pytest.raises(ValueError):
+        DraftConfig(k=0)
+    with pytest.raises(ValueError):
+        DraftConfig(schedule="fast")
+    config = parse_method("draft:draft_model=some-model,k=5,adaptive=false")
+    assert (config.draft_model, config.k, config.adaptive) == ("some-model", 5, False)
+
+
+def test_chain_stops_at_max_depth(default_model, small_draft, prompts):
+    proposer = DraftConfig(k=4, adaptive=False).build_with(default_model, small_draft)
+    proposer.begin(prompts[0])
+    tokens = [*prompts[0], 13]
+    tree = proposer.propose(ProposalContext(tokens, torch.zeros(1), len(prompts[0]), SamplingParams(), 2))
+    assert tree.num_nodes == 3
+    assert isinstance(proposer.propose(ProposalContext(tokens, torch.zeros(1), 1, SamplingParams(), 0)), DraftTree)
+
+
+def test_rejected_exploration_backs_off_and_acceptance_resets_it():
+    from specdec.proposers.chain_length import EXPLORE_EVERY, ChainSettings, DraftLength
+
+    length = DraftLength(ChainSettings(schedule="cost", cost_per_token=2.0))  # a draft never pays
+    explored_at = []
+    for step in range(1, 200):
+        if length.begin_step(greedy=True):
+            explored_at.append(step)
+            length.update(1, 0, 0.1, 0.0, 1, 0.0)  # the explored token is rejected
+        else:
+            length.update(0, 0, 0.0, 0.0, 0, 0.0)
+    assert explored_at == [EXPLORE_EVERY, 3 * EXPLORE_EVERY, 7 * EXPLORE_EVERY]
+    while not length.begin_step(greedy=True):
+        length.update(0, 0, 0.0, 0.0, 0, 0.0)
+    length.update(1, 1, 0.1, 0.0, 1, 0.0)  # accepted: back to the short interval
+    assert length.explore_every == EXPLORE_EVERY
