@@ -8,18 +8,13 @@ import pytest
 import torch
 
 from specdec.data import load_questions
-from specdec.engine import Engine, GenerationConfig, ProposalContext
+from specdec.engine import GenerationConfig, ProposalContext
 from specdec.prompts import encode_prompt
 from specdec.proposers.plain import PlainProposer
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
 
 NEW_TOKENS = 40
-
-
-@pytest.fixture(scope="module")
-def engine(default_model):
-    return Engine(default_model)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
 from specdec.data import load_questions
-from specdec.engine import Engine, GenerationConfig, ProposalContext
+from specdec.engine import GenerationConfig, ProposalContext
 from specdec.models import LoadedModel
 from specdec.prompts import encode_prompt
 from specdec.proposers import MethodError, parse_method
@@ -237,11 +237,6 @@ def test_costs_are_measured_once_and_cached(tmp_path):
 
 
 # ------------------------------------------------------------------ on the real model
-@pytest.fixture(scope="module")
-def engine(default_model):
-    return Engine(default_model)
-
-
 @pytest.fixture(scope="module")
 def prompts(default_model):
     questions = load_questions(per_category=2)
