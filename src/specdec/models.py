@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -111,15 +112,33 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _cpu_flags() -> frozenset[str]:
+def _cpuinfo_field(name: str) -> str:
+    """The first `name : value` line of /proc/cpuinfo ("" where there is none, e.g. off Linux)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return frozenset()
+        return ""
     for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.split(":", 1)[1].split())
-    return frozenset()
+        if line.startswith(name):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def _cpu_flags() -> frozenset[str]:
+    return frozenset(_cpuinfo_field("flags").split())
+
+
+def machine_fingerprint(device: str | torch.device) -> str:
+    """Names the hardware a timing was taken on: the GPU's name, or the CPU model plus a digest of its flags.
+
+    Two machines with the same CPU model name can differ in the instructions a VM
+    exposes (AVX-512, AMX), which changes bf16 costs several-fold, hence the flags.
+    """
+    if torch.device(device).type == "cuda":
+        return torch.cuda.get_device_name(torch.device(device))
+    flags = " ".join(sorted(_cpu_flags()))
+    digest = hashlib.sha256(flags.encode()).hexdigest()[:12]
+    return f"{_cpuinfo_field('model name') or platform.processor() or 'cpu'} ({os.cpu_count()} cpus, flags {digest})"
 
 
 def default_dtype(device: str | torch.device) -> torch.dtype:

@@ -7,9 +7,12 @@ size depends on the forward-pass cost curve of the model on the machine at hand
 *and* on how often the drafts are actually accepted, so both are measured:
 
 - `CostModel`: seconds per target forward pass as a function of the number of
-  tree nodes, measured once per (model, dtype, device, threads, torch version)
-  on a throwaway `TargetModel` (its own KV cache: the generation's cache is never
-  touched) and cached as JSON under `~/.cache/specdec/costs/`;
+  tree nodes, measured once per (model, dtype, device, machine, threads, torch
+  version) on a throwaway `TargetModel` (its own KV cache: the generation's
+  cache is never touched) and cached as JSON under `~/.cache/specdec/costs/`;
+  a curve timed while the machine was busy (load average above the threads
+  used + 1) serves its own run but is not cached, so one noisy moment does not
+  make every later run timid;
 - `AcceptanceStats`: online acceptance rates per node feature (e.g. "root
   branch, 3-gram match, depth 2"), Beta-prior smoothed and windowed so they
   follow the text at hand;
@@ -37,14 +40,14 @@ from pathlib import Path
 
 import torch
 
-from specdec.models import LoadedModel, default_cache_dir
+from specdec.models import LoadedModel, default_cache_dir, machine_fingerprint
 from specdec.target import TargetModel
 
 DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 DEFAULT_REPEATS = 5
 DEFAULT_CONTEXT = 384  # committed tokens in the throwaway cache while timing
 COSTS_SUBDIR = "costs"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,19 @@ def measure_costs(
     return CostModel(tuple(sizes), tuple(seconds))
 
 
+def machine_busy() -> bool:
+    """True when the 1-minute load average says other runnable work outnumbers the free cores.
+
+    Our own measurement keeps `torch.get_num_threads()` cores busy; anything more
+    than one core's worth beyond that means the curve was timed under contention.
+    """
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return False
+    return load > torch.get_num_threads() + 1
+
+
 def cost_key(loaded: LoadedModel, sizes: Sequence[int], context_len: int) -> dict:
     model = loaded.model
     return {
@@ -141,6 +157,7 @@ def cost_key(loaded: LoadedModel, sizes: Sequence[int], context_len: int) -> dic
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "dtype": str(loaded.dtype).removeprefix("torch."),
         "device": loaded.device.type,
+        "machine": machine_fingerprint(loaded.device),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "sizes": list(sizes),
@@ -161,8 +178,12 @@ def load_or_measure(
     repeats: int = DEFAULT_REPEATS,
     context_len: int = DEFAULT_CONTEXT,
     remeasure: bool = False,
+    is_busy: Callable[[], bool] = machine_busy,
 ) -> CostModel:
-    """The cached cost model for this model and machine, measuring (and caching) it when absent."""
+    """The cached cost model for this model and machine, measuring (and caching) it when absent.
+
+    A curve measured while `is_busy()` is not cached (CPU only; a GPU is not shared that way).
+    """
     folder = Path(costs_dir).expanduser() if costs_dir else default_cache_dir() / COSTS_SUBDIR
     key = cost_key(loaded, sizes, context_len)
     path = cost_file(folder, key)
@@ -174,6 +195,8 @@ def load_or_measure(
         except (OSError, ValueError, KeyError, TypeError):
             pass  # absent or unreadable: measure again
     costs = measure_costs(loaded.model, sizes, repeats, context_len)
+    if loaded.device.type == "cpu" and is_busy():
+        return costs  # timed while other work held the cores: good for this run, not for every later one
     record = {"key": key, "sizes": list(costs.sizes), "seconds": list(costs.seconds), "measured_at": time.time()}
     try:
         folder.mkdir(parents=True, exist_ok=True)
