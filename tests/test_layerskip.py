@@ -131,6 +131,15 @@ def test_calibration_result_is_read_from_the_cache(default_model, tmp_path, engi
     assert proposer.runner.model.layer_ids == [i for i in range(30) if i not in (3, 5)]
 
 
+def test_a_calibration_where_nothing_pays_decodes_plainly_and_says_so(default_model, tmp_path):
+    path = calibration_path(default_model, tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"skip": [], "speedup": 1.0, "num_layers": 30}))
+    with pytest.warns(UserWarning, match="no skip set pays off"):
+        proposer = LayerSkipConfig(cache_dir=str(tmp_path)).build(default_model)
+    assert isinstance(proposer, PlainProposer)
+
+
 def test_calibration_finds_and_caches_a_skip_set(default_model, tmp_path):
     """A real (small) calibration: a 4-layer model made of the default model's own weights."""
     target = default_model.model
@@ -144,7 +153,8 @@ def test_calibration_finds_and_caches_a_skip_set(default_model, tmp_path):
     small.load_state_dict(state, strict=True)
     loaded = LoadedModel(small.eval().requires_grad_(False), default_model.tokenizer, "small-4")
     result = calibrate(loaded)
-    assert result["num_layers"] == 4 and 1 <= len(result["skip"]) < 4
+    assert result["num_layers"] == 4 and len(result["skip"]) < 4
+    assert bool(result["skip"]) == (result["speedup"] > 1.0)  # a skip set only where it pays
     assert result["speedup"] >= 1.0
     skip = calibrated_skip(loaded, VERIFY_COST_PER_TOKEN, tmp_path)
     assert list(skip) == result["skip"]  # deterministic search, now cached

@@ -31,7 +31,9 @@ are skipped and the choice is a short deterministic search on this machine
    1 target pass + k draft passes (parameter-count ratio, see
    `draft.compute_params`) + k verified tokens;
 3. score each layer skipped alone, then skip layers cumulatively from the least
-   to the most harmful one and keep the best-scoring prefix of that order.
+   to the most harmful one and keep the best-scoring prefix of that order;
+   when no prefix beats plain decoding the skip set is empty and the method
+   decodes plainly (with a warning) rather than run a draft that only costs.
 That is about 2 x num_layers draft passes (~20 s for SmolLM2-135M in fp32 on
 the dev CPU); the result is cached as JSON under `<cache>/layerskip/` keyed by
 the model's name, dtype and layer count.
@@ -40,6 +42,7 @@ the model's name, dtype and layer count.
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -55,6 +58,7 @@ from specdec.proposers.draft import (
     DraftProposer,
     compute_params,
 )
+from specdec.proposers.plain import PlainProposer
 from specdec.target import TargetModel
 
 CALIBRATION_PROMPTS = (
@@ -150,10 +154,19 @@ class LayerSkipConfig:
         parse_skip(self.skip)
         ChainSettings(self.k, self.max_k, self.adaptive, self.schedule)
 
-    def build(self, loaded: LoadedModel) -> DraftProposer:
+    def build(self, loaded: LoadedModel) -> DraftProposer | PlainProposer:
         skip = parse_skip(self.skip)
         if not skip:
             skip = calibrated_skip(loaded, self.verify_cost, self.cache_dir or None)
+        if not skip:
+            # A draft that is nearly the whole model costs more than it saves (measured on
+            # SmolLM2-135M: skipping its least harmful layer ran at 0.69x plain decoding).
+            warnings.warn(
+                f"layerskip: no skip set pays off for {loaded.name} ({loaded.dtype}) per the calibration; "
+                "decoding plainly (give skip=... to force one)",
+                stacklevel=2,
+            )
+            return PlainProposer()
         view = SkipLayerModel(loaded.model, skip)
         cost = cost_ratio(loaded.model, len(view.layer_ids)) + self.verify_cost
         settings = ChainSettings(self.k, self.max_k, self.adaptive, self.schedule, cost, self.verify_cost)
@@ -244,8 +257,7 @@ def calibrate(loaded: LoadedModel, verify_cost: float = VERIFY_COST_PER_TOKEN) -
             since_best += 1
             if since_best >= PATIENCE:
                 break
-    if not best_skip:  # nothing pays off: skip the least harmful layer, the cheapest draft that agrees most
-        best_skip = (order[0],)
+    # Nothing pays off: an empty skip set, and the method decodes plainly (see LayerSkipConfig.build).
     return {"skip": list(best_skip), "speedup": best_score, "num_layers": num_layers}
 
 
@@ -261,7 +273,9 @@ def calibrated_skip(loaded: LoadedModel, verify_cost: float, cache_dir: str | Pa
     path = calibration_path(loaded, cache_dir)
     if path.is_file():
         try:
-            return tuple(json.loads(path.read_text())["skip"])
+            saved = json.loads(path.read_text())
+            # Older calibrations kept one layer even where nothing paid off (speedup 1.0).
+            return tuple(saved["skip"]) if saved["speedup"] > 1.0 else ()
         except (ValueError, KeyError, TypeError):
             pass  # a damaged cache entry: calibrate again
     result = calibrate(loaded, verify_cost)
