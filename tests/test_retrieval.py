@@ -24,7 +24,7 @@ from specdec.engine import GenerationConfig, ProposalContext
 from specdec.models import LoadedModel, machine_fingerprint
 from specdec.prompts import encode_prompt
 from specdec.proposers import MethodError, parse_method
-from specdec.proposers.budget import AcceptanceStats, CostModel, load_or_measure, plan_tree
+from specdec.proposers.budget import AcceptanceStats, CostModel, contended, load_or_measure, plan_tree
 from specdec.proposers.logitspec import (
     MAX_HEAT,
     LogitSpecConfig,
@@ -229,7 +229,7 @@ def test_costs_are_measured_once_and_cached(tmp_path):
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256)
     torch.manual_seed(0)
     loaded = LoadedModel(LlamaForCausalLM(config).eval(), tokenizer=None, name="tiny/llama")
-    idle = lambda: False  # noqa: E731
+    idle = lambda cpu_share: False  # noqa: E731
     first = load_or_measure(loaded, tmp_path, sizes=(1, 2, 8), repeats=2, context_len=16, is_busy=idle)
     files = list(tmp_path.glob("*.json"))
     assert len(files) == 1 and json.loads(files[0].read_text())["sizes"] == [1, 2, 8]
@@ -242,9 +242,10 @@ def test_costs_timed_on_a_busy_machine_serve_the_run_but_are_not_cached(tmp_path
     config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256)
     loaded = LoadedModel(LlamaForCausalLM(config).eval(), tokenizer=None, name="tiny/llama")
-    costs = load_or_measure(loaded, tmp_path, sizes=(1, 2), repeats=1, context_len=8, is_busy=lambda: True)
+    costs = load_or_measure(loaded, tmp_path, sizes=(1, 2), repeats=1, context_len=8, is_busy=lambda cpu_share: True)
     assert costs.sizes == (1, 2) and all(s > 0 for s in costs.seconds)
     assert list(tmp_path.glob("*.json")) == []
+    assert contended(0.6) and not contended(0.99)  # 0.63-0.75 seen with one busy process beside, ~1.0 idle
 
 
 # ------------------------------------------------------------------ on the real model
