@@ -31,6 +31,7 @@ from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.proposers.plain import PlainProposer
 from specdec.target import TargetModel
+from specdec.tree import DraftTree
 
 PROMPTS = (
     "Summarize: the cat sat on the mat. The cat sat on the mat again, and then the cat slept.",
@@ -65,15 +66,12 @@ def tree_error(loaded, prompt_ids: list[int]) -> float:
     parents = torch.tensor(TREE_PARENTS, dtype=torch.int64)
     target.prefill(prompt_ids)
     tree_logits = target.forward_tree(tokens, parents).float()
+    tree = DraftTree(tokens, parents)
     worst = 0.0
-    for node in range(len(TREE_PARENTS)):
-        path, i = [], node
-        while i >= 0:
-            path.append(int(tokens[i]))
-            i = TREE_PARENTS[i]
+    for node in range(tree.num_nodes):
         reference = TargetModel(loaded.model)
         reference.prefill(prompt_ids)
-        logits = reference.append(path[::-1])[-1].float()
+        logits = reference.append(tree.path_tokens(node))[-1].float()
         worst = max(worst, float((tree_logits[node] - logits).abs().max()))
     return worst
 
