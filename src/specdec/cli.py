@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Callable
 
-from specdec.models import ModelLoadError
+from specdec.errors import SpecdecError
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -124,7 +124,7 @@ def _add_models(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    from specdec.pull import PULLABLE, list_models, pull
+    from specdec.models.pulled import PULLABLE, list_models, pull
 
     if args.action == "list":
         for row in list_models(args.cache_dir):
@@ -156,7 +156,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from specdec.server import ServerConfig, serve
+    from specdec.serve.app import ServerConfig, serve
 
     config = ServerConfig(
         model=args.model, method=args.method, host=args.host, port=args.port, api_key=args.api_key,
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specdec: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, ModelLoadError, OSError) as err:
+    except (ValueError, SpecdecError, OSError) as err:
         print(f"specdec: error: {err}", file=sys.stderr)
         return 2
 

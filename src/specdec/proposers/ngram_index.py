@@ -48,7 +48,7 @@ Complexity
 Keys are plain tuples (ints for n == 1): indexing 32k tokens with tuple keys took
 the same time as with n-grams packed into one int by shifts (~13.5 ms for an
 unrolled max_ngram=3 loop), and tuples need no bound on token ids. See
-bench/ngram_index_speed.py for the numbers of this implementation.
+benchmarks/ngram_index_speed.py for the numbers of this implementation.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec.models import ModelLoadError, default_cache_dir
+from specdec.models.base import ModelLoadError, default_cache_dir
 
 PULLED_FOLDER = "pulled"
 CHUNK_BYTES = 1 << 20

@@ -8,7 +8,7 @@ and every reply carries the request's decoding stats under `"specdec"`.
 
 Why it is built this way: one model with one KV cache serves everybody, so
 requests are validated and tokenized on arrival, then wait in a bounded FIFO
-queue (server_queue.Scheduler) for the single decode worker thread; the event
+queue (specdec.serve.scheduler.Scheduler) for the single decode worker thread; the event
 loop never runs the model, so /health, /metrics and streaming stay responsive.
 
 Invariants:
@@ -44,13 +44,12 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specdec.engine import Engine, GenerationConfig
-from specdec.metrics import ServerMetrics
 from specdec.models import DEFAULT_MODEL, LoadedModel
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.sampling import SamplingParams
-from specdec.server_queue import CancelledEvent, DoneEvent, ErrorEvent, Job, QueueClosed, QueueFull, Scheduler
-from specdec.server_reply import (
+from specdec.serve.metrics import ServerMetrics
+from specdec.serve.replies import (
     APIError,
     Reply,
     error_body,
@@ -59,7 +58,16 @@ from specdec.server_reply import (
     resolve_method,
     sse,
 )
-from specdec.server_schema import (
+from specdec.serve.scheduler import (
+    CancelledEvent,
+    DoneEvent,
+    ErrorEvent,
+    Job,
+    QueueClosed,
+    QueueFull,
+    Scheduler,
+)
+from specdec.serve.schema import (
     ERROR_RESPONSES,
     SSE_CONTENT,
     ChatCompletion,

@@ -11,7 +11,7 @@ engine, MAT, retrieval success (share of steps whose tree had a draft) and the
 exact-match rate vs our plain greedy output. The last stdout line is one JSON
 document with everything.
 
-    .venv/bin/python bench/retrieval_quick.py --per-category 3 --max-new-tokens 128 --dtype fp32
+    .venv/bin/python benchmarks/retrieval_quick.py --per-category 3 --max-new-tokens 128 --dtype fp32
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Load test of `specdec serve` on loopback: tokens/s for 1 and N concurrent clients, and the
 per-request overhead of the server over direct library calls.
 
-    .venv/bin/python bench/server_load.py [--method logitspec] [--max-tokens 32] [--clients 8]
+    .venv/bin/python benchmarks/server_load.py [--method logitspec] [--max-tokens 32] [--clients 8]
 
 It starts its own server (127.0.0.1, free port, fp32 for exact comparisons) and stops it at
 the end. Greedy decoding, so server and library produce the same tokens; the script checks
@@ -36,7 +36,7 @@ from specdec.models import load_model
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.sampling import SamplingParams
-from specdec.server_process import running_server
+from specdec.serve.process import running_server
 
 PROMPTS = [
     "Explain what a hash table is in three sentences.",

@@ -1,6 +1,6 @@
 """What `specdec serve` sends back: OpenAI-shaped replies, chunks and errors.
 
-Why apart from server.py: the wire format is the contract with every OpenAI
+Why apart from app.py: the wire format is the contract with every OpenAI
 client, and it is easiest to check (and keep stable) as plain functions from
 engine results to JSON-ready dicts, free of HTTP plumbing.
 
@@ -31,7 +31,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from specdec.proposers import METHODS, MethodError, make_config, split_method
-from specdec.server_queue import CancelledEvent, DoneEvent, ErrorEvent
+from specdec.serve.scheduler import CancelledEvent, DoneEvent, ErrorEvent
 
 log = logging.getLogger("specdec.server")
 MAX_VALIDATION_ERRORS = 3

@@ -14,8 +14,8 @@ Only proposers that need nothing but the context and the last logits can be
 replayed (`plain`, `pld`, `logitspec`): drafts from a model would need that
 model's passes. The replay sees the top-64 logits only, so `k` above 64 acts as 64.
 
-    .venv/bin/python bench/replay.py collect --per-category 3 --out /tmp/replay.pt
-    .venv/bin/python bench/replay.py run /tmp/replay.pt pld logitspec logitspec:min_gain=0
+    .venv/bin/python benchmarks/replay.py collect --per-category 3 --out /tmp/replay.pt
+    .venv/bin/python benchmarks/replay.py run /tmp/replay.pt pld logitspec logitspec:min_gain=0
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdec.engine import Engine, GenerationConfig, GenerationOutput
-from specdec.metrics import ServerMetrics
+from specdec.serve.metrics import ServerMetrics
 
 log = logging.getLogger("specdec.server")
 

@@ -23,7 +23,7 @@ Measured, for max_ngram=3 and both occurrence policies:
 
 The table goes to stdout; the last stdout line is one JSON document with the numbers.
 
-    .venv/bin/python bench/ngram_index_speed.py [--num-tokens 32768] [--max-ngram 3]
+    .venv/bin/python benchmarks/ngram_index_speed.py [--num-tokens 32768] [--max-ngram 3]
 """
 
 from __future__ import annotations

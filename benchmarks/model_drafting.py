@@ -19,7 +19,7 @@ is one JSON document: per part, per method, overall and per category metrics
 (tokens/s, speedup vs plain, MAT, exact match vs plain), and the headline ratio
 draft / hf-assisted.
 
-    .venv/bin/python bench/model_drafting.py --part all --max-new-tokens 128
+    .venv/bin/python benchmarks/model_drafting.py --part all --max-new-tokens 128
 """
 
 from __future__ import annotations

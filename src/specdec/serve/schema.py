@@ -1,6 +1,6 @@
 """The HTTP contract of `specdec serve`: request and response bodies as pydantic models.
 
-Why apart from server.py: these models *are* the public API. FastAPI builds
+Why apart from app.py: these models *are* the public API. FastAPI builds
 /openapi.json from them, the tests fuzz the server from that schema, and the
 official `openai` client must accept what comes back, so they are kept in one
 reviewable place.

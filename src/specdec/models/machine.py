@@ -1,0 +1,89 @@
+"""The machine a model runs on: device, dtype by CPU flags, and a fingerprint for cached timings.
+
+Why this module exists: the right dtype (bf16 only where the CPU or GPU has
+native bf16) and the validity of a cached cost curve both depend on the exact
+hardware, which `/proc/cpuinfo` and CUDA describe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+from specdec.models.base import ModelLoadError
+
+DTYPE_NAMES = {
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+}
+CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _cpuinfo_field(name: str) -> str:
+    """The first `name : value` line of /proc/cpuinfo ("" where there is none, e.g. off Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        if line.startswith(name):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def _cpu_flags() -> frozenset[str]:
+    return frozenset(_cpuinfo_field("flags").split())
+
+
+def machine_fingerprint(device: str | torch.device) -> str:
+    """Names the hardware a timing was taken on: the GPU's name, or the CPU model plus a digest of its flags.
+
+    Two machines with the same CPU model name can differ in the instructions a VM
+    exposes (AVX-512, AMX), which changes bf16 costs several-fold, hence the flags.
+    """
+    if torch.device(device).type == "cuda":
+        return torch.cuda.get_device_name(torch.device(device))
+    flags = " ".join(sorted(_cpu_flags()))
+    digest = hashlib.sha256(flags.encode()).hexdigest()[:12]
+    return f"{_cpuinfo_field('model name') or platform.processor() or 'cpu'} ({os.cpu_count()} cpus, flags {digest})"
+
+
+def default_dtype(device: str | torch.device) -> torch.dtype:
+    """bfloat16 where it is fast (CUDA with native bf16, CPUs with AVX512-BF16 or AMX), else float32.
+
+    On CPUs without bf16 instructions, bf16 matmuls are emulated and a multi-token
+    forward pass is several times slower than in float32.
+    """
+    kind = torch.device(device).type
+    if kind == "cuda":
+        native = torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+        return torch.bfloat16 if native else torch.float32
+    if kind == "cpu" and _cpu_flags() & CPU_BF16_FLAGS:
+        return torch.bfloat16
+    return torch.float32
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device) -> torch.dtype:
+    """Turn a user's dtype choice ("auto"/None, "fp32", "bf16", "fp16", long names, a torch.dtype) into a torch.dtype."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None or dtype == "auto":
+        return default_dtype(device)
+    if isinstance(dtype, str) and dtype.lower() in DTYPE_NAMES:
+        return DTYPE_NAMES[dtype.lower()]
+    choices = ", ".join(["auto", *DTYPE_NAMES])
+    raise ModelLoadError(f"unknown dtype {dtype!r}; use one of: {choices}, or a torch.dtype")
+
+
