@@ -144,7 +144,19 @@ SUBCOMMANDS.append(_add_models)
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (chat and completions, streaming)")
     add_model_options(p)
-    p.add_argument("--method", default="logitspec", help="default method for requests (name:opt=value,...)")
+    p.add_argument(
+        "--method", default="logitspec",
+        help="default method for requests without specdec.method (name:opt=value,...); its options are "
+             "server-side settings of that method, as with --method-config",
+    )  # fmt: skip
+    p.add_argument(
+        "--method-config", action="append", default=[], metavar="METHOD:OPT=VALUE,...",
+        help="server-side options of a method, repeatable: paths and anything that converts, measures or "
+             "calibrates, which requests may not set (e.g. draft:draft_model=qwen2.5-coder-0.5b, "
+             "logitspec:costs_dir=DIR, layerskip:skip=4+6+8). Every method named here or by --method is "
+             "prepared at startup; draft and layerskip are served only when named. Requests may set only a "
+             "bounded few options per method (see specdec.serve.options)",
+    )  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="listen address (loopback unless told otherwise)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (all but /health)")
@@ -159,7 +171,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from specdec.serve.app import ServerConfig, serve
 
     config = ServerConfig(
-        model=args.model, method=args.method, host=args.host, port=args.port, api_key=args.api_key,
+        model=args.model, method=args.method, method_configs=tuple(args.method_config), host=args.host,
+        port=args.port, api_key=args.api_key,
         max_queue=args.max_queue, max_tokens_limit=args.max_tokens_limit, dtype=args.dtype,
         cache_dir=args.cache_dir, shutdown_timeout_s=args.shutdown_timeout, log_level=args.log_level,
     )

@@ -6,6 +6,16 @@ GET /v1/models, /health and /metrics (Prometheus text). The speculative method
 is chosen per request with the extra field `"specdec": {"method", "options"}`
 and every reply carries the request's decoding stats under `"specdec"`.
 
+Methods and their options: `--method SPEC` is the default for requests without
+`specdec.method`; `--method-config METHOD:opt=value,...` (repeatable) sets a
+method's server-side options, e.g. `draft:draft_model=qwen2.5-coder-0.5b` or
+`logitspec:costs_dir=/srv/costs`. A request may set only the options listed in
+specdec.serve.options.REQUEST_OPTIONS, within bounds; paths and anything that
+converts, measures or calibrates are server-side. Startup prepares every method
+named by --method/--method-config (loads draft models, measures cost curves,
+calibrates) and builds the default method's proposer; proposers are then kept
+per distinct config (specdec.serve.pool) and reused across requests.
+
 Why it is built this way: one model with one KV cache serves everybody, so
 requests are validated and tokenized on arrival, then wait in a bounded FIFO
 queue (specdec.serve.scheduler.Scheduler) for the single decode worker thread; the event
@@ -17,7 +27,10 @@ Invariants:
   400) and 500 without a traceback for ours; nothing a request sends can stop
   the worker or the process;
 - a request is refused before it is queued when its prompt does not fit the
-  context, its method or options are not valid, or the queue is full (429);
+  context, its method or options are not valid or not a request's to set, its
+  method needs server-side setup this server lacks (all 400, naming the option
+  or method), or the queue is full (429); no request loads, converts, measures,
+  calibrates or touches a path;
 - a client that goes away cancels its generation (streaming: at the next text
   piece; non-streaming: within DISCONNECT_POLL_S);
 - with an API key, every path but /health needs `Authorization: Bearer KEY`;
@@ -28,7 +41,6 @@ Invariants:
 
 import asyncio
 import copy
-import hmac
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -40,24 +52,17 @@ from typing import Any
 import jinja2.exceptions
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specdec.engine import Engine, GenerationConfig
 from specdec.models import DEFAULT_MODEL, LoadedModel
 from specdec.prompts import encode_prompt
-from specdec.proposers import parse_method
+from specdec.proposers import MethodError
 from specdec.sampling import SamplingParams
+from specdec.serve.guard import PUBLIC_PATHS, Guard
 from specdec.serve.metrics import ServerMetrics
-from specdec.serve.replies import (
-    APIError,
-    Reply,
-    error_body,
-    event_error,
-    install_error_handlers,
-    resolve_method,
-    sse,
-)
+from specdec.serve.options import MethodSettings, RequestRefused, Resolved
+from specdec.serve.pool import DEFAULT_CAPACITY, ProposerPool
+from specdec.serve.replies import APIError, Reply, error_body, event_error, install_error_handlers, sse
 from specdec.serve.scheduler import (
     CancelledEvent,
     DoneEvent,
@@ -86,13 +91,16 @@ COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 # Below this, logits / temperature can overflow to inf (NaN probabilities); such a temperature
 # means "greedy" anyway, so it is served as 0 (the convention of other OpenAI-compatible servers).
 MIN_TEMPERATURE = 1e-5
-PUBLIC_PATHS = frozenset({"/health"})
 
 
 @dataclass(frozen=True)
 class ServerConfig:
     model: str = DEFAULT_MODEL
     method: str = "logitspec"  # default method spec for requests without "specdec.method"
+    # "METHOD:opt=value,..." each: server-side settings of a method (paths, quantize, calibration...),
+    # prepared at startup; see specdec.serve.options
+    method_configs: tuple[str, ...] = ()
+    pool_capacity: int = DEFAULT_CAPACITY  # distinct method configs whose proposers are kept
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
@@ -111,65 +119,15 @@ class ServerConfig:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("the API key is empty")
-        parse_method(self.method)  # a bad default method fails at startup, not per request
+        if self.pool_capacity < 1:
+            raise ValueError(f"pool_capacity must be >= 1, got {self.pool_capacity}")
+        self.method_settings()  # a bad method spec fails at startup, not per request
 
-
-class _Guard:
-    """ASGI middleware: API key, body-size cap and response counting, before any route runs."""
-
-    def __init__(
-        self, app: ASGIApp, api_key: str | None, max_body_bytes: int, metrics: ServerMetrics
-    ) -> None:
-        self.app = app
-        self.expected = f"Bearer {api_key}".encode() if api_key else None
-        self.max_body_bytes = max_body_bytes
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        path = scope["path"]
-
-        async def counted_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                self.metrics.record_response(path, message["status"])
-            await send(message)
-
-        refusal = self._refusal(scope)
-        if refusal is not None:
-            await JSONResponse(error_body(refusal), refusal.status)(scope, receive, counted_send)
-            return
-        await self.app(scope, self._capped(receive), counted_send)
-
-    def _refusal(self, scope: Scope) -> APIError | None:
-        headers = dict(scope["headers"])
-        if self.expected and scope["path"] not in PUBLIC_PATHS:
-            given = headers.get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
-                why = "missing" if not given else "incorrect"
-                return APIError(
-                    401, f"{why} API key: send 'Authorization: Bearer <key>'", code="invalid_api_key"
-                )
-        length = headers.get(b"content-length", b"0")
-        if not length.isdigit() or int(length) > self.max_body_bytes:
-            return APIError(
-                413, f"the request body exceeds {self.max_body_bytes} bytes", code="request_too_large"
-            )
-        return None
-
-    def _capped(self, receive: Receive) -> Receive:
-        seen = 0
-
-        async def capped() -> Message:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.max_body_bytes:
-                raise HTTPException(413, f"the request body exceeds {self.max_body_bytes} bytes")
-            return message
-
-        return capped
+    def method_settings(self) -> MethodSettings:
+        try:
+            return MethodSettings.from_specs(self.method, self.method_configs)
+        except MethodError as error:
+            raise ValueError(f"bad --method or --method-config: {error}") from None
 
 
 class Service:
@@ -180,7 +138,15 @@ class Service:
         self.loaded = loaded
         self.engine = Engine(loaded)
         self.metrics = ServerMetrics()
-        self.scheduler = Scheduler(self.engine, config.max_queue, self.metrics)
+        self.methods = config.method_settings()
+        self.pool = ProposerPool(loaded, config.pool_capacity)
+        # Startup does every expensive thing requests may later need (load draft models, measure
+        # cost curves, calibrate) for the methods the server was told about, and builds the default
+        # method's proposer; requests only ever assemble proposers from these parts.
+        for name in self.methods.configured:
+            self.pool.prepare(self.methods.server_config(name))
+        self.pool.get(self.methods.server_config(self.methods.default))
+        self.scheduler = Scheduler(self.engine, config.max_queue, self.metrics, self.pool.get)
         # Requests are tokenized on their own thread with their own tokenizer copy, so the event loop
         # never waits on a chat template and never shares a tokenizer with the decode worker.
         self.tokenizer = copy.deepcopy(loaded.tokenizer)
@@ -224,6 +190,16 @@ class Service:
             return [int(t) for t in prompt]
         return encode_prompt(self.tokenizer, prompt if isinstance(prompt, str) else prompt[0])
 
+    def resolve(self, request: Any) -> Resolved:
+        """The method config of a request's `specdec` field: allowed options only, parts prepared."""
+        try:
+            method, options = (request.method, request.options) if request is not None else (None, None)
+            resolved = self.methods.resolve(method, options)
+            self.pool.check(resolved.config)
+        except RequestRefused as error:
+            raise APIError(400, str(error), param=error.param, code=error.code) from None
+        return resolved
+
     def settings(self, body: Any, chat: bool, num_prompt_tokens: int) -> GenerationConfig:
         limit = self.config.max_tokens_limit
         max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens
@@ -248,7 +224,7 @@ class Service:
 
     async def generate(self, request: Request, body: Any, chat: bool) -> Response:
         self.check_model(body.model)
-        method_name, method_config = resolve_method(self.config.method, body.specdec)
+        method = self.resolve(body.specdec)
         prompt_ids = await self.prompt_ids(body, chat)
         settings = self.settings(body, chat, len(prompt_ids))
         events: asyncio.Queue = asyncio.Queue()
@@ -258,9 +234,9 @@ class Service:
         def sink(event: Any) -> None:
             loop.call_soon_threadsafe(events.put_nowait, event)
 
-        job = Job(prompt_ids, method_config, method_name, settings, endpoint, body.stream, sink)
+        job = Job(prompt_ids, method.config, method.name, settings, endpoint, body.stream, sink)
         self.submit(job)
-        reply = Reply(chat, self.model_name, method_name, method_config, len(prompt_ids))
+        reply = Reply(chat, self.model_name, method.name, method.visible, len(prompt_ids))
         if body.stream:
             usage = bool(body.stream_options and body.stream_options.include_usage)
             headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -343,7 +319,7 @@ def create_app(config: ServerConfig, loaded: LoadedModel) -> FastAPI:
     app.state.service = service
     install_error_handlers(app)
     app.add_middleware(
-        _Guard, api_key=config.api_key, max_body_bytes=config.max_body_bytes, metrics=service.metrics
+        Guard, api_key=config.api_key, max_body_bytes=config.max_body_bytes, metrics=service.metrics
     )
     if config.api_key:
         document_bearer_auth(app, PUBLIC_PATHS)
@@ -384,8 +360,7 @@ def serve(config: ServerConfig) -> None:
     from specdec.models import load_model
 
     loaded = load_model(config.model, dtype=config.dtype, cache_dir=config.cache_dir)
-    parse_method(config.method).build(loaded)  # warm-up: e.g. LogitSpec measures and caches its cost curve
-    app = create_app(config, loaded)
+    app = create_app(config, loaded)  # prepares the configured methods (measure, load, calibrate)
     if config.api_key is None and config.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without --api-key: anyone who can reach it can use it", config.host)
     print(

@@ -17,7 +17,6 @@ Invariants:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -30,7 +29,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from specdec.proposers import METHODS, MethodError, make_config, split_method
 from specdec.serve.scheduler import CancelledEvent, DoneEvent, ErrorEvent
 
 log = logging.getLogger("specdec.server")
@@ -91,21 +89,6 @@ def validation_message(errors: Sequence[Any]) -> tuple[str, str | None, str]:
     return message or "invalid request", params[0] if params else None, "invalid_value"
 
 
-def resolve_method(default_spec: str, request: Any) -> tuple[str, Any]:
-    """(method name, validated config) from the request's `specdec` field or the server's default."""
-    spec = request.method if request is not None and request.method else default_spec
-    options = dict(request.options) if request is not None else {}
-    try:
-        name, spec_options = split_method(spec)
-    except MethodError as error:
-        raise APIError(400, str(error), param="specdec.method", code="invalid_method") from None
-    try:
-        return name, make_config(name, {**spec_options, **options})
-    except MethodError as error:
-        param = "specdec.options" if name in METHODS else "specdec.method"
-        raise APIError(400, str(error), param=param, code="invalid_method") from None
-
-
 def sse(payload: dict) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
@@ -123,12 +106,14 @@ def _jsonable(value: Any) -> Any:
 class Reply:
     """Builds the chat or completion reply (full, or as chunks) of one request."""
 
-    def __init__(self, chat: bool, model: str, method_name: str, method_config: Any, num_prompt_tokens: int):
+    def __init__(
+        self, chat: bool, model: str, method_name: str, options: dict[str, Any], num_prompt_tokens: int
+    ):
+        """`options`: the method's options as a client may see them (server-side ones, paths, left out)."""
         self.chat = chat
         self.model = model
         self.method_name = method_name
-        fields = dataclasses.asdict(method_config) if dataclasses.is_dataclass(method_config) else {}
-        self.options = _jsonable(fields)
+        self.options = _jsonable(options)
         self.num_prompt_tokens = num_prompt_tokens
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())

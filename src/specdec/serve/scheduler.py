@@ -10,7 +10,10 @@ Invariants:
   not counted); a submit beyond that raises `QueueFull` and changes nothing;
 - a job's events go only to that job's own `sink`: zero or more `TextEvent`s
   (only when it streams), then exactly one `DoneEvent`, `ErrorEvent` or
-  `CancelledEvent`; each job gets a freshly built proposer, so nothing one
+  `CancelledEvent`;
+- the worker gets each job's proposer from `proposer_for(config)` (the server's
+  `ProposerPool`: built once per config, reused) and is its only user while the
+  job runs; `begin(prompt_ids)` resets its per-request state, so no token one
   request drafted or saw can reach another;
 - a cancelled job never starts, or stops at its next text piece: the engine's
   `on_text` callback raises, which ends `Engine.generate` (the next generation
@@ -92,10 +95,18 @@ class Job:
 class Scheduler:
     """A bounded FIFO queue in front of one worker thread that owns the engine."""
 
-    def __init__(self, engine: Engine, max_queue: int, metrics: ServerMetrics) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        max_queue: int,
+        metrics: ServerMetrics,
+        proposer_for: Callable[[Any], Any] | None = None,
+    ) -> None:
+        """`proposer_for(config)`: the proposer a job's method config runs with (default: built afresh)."""
         if max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {max_queue}")
         self.engine = engine
+        self.proposer_for = proposer_for or (lambda config: config.build(engine.loaded))
         self.max_queue = max_queue
         self.metrics = metrics
         self._waiting: collections.deque[Job] = collections.deque()
@@ -177,7 +188,7 @@ class Scheduler:
                 job.sink(TextEvent(text))
 
         try:
-            proposer = job.method_config.build(self.engine.loaded)
+            proposer = self.proposer_for(job.method_config)
             output = self.engine.generate(job.prompt_ids, proposer, job.settings, on_text=on_text)
         except _Cancelled:
             self._finish(job, CancelledEvent(), "cancelled")

@@ -1,0 +1,119 @@
+"""The expensive parts some proposers need, made once at server startup: cost curves, draft models, calibrations.
+
+Why: building a proposer can cost far more than a request: LogitSpec's adaptive
+tree measures the target's forward-pass cost curve, `draft` loads (and may
+convert) a second model, `layerskip` calibrates which layers to skip. Requests
+must never reach that work (see `specdec.serve.options`), so each method's
+build is split into `prepare` (the expensive part, keyed by server-side options
+only, run at startup) and `assemble` (cheap: a proposer from a config and its
+prepared parts).
+
+Invariants:
+- `needs(config)` reads only server-side options (a request cannot change it),
+  so the parts a server prepared at startup are all its requests can ever use;
+- `assemble` never loads, converts, measures or calibrates when given its parts;
+- a method without a recipe needs no parts: `config.build(loaded)` is cheap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from specdec.models import LoadedModel
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one method's proposers are made from parts prepared once."""
+
+    needs: Callable[[Any], Hashable | None]  # the parts a config needs (None: none)
+    prepare: Callable[[LoadedModel, Any], Any]  # make them: startup only, may take long
+    assemble: Callable[[LoadedModel, Any, Any], Any]  # (loaded, config, parts) -> a fresh proposer, cheap
+    missing: str  # why a request for an unprepared config is refused, and how an operator fixes it
+
+
+# ------------------------------------------------------------------ logitspec: the tree-cost curve
+def _logitspec_needs(config: Any) -> Hashable | None:
+    return ("costs", config.costs_dir) if config.adaptive else None
+
+
+def _logitspec_prepare(loaded: LoadedModel, config: Any) -> Any:
+    from specdec.proposers.budget import load_or_measure
+
+    return load_or_measure(loaded, config.costs_dir or None)
+
+
+def _logitspec_assemble(loaded: LoadedModel, config: Any, costs: Any) -> Any:
+    from specdec.proposers.logitspec import LogitSpecProposer
+
+    return LogitSpecProposer(config, costs)  # LogitSpecConfig.build, with the curve measured once
+
+
+# ------------------------------------------------------------------ draft: the draft model
+def _draft_needs(config: Any) -> Hashable:
+    return ("draft", config.draft_model, config.cache_dir)
+
+
+def _draft_prepare(loaded: LoadedModel, config: Any) -> Any:
+    from specdec.models import load_model
+    from specdec.proposers.draft import check_same_tokenizer
+
+    if not config.draft_model:
+        raise ValueError(
+            "draft: give the draft model, e.g. --method-config draft:draft_model=qwen2.5-coder-0.5b"
+        )
+    cache_dir = config.cache_dir or None
+    draft = load_model(config.draft_model, dtype=loaded.dtype, device=str(loaded.device), cache_dir=cache_dir)
+    check_same_tokenizer(draft.tokenizer, loaded.tokenizer, f"draft model {config.draft_model!r}")
+    return draft.model
+
+
+def _draft_assemble(loaded: LoadedModel, config: Any, draft_model: Any) -> Any:
+    return config.build_with(loaded, draft_model)
+
+
+# ------------------------------------------------------------------ layerskip: the calibrated skip set
+def _layerskip_needs(config: Any) -> Hashable | None:
+    return None if config.skip else ("calibration", config.cache_dir, config.verify_cost)
+
+
+def _layerskip_prepare(loaded: LoadedModel, config: Any) -> tuple[int, ...]:
+    from specdec.proposers.layerskip import calibrated_skip
+
+    return calibrated_skip(loaded, config.verify_cost, config.cache_dir or None)
+
+
+def _layerskip_assemble(loaded: LoadedModel, config: Any, skip: tuple[int, ...] | None) -> Any:
+    # With a skip set the build is a view of the target; without one (nothing paid off in the
+    # calibration) LayerSkipConfig.build reads the cached calibration and decodes plainly.
+    if skip:
+        config = dataclasses.replace(config, skip="+".join(str(layer) for layer in skip))
+    return config.build(loaded)
+
+
+RECIPES: dict[str, Recipe] = {
+    "logitspec": Recipe(
+        _logitspec_needs,
+        _logitspec_prepare,
+        _logitspec_assemble,
+        "logitspec with adaptive=true needs the tree-cost curve, which this server did not measure at "
+        "startup; ask with adaptive=false (operator: specdec serve --method-config logitspec)",
+    ),
+    "draft": Recipe(
+        _draft_needs,
+        _draft_prepare,
+        _draft_assemble,
+        "draft needs a draft model set by the server, and this server has none "
+        "(operator: specdec serve --method-config draft:draft_model=NAME)",
+    ),
+    "layerskip": Recipe(
+        _layerskip_needs,
+        _layerskip_prepare,
+        _layerskip_assemble,
+        "layerskip needs a calibrated skip set, which this server did not prepare at startup "
+        "(operator: specdec serve --method-config layerskip, or --method-config layerskip:skip=4+6+8)",
+    ),
+}

@@ -1,0 +1,108 @@
+"""Proposers built once per distinct method config and reused across requests (an LRU pool).
+
+Why: building a proposer per request made `draft` reload its draft model and
+`logitspec` re-read (or re-measure) its cost curve inside requests. Here the
+expensive parts are prepared once at startup (`specdec.serve.parts`) and each
+distinct frozen config's proposer is kept, least recently used first out.
+
+Invariants:
+- `prepare` (startup) is the only place expensive parts are made; `get` only
+  assembles from prepared parts, and refuses (`RequestRefused`, code
+  "method_not_available") a config whose parts were not prepared: `check` says
+  so before a request is queued;
+- at most `capacity` proposers are kept; a proposer evicted while in use stays
+  valid for its user (the pool only forgets it);
+- the pool hands out shared objects: a proposer must be used by one generation
+  at a time. The server's single decode worker guarantees that; `begin(prompt_ids)`
+  resets each proposer's per-request state (n-gram index, draft KV cache, Jacobi
+  window). What a pooled proposer keeps across requests are its adaptive
+  statistics (acceptance rates, draft-length fits): they change its speed, never
+  its output, which verification keeps lossless;
+- every method is thread-safe (one lock), so a second worker could not corrupt it.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from specdec.models import LoadedModel
+from specdec.proposers import method_name
+from specdec.serve.options import RequestRefused
+from specdec.serve.parts import RECIPES, Recipe
+
+DEFAULT_CAPACITY = 8
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    builds: int  # proposers assembled (a miss)
+    hits: int  # requests served by a kept proposer
+    evictions: int
+    size: int
+    prepared: int  # sets of expensive parts made
+
+
+class ProposerPool:
+    """An LRU map from frozen method config to its built proposer, over parts prepared at startup."""
+
+    def __init__(
+        self, loaded: LoadedModel, capacity: int = DEFAULT_CAPACITY, recipes: Mapping[str, Recipe] = RECIPES
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.loaded = loaded
+        self.capacity = capacity
+        self.recipes = dict(recipes)
+        self._proposers: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+        self._parts: dict[Hashable, Any] = {}
+        self._lock = threading.Lock()
+        self._builds = self._hits = self._evictions = 0
+
+    def _needs(self, config: Any) -> tuple[Recipe | None, Hashable | None]:
+        recipe = self.recipes.get(method_name(config))
+        return recipe, (recipe.needs(config) if recipe else None)
+
+    def prepare(self, config: Any) -> None:
+        """Make the expensive parts `config` needs (startup only: this may load, measure or calibrate)."""
+        recipe, key = self._needs(config)
+        with self._lock:
+            if recipe is not None and key is not None and key not in self._parts:
+                self._parts[key] = recipe.prepare(self.loaded, config)
+
+    def check(self, config: Any) -> None:
+        """Refuse a config whose parts were not prepared (before its request is queued)."""
+        recipe, key = self._needs(config)
+        with self._lock:
+            if recipe is not None and key is not None and key not in self._parts:
+                raise RequestRefused(recipe.missing, "specdec.method", "method_not_available")
+
+    def get(self, config: Any) -> Any:
+        """The proposer for `config`: the kept one, or one assembled from prepared parts."""
+        recipe, key = self._needs(config)
+        with self._lock:
+            if config in self._proposers:
+                self._proposers.move_to_end(config)
+                self._hits += 1
+                return self._proposers[config]
+            if recipe is None:
+                proposer = config.build(self.loaded)
+            elif key is not None and key not in self._parts:
+                raise RequestRefused(recipe.missing, "specdec.method", "method_not_available")
+            else:
+                proposer = recipe.assemble(self.loaded, config, self._parts.get(key))
+            self._builds += 1
+            self._proposers[config] = proposer
+            if len(self._proposers) > self.capacity:
+                self._proposers.popitem(last=False)
+                self._evictions += 1
+            return proposer
+
+    def stats(self) -> PoolStats:
+        with self._lock:
+            return PoolStats(
+                self._builds, self._hits, self._evictions, len(self._proposers), len(self._parts)
+            )

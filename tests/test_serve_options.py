@@ -1,0 +1,204 @@
+"""Which method options a request may set (specdec.serve.options), without a model or a server.
+
+What must hold (each test can fail):
+- the allowlist names only real options, and never one that names a path or
+  triggers a conversion, measurement or calibration;
+- every refusal is a RequestRefused naming the option (or method), with the
+  OpenAI param and code; the method string and the options object are held to
+  the same allowlist and bounds;
+- a request's config is the server's settings plus the allowed options, nothing else:
+  a request cannot change a server-side option, whatever it sends (fuzzed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specdec.proposers import METHODS, MethodError, make_config, method_config_class
+from specdec.serve.options import (
+    REQUEST_OPTIONS,
+    ChoiceOption,
+    FlagOption,
+    FloatOption,
+    IntOption,
+    MethodSettings,
+    RequestRefused,
+)
+
+SERVER_SIDE = {
+    "draft": {"draft_model", "cache_dir", "quantize", "cost_ratio", "verify_cost"},
+    "layerskip": {"skip", "cache_dir", "verify_cost"},
+    "logitspec": {"costs_dir"},
+}
+SETTINGS = MethodSettings.from_specs(
+    "logitspec:budget=16", ["draft:draft_model=some-draft,cache_dir=/srv/cache", "logitspec:costs_dir=/srv/costs"]
+)
+
+
+def refusal(method: str | None, options: dict[str, Any] | None = None) -> RequestRefused:
+    with pytest.raises(RequestRefused) as caught:
+        SETTINGS.resolve(method, options)
+    return caught.value
+
+
+# ------------------------------------------------------------------ the allowlist itself
+def test_the_allowlist_covers_every_method_and_names_only_real_options():
+    assert set(REQUEST_OPTIONS) == set(METHODS)
+    for name, allowed in REQUEST_OPTIONS.items():
+        fields = {field.name for field in dataclasses.fields(method_config_class(name))}
+        assert set(allowed) <= fields, name
+        assert not set(allowed) & SERVER_SIDE.get(name, set()), name
+        assert not any("dir" in option or "model" in option or "path" in option for option in allowed), name
+
+
+def test_every_allowed_default_is_within_its_bounds():
+    """A request that sets an option to its own default is never refused."""
+    for name, allowed in REQUEST_OPTIONS.items():
+        defaults = make_config(name)
+        for option, bound in allowed.items():
+            assert bound.parse(getattr(defaults, option)) == getattr(defaults, option), (name, option)
+
+
+@pytest.mark.parametrize(
+    ("bound", "good", "bad"),
+    [
+        (IntOption(1, 64), [1, 64, "7", " 8 ", 9.0], [0, 65, -1, 10**30, True, "x", "", 2.5, None, [3]]),
+        (FloatOption(0.0, 10.0), [0, 10, "2.5", 0.1], ["nan", "inf", float("nan"), -0.1, 11, True, None, "x"]),
+        (ChoiceOption(("earliest", "latest")), ["latest", " earliest"], ["first", 1, None, True]),
+        (FlagOption(), [True, False, "true", "No", "1", "0"], [1, 0, "maybe", None, 2.0]),
+    ],
+)
+def test_bounds_accept_and_refuse(bound, good, bad):
+    for value in good:
+        bound.parse(value)
+    for value in bad:
+        with pytest.raises((ValueError, TypeError)):
+            bound.parse(value)
+
+
+# ------------------------------------------------------------------ refusals
+@pytest.mark.parametrize(
+    ("method", "options", "option"),
+    [
+        ("draft", {"draft_model": "/etc"}, "draft_model"),
+        ("draft", {"cache_dir": "/tmp/x"}, "cache_dir"),
+        ("draft", {"quantize": "int8"}, "quantize"),
+        ("logitspec", {"costs_dir": "/tmp/x"}, "costs_dir"),
+        ("layerskip", {"skip": "1+2"}, "skip"),
+        ("layerskip", {"cache_dir": "/"}, "cache_dir"),
+        (None, {"costs_dir": "/tmp"}, "costs_dir"),  # the default method's options
+    ],
+)
+def test_server_side_options_are_refused_naming_the_option(method, options, option):
+    error = refusal(method, options)
+    assert (error.param, error.code) == ("specdec.options", "option_not_allowed")
+    assert repr(option) in str(error) and "set by the server" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("method", "option"),
+    [("logitspec:costs_dir=/tmp", "costs_dir"), ("draft:draft_model=/etc", "draft_model"), ("pld:x=1", "x")],
+)
+def test_options_in_the_method_string_go_through_the_same_allowlist(method, option):
+    error = refusal(method)
+    assert (error.param, error.code) == ("specdec.method", "option_not_allowed")
+    assert repr(option) in str(error)
+
+
+@pytest.mark.parametrize(
+    ("method", "options", "option"),
+    [
+        ("logitspec", {"budget": 1000}, "budget"),
+        ("logitspec:budget=1000", None, "budget"),
+        ("logitspec", {"budget": 0}, "budget"),
+        ("logitspec", {"k": 101}, "k"),
+        ("logitspec", {"max_ngram": 4}, "max_ngram"),
+        ("logitspec", {"min_gain": "nan"}, "min_gain"),
+        ("logitspec", {"adaptive": "maybe"}, "adaptive"),
+        ("pld", {"num_pred_tokens": 21}, "num_pred_tokens"),
+        ("pld", {"prefer": "middle"}, "prefer"),
+        ("lookahead", {"max_nodes": 10**6}, "max_nodes"),
+        ("draft", {"k": True}, "k"),
+    ],
+)
+def test_out_of_bounds_values_are_refused_naming_the_option(method, options, option):
+    error = refusal(method, options)
+    assert error.code == "invalid_value" and error.param.startswith("specdec.")
+    assert repr(option) in str(error)
+
+
+def test_unknown_methods_malformed_strings_and_clashing_options_are_refused():
+    assert refusal("no-such-method").code == "invalid_method"
+    assert refusal("logitspec:novalue").param == "specdec.method"
+    assert refusal("logitspec", {"no_such_option": 1}).code == "option_not_allowed"
+    clash = refusal("pld", {"min_ngram": 4, "max_ngram": 2})  # each in bounds, not together
+    assert (clash.param, clash.code) == ("specdec.options", "invalid_value")
+
+
+# ------------------------------------------------------------------ what a request gets
+def test_no_specdec_field_gets_the_server_default_exactly():
+    resolved = SETTINGS.resolve(None, None)
+    assert resolved.name == "logitspec"
+    assert resolved.config == make_config("logitspec", {"budget": "16", "costs_dir": "/srv/costs"})
+    assert "costs_dir" not in resolved.visible and resolved.visible["budget"] == 16
+
+
+def test_request_options_go_on_top_of_the_server_settings():
+    resolved = SETTINGS.resolve("draft:k=3", {"max_k": 5, "adaptive": "false"})
+    assert resolved.config.draft_model == "some-draft" and resolved.config.cache_dir == "/srv/cache"
+    assert (resolved.config.k, resolved.config.max_k, resolved.config.adaptive) == (3, 5, False)
+    assert set(resolved.visible) == set(REQUEST_OPTIONS["draft"])
+
+
+def test_server_settings_are_checked_at_startup_and_merged():
+    with pytest.raises(MethodError):
+        MethodSettings.from_specs("logitspec", ["logitspec:no_such=1"])
+    with pytest.raises(MethodError):
+        MethodSettings.from_specs("nothing")
+    merged = MethodSettings.from_specs("logitspec:k=5", ["logitspec:k=9,budget=8", "layerskip:skip=3+4"])
+    assert merged.settings["logitspec"] == {"k": "5", "budget": "8"}  # --method's own options win
+    assert merged.configured == ("logitspec", "layerskip")
+
+
+# ------------------------------------------------------------------ fuzzing resolve()
+def _names() -> st.SearchStrategy[str]:
+    fields = sorted({f.name for name in METHODS for f in dataclasses.fields(method_config_class(name))})
+    return st.sampled_from(fields) | st.text(max_size=12)
+
+
+VALUES = (
+    st.integers(-(10**20), 10**20)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.booleans()
+    | st.text(max_size=12)
+    | st.sampled_from(["/etc", "../..", "1e9", "true", "0", "-1", "latest", "int8", "timed"])
+)
+METHOD_STRINGS = st.one_of(
+    st.none(),
+    st.sampled_from(sorted(METHODS)),
+    st.builds(
+        lambda name, pairs: name + ":" + ",".join(f"{k}={v}" for k, v in pairs),
+        st.sampled_from(sorted(METHODS)) | st.text(max_size=8),
+        st.lists(st.tuples(_names(), st.text(max_size=8) | st.integers().map(str)), max_size=3),
+    ),
+    st.text(max_size=30),
+)
+
+
+@given(method=METHOD_STRINGS, options=st.dictionaries(_names(), VALUES, max_size=4))
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+def test_fuzzed_requests_get_a_config_or_a_refusal_never_a_server_side_change(method, options):
+    try:
+        resolved = SETTINGS.resolve(method, options)
+    except RequestRefused as error:
+        assert error.param in ("specdec.method", "specdec.options") and str(error)
+        return
+    server = SETTINGS.server_config(resolved.name)
+    for field in dataclasses.fields(server):
+        if field.name not in REQUEST_OPTIONS[resolved.name]:
+            assert getattr(resolved.config, field.name) == getattr(server, field.name), field.name
