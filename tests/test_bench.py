@@ -10,14 +10,19 @@ assertions: the machine is shared.
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import subprocess
 from pathlib import Path
 from statistics import mean
 
 import pytest
 
-from specdec.bench import BenchConfig, BenchConfigError, run_bench, split_method_list
+from specdec.bench import BenchConfig, BenchConfigError, run_bench, runner, split_method_list
+from specdec.bench.report import source_revision
+from specdec.bench.resume import read_responses
 from specdec.cli import main
-from specdec.data import DataError
+from specdec.data import DataError, load_questions
 from specdec.prompts import encode_prompt
 from specdec.proposers import METHODS, MethodError
 
@@ -60,6 +65,7 @@ def bench_run(default_model, tmp_path_factory):
         data=str(write_questions(tmp / "questions.jsonl", QUESTIONS)),
         methods=methods_under_test(),
         max_new_tokens=MAX_NEW_TOKENS,
+        warmup=0,  # timing is not what these tests check
         out=str(tmp / "results"),
         progress=False,
     )
@@ -105,6 +111,9 @@ def test_results_folder_and_rows(bench_run):
     assert manifest["model"]["dtype"] == "float32"
     assert manifest["machine"]["torch_threads"] >= 1 and manifest["versions"]["torch"]
     assert manifest["data"]["question_ids"] == ["81", "301"]
+    assert manifest["status"] == "complete" and len(manifest["sessions"]) == 1
+    assert manifest["git"] == manifest["sessions"][0]["git"] and set(manifest["git"]) == {"commit", "dirty"}
+    assert {row["session"] for row in rows} == {manifest["sessions"][0]["id"]}
     assert "| **overall** |" in (out_dir / "summary.md").read_text()
 
 
@@ -121,7 +130,8 @@ def test_summary_agrees_with_rows(bench_run):
         assert got["exact_match_hf_greedy"] == pytest.approx(want["exact_match"]["hf-greedy"])
         assert got["speedup_vs_plain"] == pytest.approx(want["tokens_per_s"] / plain["tokens_per_s"])
         assert got["speedup_vs_hf_greedy"] == pytest.approx(want["tokens_per_s"] / hf_greedy["tokens_per_s"])
-    assert set(summary.categories) == {"mt_bench", "summarization"}
+    # A user's file keeps its own categories: "writing" is not folded into Spec-Bench's mt_bench.
+    assert set(summary.categories) == {"writing", "summarization"}
 
 
 def test_plain_is_token_identical_to_transformers_greedy(bench_run):
@@ -220,3 +230,167 @@ def test_method_list_keeps_options_with_their_method():
         split_method_list("k=60,plain")
     with pytest.raises(BenchConfigError):
         split_method_list(" , ")
+
+
+# --- resume -------------------------------------------------------------------------------------------
+
+SUBSET = Path(__file__).parent / "data" / "spec_bench_subset.jsonl"
+RESUME_METHODS = ("plain", "pld")
+
+
+class Killed(Exception):
+    """Stands for the process being killed in the middle of a run."""
+
+
+def resume_config(folder: Path, limit: int, **changes) -> BenchConfig:
+    """MT-bench's coding question (two turns), then a translation one: the subset's shortest prompts."""
+    settings = dict(data=str(SUBSET), categories=("coding", "translation"), limit=limit, methods=RESUME_METHODS,
+                    max_new_tokens=4, warmup=0, resume=str(folder), progress=False)
+    return BenchConfig(**{**settings, **changes})
+
+
+@pytest.fixture(scope="module")
+def resumed(default_model, tmp_path_factory):
+    """A run killed at its fourth pair (one question), then resumed with two questions."""
+    out = tmp_path_factory.mktemp("resume") / "run"
+    original = runner.SpecdecContender.run
+    calls = []
+
+    def dies_at_the_fourth_pair(self, prompt_ids):
+        if len(calls) == 3:
+            raise Killed
+        calls.append(1)
+        return original(self, prompt_ids)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runner.SpecdecContender, "run", dies_at_the_fourth_pair)
+        with pytest.raises(Killed):
+            run_bench(resume_config(out, limit=1), loaded=default_model)
+    killed_rows = read_rows(out)
+    killed_manifest = json.loads((out / "manifest.json").read_text())
+    summary = run_bench(resume_config(out, limit=2), loaded=default_model, command="pytest resume")
+    return {"out": out, "killed_rows": killed_rows, "killed_manifest": killed_manifest, "summary": summary,
+            "rows": read_rows(out), "manifest": json.loads((out / "manifest.json").read_text())}
+
+
+def without_flags(row: dict) -> dict:
+    return {k: v for k, v in row.items() if not k.startswith("match_")}
+
+
+def test_a_killed_run_keeps_every_completed_pair(resumed):
+    killed = resumed["killed_rows"]
+    # Question 121, turn 1 for both methods and turn 2 for plain: flushed as each pair completed.
+    assert [(r["question_id"], r["turn"], r["method"]) for r in killed] == [
+        ("121", 1, "plain"), ("121", 1, "pld"), ("121", 2, "plain")]
+    assert resumed["killed_manifest"]["status"] == "running"
+    assert resumed["killed_manifest"]["finished_utc"] is None
+
+
+def test_resume_runs_only_the_missing_pairs(resumed, default_model):
+    killed, rows = resumed["killed_rows"], resumed["rows"]
+    first_session = killed[0]["session"]
+    assert len(rows) == 6 and len({(r["question_id"], r["turn"], r["method"]) for r in rows}) == 6
+    # The three completed pairs are the same rows, not re-run (same session, times and tokens).
+    assert [without_flags(r) for r in rows[:3]] == [without_flags(r) for r in killed]
+    new = rows[3:]
+    assert {r["session"] for r in new} != {first_session} and len({r["session"] for r in new}) == 1
+    assert [(r["question_id"], r["turn"], r["method"]) for r in new][0] == ("121", 2, "pld")
+    assert sorted((r["question_id"], r["method"]) for r in new[1:]) == [("161", "plain"), ("161", "pld")]
+    # The resumed second turn follows pld's own first answer from the first session.
+    turn1 = next(r for r in killed if r["method"] == "pld" and r["turn"] == 1)
+    question = load_questions(SUBSET, categories=["coding"])[0]
+    messages = [{"role": "user", "content": question.turns[0]},
+                {"role": "assistant", "content": turn1["text"].strip()},
+                {"role": "user", "content": question.turns[1]}]
+    assert new[0]["num_prompt_tokens"] == len(encode_prompt(default_model.tokenizer, messages, chat=True))
+    # Exact-match flags are final over all rows, old and new.
+    by_key = {(r["question_id"], r["turn"], r["method"]): r["token_ids"] for r in rows}
+    for r in rows:
+        assert r["match_plain"] == (r["token_ids"] == by_key[(r["question_id"], r["turn"], "plain")])
+
+
+def test_resumed_summary_and_manifest_cover_all_rows(resumed):
+    summary, rows, manifest = resumed["summary"], resumed["rows"], resumed["manifest"]
+    for method in RESUME_METHODS:
+        overall = summary.stats[method]["overall"]
+        assert overall["num_turns"] == 3 and overall["num_questions"] == 2
+        assert overall["new_tokens"] == sum(r["new_tokens"] for r in rows if r["method"] == method)
+        assert overall["tokens_per_s"] == pytest.approx(recompute(rows, method)["tokens_per_s"])
+    assert set(summary.categories) == {"mt_bench", "translation"}  # the Spec-Bench subset folds MT-bench
+    assert manifest["status"] == "complete" and manifest["data"]["question_ids"] == ["121", "161"]
+    first, second = manifest["sessions"]
+    assert first["finished_utc"] is None and second["finished_utc"] == manifest["finished_utc"]
+    assert manifest["started_utc"] == first["started_utc"] and second["command"] == "pytest resume"
+    assert {r["session"] for r in rows} == {first["id"], second["id"]}
+    for git in (manifest["git"], first["git"], second["git"]):
+        assert git["commit"] == "unknown" or re.fullmatch(r"[0-9a-f]{40}", git["commit"])
+    assert manifest["run_identity"]["max_new_tokens"] == 4 and manifest["run_identity"]["dtype"] == "float32"
+
+
+def test_resume_refuses_a_different_run_and_names_what_differs(resumed, default_model, tmp_path):
+    out = resumed["out"]
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(BenchConfigError, match=r"max_new_tokens: 4 there, 5 here.*temperature: 0.0 there, 0.5 here"):
+        run_bench(resume_config(out, limit=2, max_new_tokens=5, temperature=0.5), loaded=default_model)
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(SUBSET.read_text(encoding="utf-8").splitlines(keepends=True)[:-1]), encoding="utf-8")
+    with pytest.raises(BenchConfigError, match="data_sha256"):
+        run_bench(resume_config(out, limit=2, data=str(other)), loaded=default_model)
+    with pytest.raises(BenchConfigError, match="methods"):
+        run_bench(resume_config(out, limit=2, methods=("plain",)), loaded=default_model)
+    with pytest.raises(BenchConfigError, match="model: 'smollm2-135m' there, '/no/such/model' here"):
+        run_bench(resume_config(out, limit=2, model="/no/such/model", dtype="fp32"))  # refused before loading
+    with pytest.raises(BenchConfigError, match="not both"):
+        run_bench(resume_config(out, limit=2, out=str(tmp_path / "elsewhere")), loaded=default_model)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_resume_refuses_a_folder_that_is_no_bench_run(tmp_path):
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("mine\n")
+    with pytest.raises(BenchConfigError, match="no manifest.json"):
+        run_bench(resume_config(stray, limit=1, model="/no/such/model", dtype="fp32"))
+
+
+def test_cli_resume_of_a_finished_run_runs_nothing(resumed, tmp_path, capsys):
+    out = tmp_path / "copy"
+    shutil.copytree(resumed["out"], out)
+    argv = ["bench", "--dtype", "fp32", "--data", str(SUBSET), "--categories", "coding,translation", "--limit", "2",
+            "--methods", ",".join(RESUME_METHODS), "--max-new-tokens", "4", "--warmup", "0", "--resume", str(out),
+            "--no-progress"]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["methods"]["plain"]["overall"]["num_turns"] == 3
+    assert read_rows(out) == resumed["rows"]
+    assert len(json.loads((out / "manifest.json").read_text())["sessions"]) == 3
+
+
+def test_a_torn_last_line_is_cut_and_a_bad_line_refused(tmp_path):
+    path = tmp_path / "responses.jsonl"
+    good = [{"question_id": "1", "turn": 1, "method": "plain"}, {"question_id": "1", "turn": 1, "method": "pld"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in good) + '{"question_id": "2", "tu', encoding="utf-8")
+    assert read_responses(path) == good
+    assert path.read_text(encoding="utf-8").endswith("}\n")  # appended rows start on a line of their own
+    path.write_text('{"question_id": "1"}\n' + json.dumps(good[0]) + "\n", encoding="utf-8")
+    with pytest.raises(BenchConfigError, match=":1 is not a responses row"):
+        read_responses(path)
+
+
+def test_source_revision_is_unknown_outside_a_checkout_and_never_raises(tmp_path, monkeypatch):
+    assert source_revision(tmp_path / "absent") == {"commit": "unknown", "dirty": None}
+    package = tmp_path / "repo" / "pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    assert source_revision(package) == {"commit": "unknown", "dirty": None}  # not a git checkout
+    git = ["git", "-C", str(package.parent), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    assert source_revision(package)["commit"] == "unknown"  # a checkout that does not track the package
+    subprocess.run([*git, "add", "pkg/__init__.py"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "x"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    assert source_revision(package) == {"commit": head, "dirty": False}
+    (package / "__init__.py").write_text("changed = 1\n")
+    assert source_revision(package) == {"commit": head, "dirty": True}
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no git at all
+    assert source_revision(package) == {"commit": "unknown", "dirty": None}

@@ -199,6 +199,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--draft-model", default=None, help="assistant model for hf-assisted")
     p.add_argument("--warmup", type=int, default=1, help="warm-up runs per method before timing")
     p.add_argument("--out", default=None, help="results folder (default results/bench-<UTC time>)")
+    p.add_argument("--resume", default=None, metavar="DIR",
+                   help="continue the run in DIR: skip the (question, turn, method) pairs in its responses.jsonl, "
+                        "then report over all rows; refused if DIR holds a run with other settings")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_bench)
 
@@ -214,7 +217,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         categories=tuple(c.strip() for c in args.categories.split(",") if c.strip()) if args.categories else None,
         per_category=args.per_category, limit=args.limit, chat=not args.no_chat,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed, threads=args.threads,
-        draft_model=args.draft_model, warmup=args.warmup, out=args.out, progress=not args.no_progress,
+        draft_model=args.draft_model, warmup=args.warmup, out=args.out, resume=args.resume,
+        progress=not args.no_progress,
     )
     summary = run_bench(config, command=shlex.join(sys.argv))
     print(json.dumps(summary.to_dict()), flush=True)  # the last line of stdout: the summary as JSON

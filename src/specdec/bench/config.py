@@ -12,12 +12,14 @@ Invariants:
   validated proposer config from `specdec.proposers`) or a transformers
   reference baseline (`HfBaseline`);
 - method labels are unique (a label is the method string in canonical form);
-- an existing, non-empty results folder is never written into.
+- an existing, non-empty results folder is never written into, except by
+  `resume`, which continues a run there (see `specdec.bench.resume`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -85,6 +87,7 @@ class BenchConfig:
     draft_model: str | None = None
     warmup: int = 1  # warm-up runs per method, on a short prompt, before timing
     out: str | None = None  # None: results/bench-<UTC timestamp>[-n]
+    resume: str | None = None  # a results folder to continue (skips the pairs it holds); replaces `out`
     results_root: str = "results"
     progress: bool = True
 
@@ -111,6 +114,7 @@ class BenchPlan:
     questions: tuple[Question, ...]
     out_dir: Path
     data_path: str
+    data_sha256: str  # of the prompts file: a resumed run must read the same questions
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -213,6 +217,18 @@ def prepare(config: BenchConfig) -> BenchPlan:
     questions = load_questions(config.data, config.categories, config.per_category, config.limit)
     if not questions:
         raise DataError("no questions left after --categories / --per-category / --limit")
-    out_dir = check_out_dir(config.out) if config.out else default_out_dir(config.results_root)
     data_path = Path(config.data) if config.data else default_questions_path()
-    return BenchPlan(methods, tuple(questions), out_dir, str(data_path))
+    digest = hashlib.sha256(data_path.read_bytes()).hexdigest()
+    return BenchPlan(methods, tuple(questions), choose_out_dir(config), str(data_path), digest)
+
+
+def choose_out_dir(config: BenchConfig) -> Path:
+    """`resume` (a folder that may hold a run), else `out` (must be empty), else a new timestamped folder."""
+    if config.resume is not None:
+        if config.out is not None and Path(config.out) != Path(config.resume):
+            raise BenchConfigError("give --out DIR for a new run or --resume DIR to continue one, not both")
+        path = Path(config.resume)
+        if path.exists() and not path.is_dir():
+            raise BenchConfigError(f"cannot resume {path}: it is not a folder")
+        return path
+    return check_out_dir(config.out) if config.out else default_out_dir(config.results_root)

@@ -13,12 +13,15 @@ Invariants:
 - MAT as the engine defines it: (new tokens - 1) / decode steps, the prefill's
   forward pass and the token it yields left out (plain decoding = 1.00 exactly);
   decode steps = target forward passes - 1 (the prefill), for transformers too;
-- exact-match flags are computed here from token ids, never assumed.
+- exact-match flags are computed here from token ids, never assumed, and
+  recomputed over all rows once a run ends (`fill_match_flags`);
+- a row is identified by (question_id, turn, method) (`pair_key`): a resumed
+  run skips the pairs already in responses.jsonl.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,18 +100,51 @@ def cut_at_eos(token_ids: Iterable[int], eos_token_ids: Iterable[int], max_new_t
     return kept, False
 
 
-def match_flags(results: dict[str, RunResult], baselines: Sequence[str]) -> dict[str, dict[str, bool | None]]:
-    """label -> {baseline: token-identical to that baseline's output (None when it did not run)}."""
-    return {
-        label: {b: (result.token_ids == results[b].token_ids) if b in results else None for b in baselines}
-        for label, result in results.items()
-    }
+PairKey = tuple[str, int, str]  # (question_id, turn, method): one row of responses.jsonl
+
+
+def pair_key(row: Mapping[str, Any]) -> PairKey:
+    return str(row["question_id"]), int(row["turn"]), str(row["method"])
+
+
+def match_field(baseline: str) -> str:
+    return "match_" + baseline.replace("-", "_")
+
+
+def match_fields(
+    token_ids: Sequence[int], baseline_rows: Mapping[str, Mapping[str, Any] | None], baselines: Sequence[str]
+) -> dict[str, bool | None]:
+    """{match_<baseline>: token-identical to that baseline's row for the same turn (None: no such row yet)}."""
+    flags: dict[str, bool | None] = {}
+    for baseline in baselines:
+        other = baseline_rows.get(baseline)
+        flags[match_field(baseline)] = None if other is None else list(token_ids) == list(other["token_ids"])
+    return flags
+
+
+def fill_match_flags(rows: Sequence[dict[str, Any]], baselines: Sequence[str]) -> list[dict[str, Any]]:
+    """The rows with every match flag recomputed from token ids over all rows (new dicts; order kept).
+
+    Rows are written the moment their run completes, before every baseline of
+    that turn may have run (methods take turns in rotating order, and a resumed
+    run adds rows later), so a row's flags are final only once all rows are in.
+    """
+    by_key = {pair_key(row): row for row in rows}
+    filled = []
+    for row in rows:
+        qid, turn, _ = pair_key(row)
+        bases = {b: by_key.get((qid, turn, b)) for b in baselines}
+        filled.append({**row, **match_fields(row["token_ids"], bases, baselines)})
+    return filled
 
 
 def make_row(
-    label: str, question: Question, turn: int, result: RunResult, matches: dict[str, bool | None]
+    label: str, question: Question, turn: int, result: RunResult, matches: Mapping[str, bool | None]
 ) -> dict[str, Any]:
-    """The responses.jsonl row of one method on one question turn (turn counts from 1)."""
+    """The responses.jsonl row of one method on one question turn (turn counts from 1).
+
+    `matches`: {match_<baseline>: flag} as `match_fields` returns it.
+    """
     row: dict[str, Any] = {
         "method": label,
         "question_id": question.question_id,
@@ -133,7 +169,7 @@ def make_row(
         "acceptance_rate": result.acceptance_rate,
         "finish_reason": result.finish_reason,
     }
-    row.update({f"match_{b.replace('-', '_')}": flag for b, flag in matches.items()})
+    row.update(matches)
     row["token_ids"] = result.token_ids
     row["text"] = result.text
     return row

@@ -5,7 +5,11 @@ measured. Every report file is drawn from the one `BenchSummary` (so they agree
 with each other and with the JSON line the CLI prints), and manifest.json
 records what is needed to reproduce or distrust it: model, dtype, device,
 library versions, CPU model, cores and threads, every setting, the question
-ids, the prompts file's sha256 and the command line.
+ids, the prompts file's sha256, the command line and the git commit of the
+source that ran (with whether its tree was dirty; "unknown" outside a git
+checkout). The manifest is written when a run starts (status "running", so a
+killed run can be resumed and checked) and again when it ends; a resumed run
+lists every session that added rows, each with its own command and commit.
 
 Plots use matplotlib's object API on the Agg canvas: no pyplot, no global
 backend switch, no display needed.
@@ -14,10 +18,10 @@ backend switch, no display needed.
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
 import platform
+import subprocess
 import sys
 from dataclasses import asdict, is_dataclass
 from datetime import datetime, timezone
@@ -45,8 +49,15 @@ def write_reports(out_dir: Path, rows: list[dict[str, Any]], summary: BenchSumma
     (out_dir / "summary.md").write_text(markdown_table(summary, context), encoding="utf-8")
     plot_speedups(out_dir / "speedup.png", summary)
     plot_accepted_lengths(out_dir / "accepted_lengths.png", summary)
-    manifest = build_manifest(summary, context)
-    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+    write_manifest(out_dir, summary, context)
+
+
+def write_manifest(out_dir: Path, summary: BenchSummary | None, context: dict[str, Any]) -> None:
+    """manifest.json, replaced atomically (a kill never leaves half a manifest); summary None: the run is going on."""
+    text = json.dumps(build_manifest(summary, context), indent=2, default=str) + "\n"
+    tmp = out_dir / "manifest.json.tmp"
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, out_dir / "manifest.json")
 
 
 def write_csv(path: Path, summary: BenchSummary) -> None:
@@ -68,7 +79,7 @@ def markdown_table(summary: BenchSummary, context: dict[str, Any]) -> str:
     config, target = context["config"], context["target"]
     header = (
         f"# specdec bench\n\nmodel `{target.name}` ({str(target.dtype).replace('torch.', '')}, {target.device}), "
-        f"{len(context['plan'].questions)} questions, max_new_tokens {config.max_new_tokens}, "
+        f"{len(context['question_ids'])} questions, max_new_tokens {config.max_new_tokens}, "
         f"temperature {config.temperature}, seed {config.seed}, torch threads {torch.get_num_threads()}, "
         f"chat template {'on' if context['chat'] else 'off'}.\n\n"
         "tokens/s: mean over questions of tokens/s (Spec-Bench); speedup: that mean / the baseline's; "
@@ -161,20 +172,46 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _sha256(path: str) -> str | None:
+def _utc(timestamp: float | None) -> str | None:
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds") if timestamp else None
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    """stdout of one git command, or None when git is missing, fails or hangs."""
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
         return None
+    return done.stdout if done.returncode == 0 else None
 
 
-def _utc(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds")
+def source_revision(package_dir: Path | None = None) -> dict[str, Any]:
+    """{"commit": HEAD of the checkout specdec runs from, "dirty": uncommitted changes}; never raises.
+
+    Only a checkout that *tracks* the package's files counts: an installed
+    wheel inside some other repository (a venv in a clone) is "unknown", not
+    that repository's commit. Untracked files that git does not ignore count
+    as dirty; `dirty` is None when the commit is unknown.
+    """
+    here = package_dir or Path(__file__).resolve().parents[1]
+    unknown: dict[str, Any] = {"commit": "unknown", "dirty": None}
+    if not here.is_dir() or _git(["ls-files", "--error-unmatch", "__init__.py"], here) is None:
+        return unknown
+    commit = (_git(["rev-parse", "HEAD"], here) or "").strip()
+    if not commit:
+        return unknown
+    status = _git(["status", "--porcelain"], here)
+    return {"commit": commit, "dirty": bool(status.strip()) if status is not None else None}
 
 
-def build_manifest(summary: BenchSummary, context: dict[str, Any]) -> dict[str, Any]:
+def build_manifest(summary: BenchSummary | None, context: dict[str, Any]) -> dict[str, Any]:
+    """The manifest of a run; `summary` None while it is going on (status "running")."""
     config, plan, target, assistant = context["config"], context["plan"], context["target"], context["assistant"]
+    session = context["session"]
     return {
+        "status": "running" if summary is None else "complete",
+        "git": session["git"],
+        "run_identity": context["identity"],
         "model": {"name": target.name, "dtype": str(target.dtype).replace("torch.", ""), "device": str(target.device),
                   "eos_token_ids": list(target.eos_token_ids)},
         "draft_model": assistant.name if assistant is not None else None,
@@ -186,13 +223,19 @@ def build_manifest(summary: BenchSummary, context: dict[str, Any]) -> dict[str, 
         "methods": [{"label": m.label, "name": m.name, "options": _options(m.config)} for m in plan.methods],
         "method_order": "rotated by one per question; turns interleaved across methods",
         "chat_template": context["chat"],
-        "data": {"path": plan.data_path, "sha256": _sha256(plan.data_path),
-                 "question_ids": [q.question_id for q in plan.questions]},
-        "command": context["command"] if context["command"] is not None else " ".join(sys.argv),
-        "started_utc": _utc(context["started"]),
-        "finished_utc": _utc(context["finished"]),
-        "notes": list(summary.notes),
+        "data": {"path": plan.data_path, "sha256": plan.data_sha256, "question_ids": list(context["question_ids"])},
+        "command": session["command"],
+        "started_utc": (context["sessions"][0] if context["sessions"] else session).get("started_utc"),
+        "finished_utc": _utc(context.get("finished")),
+        "sessions": [*context["sessions"], {**session, "finished_utc": _utc(context.get("finished"))}],
+        "notes": list(summary.notes) if summary is not None else [],
     }
+
+
+def new_session(command: str | None, started: float, session_id: str) -> dict[str, Any]:
+    """This invocation's entry in the manifest's `sessions`: its id (also on its rows), command and commit."""
+    return {"id": session_id, "command": command if command is not None else " ".join(sys.argv),
+            "git": source_revision(), "started_utc": _utc(started)}
 
 
 def _options(config: Any) -> dict[str, Any]:

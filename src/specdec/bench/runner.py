@@ -13,19 +13,24 @@ Invariants:
 - MT-bench's second turn is asked after the method's *own* first answer
   (Spec-Bench does the same), so its prompt may differ between methods;
 - the same max_new_tokens, dtype, threads and seed for every method;
-- responses.jsonl is written as turns finish, so a long run that is stopped
-  keeps what it measured.
+- responses.jsonl gets each (question, turn, method) row the moment that run
+  completes (one line, flushed), so a run that is stopped loses at most the
+  pair in flight and `--resume` continues it (`specdec.bench.resume`); once
+  all rows are in, the file is rewritten with the final exact-match flags.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 import torch
 from tqdm import tqdm
@@ -33,8 +38,9 @@ from tqdm import tqdm
 from specdec.bench.baselines import HfContender
 from specdec.bench.config import BASELINES, BenchConfig, BenchPlan, MethodSpec, prepare
 from specdec.bench.metrics import BenchSummary, summarize
-from specdec.bench.records import RunResult, from_engine, make_row, match_flags
-from specdec.bench.report import write_reports
+from specdec.bench.records import PairKey, RunResult, fill_match_flags, from_engine, make_row, match_fields
+from specdec.bench.report import new_session, write_manifest, write_reports
+from specdec.bench.resume import RESPONSES, ResumeState, open_resume, run_identity
 from specdec.data import Question
 from specdec.engine import Engine, GenerationConfig
 from specdec.models import LoadedModel, load_model
@@ -109,25 +115,50 @@ def warm_up(contenders: dict[str, Contender], prompting: Prompting, runs: int, m
             contender.run(prompt_ids)
 
 
+class RowSink:
+    """Appends each finished row to responses.jsonl at once (one line, flushed) and keeps it."""
+
+    def __init__(self, file: IO[str], session_id: str, bar: tqdm) -> None:
+        self.file, self.session_id, self.bar = file, session_id, bar
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, row: dict[str, Any]) -> None:
+        row = {**row, "session": self.session_id, "completed_utc": _now_utc()}
+        self.file.write(json.dumps(row) + "\n")
+        self.file.flush()  # a kill from now on loses nothing of this pair
+        self.rows.append(row)
+        self.bar.update(1)
+
+
 def run_question(
-    question: Question, index: int, contenders: dict[str, Contender], prompting: Prompting, bar: tqdm
-) -> list[dict[str, Any]]:
-    """All turns of one question for every method, interleaved turn by turn; returns its rows."""
+    question: Question,
+    index: int,
+    contenders: dict[str, Contender],
+    prompting: Prompting,
+    done: Mapping[PairKey, dict[str, Any]],
+    sink: RowSink,
+) -> None:
+    """All turns of one question for every method, interleaved turn by turn; pairs in `done` are not run again.
+
+    A skipped pair's stored answer stands in for a new one, so a second turn
+    always follows the method's own first answer, in whichever session it ran.
+    """
     labels = list(contenders)
     shift = index % len(labels)
     order = labels[shift:] + labels[:shift]
     answers: dict[str, list[str]] = {label: [] for label in labels}
-    rows: list[dict[str, Any]] = []
-    for turn in range(len(question.turns)):
-        results: dict[str, RunResult] = {}
+    for turn in range(1, len(question.turns) + 1):
+        turn_rows = {label: done.get((question.question_id, turn, label)) for label in labels}
         for label in order:
-            prompt_ids = prompting.encode(question.turns[: turn + 1], answers[label])
-            results[label] = contenders[label].run(prompt_ids)
-            answers[label].append(results[label].text.strip())
-            bar.update(1)
-        flags = match_flags(results, BASELINES)
-        rows.extend(make_row(label, question, turn + 1, results[label], flags[label]) for label in labels)
-    return rows
+            if turn_rows[label] is not None:
+                answers[label].append(str(turn_rows[label]["text"]).strip())
+                continue
+            prompt_ids = prompting.encode(question.turns[:turn], answers[label])
+            result = contenders[label].run(prompt_ids)
+            answers[label].append(result.text.strip())
+            flags = match_fields(result.token_ids, turn_rows, BASELINES)
+            turn_rows[label] = make_row(label, question, turn, result, flags)
+            sink.add(turn_rows[label])
 
 
 def load_models(config: BenchConfig, plan: BenchPlan, loaded: LoadedModel | None) -> tuple[LoadedModel, LoadedModel | None]:
@@ -144,8 +175,12 @@ def run_bench(config: BenchConfig, loaded: LoadedModel | None = None, command: s
 
     `loaded`: an already-loaded target model (config.model is then not loaded).
     `command`: the command line to record in the manifest.
+    With `config.resume`, the pairs already in that folder are skipped and the
+    summary covers its old rows and the new ones (see `specdec.bench.resume`).
     """
     plan = prepare(config)
+    identity = run_identity(config, plan, loaded)
+    state = open_resume(plan.out_dir, identity) if config.resume is not None else ResumeState()
     if config.threads:
         torch.set_num_threads(config.threads)
     target, assistant = load_models(config, plan, loaded)
@@ -154,11 +189,25 @@ def run_bench(config: BenchConfig, loaded: LoadedModel | None = None, command: s
     out_dir = plan.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    warm_up(contenders, prompting, config.warmup, min(config.max_new_tokens, WARMUP_MAX_NEW_TOKENS))
-    rows = _run_all(plan, contenders, prompting, out_dir / "responses.jsonl", config.progress)
+    session = new_session(command, started, uuid.uuid4().hex[:12])
+    old_ids = [str(row["question_id"]) for row in state.rows]
+    context = {"config": config, "plan": plan, "target": target, "assistant": assistant, "chat": prompting.chat,
+               "identity": identity, "session": session, "sessions": list(state.sessions),
+               "question_ids": list(dict.fromkeys([*old_ids, *(q.question_id for q in plan.questions)]))}
+    write_manifest(out_dir, None, context)  # before any row: a killed run can be resumed and checked
+    if config.progress:
+        print(f"specdec bench: writing {out_dir} (if stopped, continue with --resume {out_dir})", file=sys.stderr)
+    done = state.done
+    pending = sum(1 for q in plan.questions for t in range(1, len(q.turns) + 1) for label in contenders
+                  if (q.question_id, t, label) not in done)
+    if pending:
+        warm_up(contenders, prompting, config.warmup, min(config.max_new_tokens, WARMUP_MAX_NEW_TOKENS))
+    new_rows = _run_all(plan, contenders, prompting, done, out_dir / RESPONSES, session["id"], pending,
+                        config.progress)
+    rows = fill_match_flags([*state.rows, *new_rows], BASELINES)
+    _rewrite_rows(out_dir / RESPONSES, rows)
     summary = summarize(rows, plan.labels, out_dir, run_notes(config))
-    context = {"config": config, "plan": plan, "target": target, "assistant": assistant,
-               "chat": prompting.chat, "command": command, "started": started, "finished": time.time()}
+    context["finished"] = time.time()
     write_reports(out_dir, rows, summary, context)
     return summary
 
@@ -175,17 +224,33 @@ def run_notes(config: BenchConfig) -> list[str]:
 
 
 def _run_all(
-    plan: BenchPlan, contenders: dict[str, Contender], prompting: Prompting, path: Path, progress: bool
+    plan: BenchPlan,
+    contenders: dict[str, Contender],
+    prompting: Prompting,
+    done: Mapping[PairKey, dict[str, Any]],
+    path: Path,
+    session_id: str,
+    pending: int,
+    progress: bool,
 ) -> list[dict[str, Any]]:
-    total = sum(len(q.turns) for q in plan.questions) * len(contenders)
-    rows: list[dict[str, Any]] = []
-    with path.open("w", encoding="utf-8") as file, tqdm(
-        total=total, desc="bench", unit="run", file=sys.stderr, disable=not progress
+    """Every pair not in `done`, each row appended to `path` the moment it completes; returns the new rows."""
+    with path.open("a", encoding="utf-8") as file, tqdm(
+        total=pending, desc="bench", unit="run", file=sys.stderr, disable=not progress
     ) as bar:
+        sink = RowSink(file, session_id, bar)
         for index, question in enumerate(plan.questions):
-            question_rows = run_question(question, index, contenders, prompting, bar)
-            for row in question_rows:
-                file.write(json.dumps(row) + "\n")
-            file.flush()
-            rows.extend(question_rows)
-    return rows
+            run_question(question, index, contenders, prompting, done, sink)
+    return sink.rows
+
+
+def _rewrite_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    """responses.jsonl with the final match flags, replaced atomically (the appended file stands until then)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as file:
+        for row in rows:
+            file.write(json.dumps(row) + "\n")
+    os.replace(tmp, path)
+
+
+def _now_utc() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
