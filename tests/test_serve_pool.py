@@ -114,7 +114,7 @@ def test_real_recipes_assemble_working_proposers(default_model, engine):
     proposer = pool.get(config)
     assert isinstance(proposer, DraftProposer)
     prompt = encode_prompt(default_model.tokenizer, "1, 2, 3, 4,")
-    settings = GenerationConfig(max_new_tokens=6, sampling=SamplingParams(temperature=0.0))
+    settings = GenerationConfig(max_new_tokens=4, sampling=SamplingParams(temperature=0.0))
     plain = engine.generate(prompt, make_config("plain").build(default_model), settings)
     for _ in range(2):  # a pooled proposer serves a second generation from a clean start
         assert engine.generate(prompt, pool.get(config), settings).token_ids == plain.token_ids

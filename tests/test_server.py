@@ -1,15 +1,17 @@
-"""`specdec serve` end to end: a real server process on loopback, the official openai client.
+"""`specdec serve` as a real process on loopback: concurrency, the queue, client disconnects, shutdown.
 
-What must hold (each test can fail):
-- through the openai client, chat and completions, streamed or not, give at
-  temperature 0 exactly the text, finish reason and token counts of
-  `specdec.api.generate` with the same settings (the server adds and loses nothing);
-- the request's `specdec` field picks the method, and the text does not depend on it;
+Only what needs real sockets, a real uvicorn and real signals runs against a
+process here (one for the whole module); everything else about the server runs
+in process (test_serve_app.py, test_server_fuzz.py). No test depends on timing:
+every wait is an event or a bounded poll. What must hold (each test can fail):
 - 8 concurrent streaming clients each get their single-client output, and the
   /metrics counters add up to the `usage` the clients were sent;
-- a full queue answers 429; a client that disconnects cancels its generation;
-- SIGTERM lets the running and the queued streams finish, then the process exits cleanly;
-- the scheduler (in process) is FIFO, bounded, and cancels everything on close.
+- a client that disconnects cancels its generation (a full queue's 429 is tested
+  in process, deterministically: test_serve_app.py);
+- SIGTERM lets the running and the queued streams finish, then the process exits
+  cleanly (this ends the module's server, so it is the module's last server test);
+- the scheduler (in process) is FIFO, bounded, cancels everything on close, and
+  takes its proposers from the pool (one build per config).
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdec.api import generate
 from specdec.engine import Engine, GenerationConfig
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.sampling import SamplingParams
 from specdec.serve.metrics import ServerMetrics
+from specdec.serve.pool import ProposerPool
 from specdec.serve.process import ServerProcess
 from specdec.serve.scheduler import (
     CancelledEvent,
@@ -45,44 +47,33 @@ from specdec.serve.scheduler import (
 
 METHOD = "logitspec"
 MODEL = "smollm2-135m"
-MAX_QUEUE = 7  # main server: 1 running + 7 waiting = 8 concurrent clients, the 9th gets 429
-LIMIT = 256
-SERVER_ARGS = ["--dtype", "fp32", "--method", METHOD, "--log-level", "warning"]
+MAX_QUEUE = 7  # 1 running + 7 waiting = 8 concurrent clients
+LIMIT = 1024
+SERVER_ARGS = ["--dtype", "fp32", "--method", METHOD, "--log-level", "warning", "--max-queue", str(MAX_QUEUE),
+               "--max-tokens-limit", str(LIMIT), "--shutdown-timeout", "60"]  # fmt: skip
 MESSAGES = [{"role": "user", "content": "Name three colors of the rainbow."}]
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"  # greedy SmolLM2 counts on for hundreds of tokens without EOS
-# A request that holds the decode worker for LIMIT plain forward passes (seconds even on an idle
-# machine) until its client leaves: it makes "one running, the rest waiting" a fact, not a race.
+# A request that would hold the decode worker for LIMIT plain forward passes (many seconds on any
+# machine) if its client did not leave after a few chunks: "still running when the client left" is a fact.
 HOLD = {"prompt": COUNTING, "max_tokens": LIMIT, "temperature": 0, "stream": True, "specdec": {"method": "plain"}}
 PROMPTS = ["Say hello.", "Name a fruit.", "What is 3+4?", "Name a planet.", "Give me a color."]
-WAIT_S = 90.0  # bound on every poll loop
+WAIT_S = 120.0  # bound on every poll loop
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory) -> Iterator[dict[str, ServerProcess]]:
-    """Both server processes start at once (model loading overlaps); all are stopped at the end."""
-    logs = tmp_path_factory.mktemp("server-logs")
-    specs = {
-        "main": [*SERVER_ARGS, "--max-queue", str(MAX_QUEUE), "--max-tokens-limit", str(LIMIT)],
-        "shutdown": [*SERVER_ARGS, "--max-tokens-limit", "32", "--shutdown-timeout", "60"],
-    }
-    started: dict[str, ServerProcess] = {}
+def server(default_model, tmp_path_factory) -> Iterator[ServerProcess]:
+    """One server process for the module. `default_model` first: the model is converted and the
+    cost curve cached before the child starts, so the child only reads them."""
+    process = ServerProcess(SERVER_ARGS, tmp_path_factory.mktemp("server-logs") / "server.log").start()
     try:
-        for name, args in specs.items():
-            started[name] = ServerProcess(args, logs / f"{name}.log").start()
-        yield started
+        yield process.wait_ready()
     finally:
-        for server in started.values():
-            server.stop()
-
-
-@pytest.fixture(scope="module")
-def server(servers) -> ServerProcess:
-    return servers["main"].wait_ready()
+        process.stop()
 
 
 @pytest.fixture
 def client(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120, max_retries=0)
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=300, max_retries=0)
 
 
 # ------------------------------------------------------------------ helpers
@@ -123,7 +114,7 @@ def data_lines(response: httpx.Response) -> Iterator[str]:
             yield line[len("data: ") :]
 
 
-def stream_chat(client: openai.OpenAI, prompt: str, max_tokens: int = 8) -> tuple[str, object]:
+def stream_chat(client: openai.OpenAI, prompt: str, max_tokens: int = 6) -> tuple[str, object]:
     """(text, usage) of one streamed chat request at temperature 0."""
     chunks = client.chat.completions.create(
         model=MODEL,
@@ -140,70 +131,6 @@ def stream_chat(client: openai.OpenAI, prompt: str, max_tokens: int = 8) -> tupl
     return "".join(parts), usage
 
 
-# ------------------------------------------------------------------ the openai client
-def test_chat_through_openai_client_matches_library(client, default_model):
-    expected = generate(default_model, MESSAGES, METHOD, max_new_tokens=24, temperature=0.0, chat=True)
-    reply = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=24, temperature=0)
-    assert reply.choices[0].message.content == expected.text
-    assert reply.choices[0].finish_reason == expected.finish_reason
-    assert reply.usage.prompt_tokens == expected.stats.num_prompt_tokens
-    assert reply.usage.completion_tokens == len(expected.token_ids)
-    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
-    stats = reply.model_extra["specdec"]
-    assert stats["method"] == METHOD and stats["num_new_tokens"] == len(expected.token_ids)
-    assert sum(stats["accepted_histogram"].values()) == stats["num_forward_passes"] - 1  # decode steps
-
-    chunks = list(
-        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=24, temperature=0, stream=True)
-    )
-    assert chunks[0].choices[0].delta.role == "assistant"
-    assert "".join(c.choices[0].delta.content or "" for c in chunks) == expected.text
-    assert [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason] == [expected.finish_reason]
-    assert chunks[-1].choices[0].finish_reason == expected.finish_reason  # the stats ride on the last chunk
-    assert chunks[-1].model_extra["specdec"]["num_new_tokens"] == len(expected.token_ids)
-
-
-def test_completions_through_openai_client_match_library(client, default_model):
-    prompt, stop = "The three primary colors are", ["."]
-    expected = generate(default_model, prompt, METHOD, max_new_tokens=24, temperature=0.0, stop=stop)
-    reply = client.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0, stop=stop)
-    assert reply.choices[0].text == expected.text and "." not in expected.text
-    assert reply.choices[0].finish_reason == expected.finish_reason
-    assert reply.usage.completion_tokens == len(expected.token_ids)
-
-    chunks = list(
-        client.completions.create(
-            model=MODEL, prompt=prompt, max_tokens=24, temperature=0, stop=stop, stream=True,
-            stream_options={"include_usage": True},
-        )
-    )  # fmt: skip
-    assert "".join(c.choices[0].text for c in chunks if c.choices) == expected.text
-    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(expected.token_ids)
-    assert chunks[-1].model_extra["specdec"]["method"] == METHOD
-
-
-def test_specdec_field_picks_the_method_and_the_text_does_not_change(client):
-    def ask(method: str):
-        return client.chat.completions.create(
-            model=MODEL, messages=MESSAGES, max_tokens=16, temperature=0, extra_body={"specdec": {"method": method}}
-        )
-
-    plain, spec = ask("plain"), ask(METHOD)
-    assert plain.model_extra["specdec"]["method"] == "plain"
-    assert plain.model_extra["specdec"]["mat"] == 1.0
-    assert spec.model_extra["specdec"]["method"] == METHOD
-    assert spec.choices[0].message.content == plain.choices[0].message.content
-
-
-def test_seeded_sampling_is_reproducible(client):
-    def ask() -> str:
-        reply = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=12, temperature=0.9,
-                                          top_p=0.9, seed=1234)  # fmt: skip
-        return reply.choices[0].text
-
-    assert ask() == ask()
-
-
 # ------------------------------------------------------------------ concurrency, queue, cancellation
 def test_eight_concurrent_streaming_clients_get_their_single_client_output(server, client):
     single = {prompt: stream_chat(client, prompt)[0] for prompt in PROMPTS}
@@ -212,24 +139,24 @@ def test_eight_concurrent_streaming_clients_get_their_single_client_output(serve
 
     def run_client(index: int) -> list[tuple[str, str, object]]:
         own = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=300, max_retries=0)
-        order = PROMPTS[index % len(PROMPTS) :] + PROMPTS[: index % len(PROMPTS)]
+        order = [PROMPTS[index % len(PROMPTS)], PROMPTS[(index + 1) % len(PROMPTS)]]
         return [(prompt, *stream_chat(own, prompt)) for prompt in order]
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = [row for rows in pool.map(run_client, range(8)) for row in rows]
     after = scrape(server)
-    assert len(results) == 40
+    assert len(results) == 16
     for prompt, text, _ in results:
         assert text == single[prompt], prompt
 
     def delta(name: str, **labels: str) -> float:
         return metric(after, name, **labels) - metric(before, name, **labels)
 
-    assert delta("specdec_requests_total", endpoint="chat", method=METHOD, outcome="completed") == 40
-    assert delta("specdec_http_responses_total", path="/v1/chat/completions", status="200") == 40
+    assert delta("specdec_requests_total", endpoint="chat", method=METHOD, outcome="completed") == 16
+    assert delta("specdec_http_responses_total", path="/v1/chat/completions", status="200") == 16
     assert delta("specdec_completion_tokens_total", method=METHOD) == sum(u.completion_tokens for *_, u in results)
     assert delta("specdec_prompt_tokens_total", method=METHOD) == sum(u.prompt_tokens for *_, u in results)
-    assert delta("specdec_step_seconds_count", method=METHOD) == delta("specdec_forward_passes_total", method=METHOD) - 40
+    assert delta("specdec_step_seconds_count", method=METHOD) == delta("specdec_forward_passes_total", method=METHOD) - 16
 
 
 def _open_stream(stack: ExitStack, server: ServerProcess, body: dict = HOLD, path: str = "/v1/completions"):
@@ -237,22 +164,6 @@ def _open_stream(stack: ExitStack, server: ServerProcess, body: dict = HOLD, pat
     response = stack.enter_context(http.stream("POST", server.url + path, json=body))
     assert response.status_code == 200
     return response
-
-
-def test_full_queue_answers_429_in_openai_shape(server):
-    wait_idle(server)
-    with ExitStack() as stack:
-        running = data_lines(_open_stream(stack, server))  # kept: a dropped iterator closes the connection
-        next(running)  # its first text: it runs, and holds the worker
-        for _ in range(MAX_QUEUE):
-            _open_stream(stack, server)  # 200 and headers: these are queued
-        health = server.health()
-        refused = httpx.post(server.url + "/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 4})
-    assert health is not None and (health["running"], health["waiting"]) == (1, MAX_QUEUE)
-    assert refused.status_code == 429, refused.text
-    assert refused.json()["error"]["code"] == "queue_full"
-    assert set(refused.json()["error"]) == {"message", "type", "param", "code"}
-    wait_idle(server)  # the closed streams were all cancelled
 
 
 def test_client_disconnect_cancels_its_generation(server):
@@ -276,25 +187,6 @@ def test_client_disconnect_cancels_its_generation(server):
     assert 3 <= chunks < LIMIT // 2  # it stopped soon after the client left, far from max_tokens
 
 
-def test_sigterm_lets_running_and_queued_streams_finish(servers):
-    server = servers["shutdown"].wait_ready()
-    with ExitStack() as stack:
-        chat = {"messages": MESSAGES, "temperature": 0, "stream": True}
-        running = data_lines(_open_stream(stack, server, {**chat, "max_tokens": 24}, "/v1/chat/completions"))
-        queued = data_lines(_open_stream(stack, server, {**chat, "max_tokens": 8}, "/v1/chat/completions"))
-        next(running)
-        server.terminate()
-        streams = [[next(running), *running], list(queued)]
-    for lines in streams:
-        assert lines[-1] == "[DONE]"
-        last = json.loads(lines[-2])
-        assert "error" not in last and last["choices"][0]["finish_reason"] in ("stop", "length")
-    # uvicorn re-raises the SIGTERM it handled once it has shut down cleanly: that is the exit status
-    assert server.process.wait(WAIT_S) in (0, -signal.SIGTERM)
-    assert server.health() is None
-    assert "Traceback" not in server.log_tail()
-
-
 # ------------------------------------------------------------------ the scheduler, in process
 def _job(prompt_ids: list[int], max_tokens: int, sink, method: str = "plain") -> Job:
     settings = GenerationConfig(max_new_tokens=max_tokens, sampling=SamplingParams(temperature=0.0))
@@ -316,7 +208,8 @@ def test_scheduler_is_fifo_bounded_and_closes_cleanly(default_model):
 
         return sink
 
-    scheduler = Scheduler(Engine(default_model), max_queue=2, metrics=ServerMetrics())
+    pool = ProposerPool(default_model)
+    scheduler = Scheduler(Engine(default_model), max_queue=2, metrics=ServerMetrics(), proposer_for=pool.get)
     for index in range(3):  # nothing runs yet: 2 waiting + the one the worker will take
         scheduler.submit(_job(prompt_ids, 3, sink_for(index)))
     with pytest.raises(QueueFull):
@@ -333,5 +226,26 @@ def test_scheduler_is_fifo_bounded_and_closes_cleanly(default_model):
     assert done == [0, 1, 2]
     assert [index for index, event in events if isinstance(event, CancelledEvent)] == [3, 4]
     assert not scheduler.worker_alive
+    assert pool.stats().builds == 1  # five jobs, one config: one proposer
     with pytest.raises(QueueClosed):
         scheduler.submit(_job(prompt_ids, 3, sink_for(5)))
+
+
+# ------------------------------------------------------------------ shutdown (ends the server: keep last)
+def test_sigterm_lets_running_and_queued_streams_finish(server):
+    wait_idle(server)
+    with ExitStack() as stack:
+        chat = {"messages": MESSAGES, "temperature": 0, "stream": True}
+        running = data_lines(_open_stream(stack, server, {**chat, "max_tokens": 24}, "/v1/chat/completions"))
+        queued = data_lines(_open_stream(stack, server, {**chat, "max_tokens": 8}, "/v1/chat/completions"))
+        next(running)
+        server.terminate()
+        streams = [[next(running), *running], list(queued)]
+    for lines in streams:
+        assert lines[-1] == "[DONE]"
+        last = json.loads(lines[-2])
+        assert "error" not in last and last["choices"][0]["finish_reason"] in ("stop", "length")
+    # uvicorn re-raises the SIGTERM it handled once it has shut down cleanly: that is the exit status
+    assert server.process.wait(WAIT_S) in (0, -signal.SIGTERM)
+    assert server.health() is None
+    assert "Traceback" not in server.log_tail()

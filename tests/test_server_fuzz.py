@@ -1,33 +1,49 @@
-"""`specdec serve` against hostile clients: API key, invalid requests, and schema fuzzing.
+"""`specdec serve` against hostile clients, in process: API key, invalid requests, schema and method fuzzing.
 
-One real server process on loopback with an API key and a small max_tokens limit
-(so that every request schemathesis makes is cheap). What must hold:
+One app per module (ASGI, no sockets) on the session's fp32 model, with an API
+key and a small max_tokens limit so that every generated request is cheap.
+What must hold (each test can fail):
 - without the right `Authorization: Bearer KEY` every path but /health is 401,
   in OpenAI's error shape;
 - every invalid request gets a 4xx whose body is exactly OpenAI's error shape
   with a clear message (never FastAPI's 422 body, never a traceback);
-- fuzzing the server's own OpenAPI schema (schemathesis) finds no 5xx, no
-  response that breaks the schema, and the process stays up;
+- fuzzing the server's own OpenAPI schema (schemathesis) finds no 5xx and no
+  response that breaks the schema;
+- fuzzing `specdec.method` and `specdec.options` (method names from the registry
+  and junk, option names from the configs and junk, values of every JSON type)
+  gets 200 or 4xx, never 5xx nor an error event in a stream; and whatever a
+  request sends, it never changes a server-side option of its method;
 - an internal error becomes a 500 in the same shape, without its details.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 
-import httpx
 import openai
 import pytest
 import schemathesis
 from fastapi import FastAPI
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 from starlette.testclient import TestClient
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from specdec.proposers import method_config_class
-from specdec.serve.process import ServerProcess
+from specdec.proposers import METHODS, method_config_class
+from specdec.serve.app import ServerConfig, create_app
+from specdec.serve.options import (
+    REQUEST_OPTIONS,
+    ChoiceOption,
+    FloatOption,
+    IntOption,
+    MethodSettings,
+    Option,
+    RequestRefused,
+)
 from specdec.serve.replies import event_error, install_error_handlers
 from specdec.serve.scheduler import ErrorEvent
 
@@ -41,20 +57,26 @@ CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 MAX_EXAMPLES = 15  # per operation and mode; generation requests cost up to LIMIT tokens each
 USER = [{"role": "user", "content": "hi"}]
+REPEATS = "one two three four " * 4  # repeated n-grams: retrieval methods find matches
+SERVER = ServerConfig(
+    method=METHOD,
+    method_configs=("layerskip:skip=10+20",),
+    api_key=KEY,
+    max_tokens_limit=LIMIT,
+    max_queue=4,
+    log_level="warning",
+)
 
 
 @pytest.fixture(scope="module")
-def strict(tmp_path_factory) -> Iterator[ServerProcess]:
-    args = ["--dtype", "fp32", "--method", METHOD, "--api-key", KEY, "--max-tokens-limit", str(LIMIT),
-            "--max-queue", "4", "--log-level", "warning"]  # fmt: skip
-    server = ServerProcess(args, tmp_path_factory.mktemp("strict") / "server.log").start()
-    try:
-        yield server.wait_ready()
-    finally:
-        server.stop()
+def http(default_model) -> Iterator[TestClient]:
+    app = create_app(SERVER, default_model)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client
+    assert not app.state.service.scheduler.worker_alive  # the lifespan stopped the worker
 
 
-def assert_openai_error(response: httpx.Response, status: int) -> dict:
+def assert_openai_error(response, status: int) -> dict:
     assert response.status_code == status, response.text
     body = response.json()
     assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
@@ -66,30 +88,22 @@ def assert_openai_error(response: httpx.Response, status: int) -> dict:
 @pytest.mark.parametrize(("method", "path"), [("GET", "/v1/models"), ("GET", "/metrics"),
                                               ("GET", "/openapi.json"), ("POST", CHAT), ("POST", COMPLETIONS)])  # fmt: skip
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}])
-def test_without_the_key_every_path_but_health_is_401(strict, method, path, headers):
-    response = httpx.request(method, strict.url + path, headers=headers, json={"messages": USER}, timeout=30)
+def test_without_the_key_every_path_but_health_is_401(http, method, path, headers):
+    response = http.request(method, path, headers=headers, json={"messages": USER})
     assert assert_openai_error(response, 401)["code"] == "invalid_api_key"
 
 
-def test_health_is_open_and_the_key_works(strict):
-    assert httpx.get(strict.url + "/health", timeout=30).json()["status"] == "ok"
-    assert httpx.get(strict.url + "/v1/models", headers=AUTH, timeout=30).json()["data"][0]["id"] == MODEL
+def test_health_is_open_and_the_key_works(http):
+    assert http.get("/health").json()["status"] == "ok"
+    assert http.get("/v1/models", headers=AUTH).json()["data"][0]["id"] == MODEL
     with pytest.raises(openai.AuthenticationError):
-        openai.OpenAI(base_url=strict.url + "/v1", api_key="wrong", max_retries=0).models.list()
-    client = openai.OpenAI(base_url=strict.url + "/v1", api_key=KEY, timeout=120, max_retries=0)
+        openai.OpenAI(base_url="http://testserver/v1", api_key="wrong", http_client=http, max_retries=0).models.list()
+    client = openai.OpenAI(base_url="http://testserver/v1", api_key=KEY, http_client=http, max_retries=0)
     reply = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=LIMIT, temperature=0)
     assert reply.usage.completion_tokens <= LIMIT and reply.choices[0].finish_reason in ("stop", "length")
 
 
 # ------------------------------------------------------------------ invalid requests
-def _bad_option() -> dict:
-    """An option of the default method given a value of the wrong type."""
-    for field in dataclasses.fields(method_config_class(METHOD)):
-        if field.type in (int, "int", float, "float"):
-            return {field.name: "not-a-number"}
-    return {"no_such_option": 1}
-
-
 INVALID = [
     (CHAT, {"messages": []}, 400, "messages"),
     (CHAT, {"max_tokens": 2}, 400, "messages"),
@@ -104,20 +118,31 @@ INVALID = [
     (CHAT, {"messages": USER, "logprobs": True}, 400, "logprobs"),
     (CHAT, {"messages": USER, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
     (CHAT, {"messages": USER, "specdec": {"method": "no-such-method"}}, 400, "specdec.method"),
+    (CHAT, {"messages": USER, "specdec": {"method": "logitspec:"}}, 200, None),
+    (CHAT, {"messages": USER, "specdec": {"method": "logitspec:k"}}, 400, "specdec.method"),
     (CHAT, {"messages": USER, "specdec": {"options": {"no_such_option": 1}}}, 400, "specdec.options"),
-    (CHAT, {"messages": USER, "specdec": {"options": _bad_option()}}, 400, "specdec.options"),
+    (CHAT, {"messages": USER, "specdec": {"options": {"k": "not-a-number"}}}, 400, "specdec.options"),
+    (CHAT, {"messages": USER, "specdec": {"options": {"k": [1]}}}, 400, "specdec.options"),
+    (CHAT, {"messages": USER, "specdec": {"options": {"k": None}}}, 400, "specdec.options"),
+    (CHAT, {"messages": USER, "specdec": {"method": "draft", "options": {"draft_model": "/etc"}}}, 400,
+     "specdec.options"),
+    (CHAT, {"messages": USER, "specdec": {"method": "draft"}}, 400, "specdec.method"),
+    (CHAT, {"messages": USER, "specdec": {"method": "logitspec:budget=1000"}}, 400, "specdec.method"),
     (CHAT, {"messages": USER, "model": "gpt-4"}, 404, "model"),
     (COMPLETIONS, {"prompt": [1] * CONTEXT}, 400, "prompt"),
     (COMPLETIONS, {"prompt": "   "}, 400, "prompt"),
     (COMPLETIONS, {"prompt": [10**9]}, 400, "prompt"),
     (COMPLETIONS, {"prompt": "hi", "echo": True}, 400, "echo"),
     (COMPLETIONS, ["not", "an", "object"], 400, None),
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("path", "body", "status", "param"), INVALID)
-def test_invalid_requests_get_4xx_in_openai_shape(strict, path, body, status, param):
-    response = httpx.post(strict.url + path, json=body, headers=AUTH, timeout=60)
+def test_invalid_requests_get_4xx_in_openai_shape(http, path, body, status, param):
+    response = http.post(path, json=body, headers=AUTH)
+    if status == 200:  # a control: the neighbouring refusals are not refusing everything
+        assert response.status_code == 200, response.text
+        return
     error = assert_openai_error(response, status)
     assert error["param"] == param or (param and (error["param"] or "").startswith(param))
 
@@ -131,11 +156,10 @@ def test_invalid_requests_get_4xx_in_openai_shape(strict, path, body, status, pa
         ({"method": "GET", "url": "/v1/nothing"}, 404),
     ],
 )  # fmt: skip
-def test_malformed_http_gets_openai_shape(strict, request_args, status):
+def test_malformed_http_gets_openai_shape(http, request_args, status):
     args = dict(request_args)
-    url = strict.url + args.pop("url")
     headers = {**AUTH, **args.pop("headers", {})}
-    assert_openai_error(httpx.request(url=url, headers=headers, timeout=60, **args), status)
+    assert_openai_error(http.request(headers=headers, **args), status)
 
 
 def test_internal_errors_become_500_without_details():
@@ -155,8 +179,25 @@ def test_internal_errors_become_500_without_details():
 
 
 # ------------------------------------------------------------------ schema fuzzing
+def without_lifespan(app: ASGIApp) -> ASGIApp:
+    """`app` for schemathesis, whose ASGI client runs lifespans of its own: the module's
+    TestClient already runs this app's (its decode worker starts once), so this one only answers."""
+
+    async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await app(scope, receive, send)
+            return
+        while True:
+            phase = (await receive())["type"].rsplit(".", 1)[-1]  # startup | shutdown
+            await send({"type": f"lifespan.{phase}.complete"})
+            if phase == "shutdown":
+                return
+
+    return asgi
+
+
 @pytest.mark.parametrize("mode", list(GenerationMode), ids=lambda mode: mode.value)
-def test_fuzz_the_openapi_schema(strict, mode):
+def test_fuzz_the_openapi_schema(http, mode):
     """Schema-valid (positive) and schema-breaking (negative) requests to every operation.
 
     All of schemathesis's response checks run (no 5xx, status codes, content types and bodies
@@ -164,7 +205,7 @@ def test_fuzz_the_openapi_schema(strict, mode):
     schema-valid requests are rightly refused for reasons a schema cannot express (a method
     option the chosen method does not have, a prompt longer than the context in tokens).
     """
-    api_schema = schemathesis.openapi.from_url(strict.url + "/openapi.json", headers=AUTH, timeout=30)
+    api_schema = schemathesis.openapi.from_asgi("/openapi.json", without_lifespan(http.app), headers=AUTH)
     operations = [result.ok() for result in api_schema.get_all_operations()]
     assert {op.path for op in operations} >= {CHAT, COMPLETIONS, "/v1/models", "/health", "/metrics"}
     for operation in operations:
@@ -175,7 +216,94 @@ def test_fuzz_the_openapi_schema(strict, mode):
         @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
                   suppress_health_check=list(HealthCheck))  # fmt: skip
         def call(case) -> None:
-            case.call_and_validate(headers=AUTH, timeout=120, excluded_checks=[positive_data_acceptance])
+            case.call_and_validate(headers=AUTH, excluded_checks=[positive_data_acceptance])
 
         call()
-    assert strict.process.poll() is None, strict.log_tail()
+    assert http.app.state.service.scheduler.worker_alive
+
+
+# ------------------------------------------------------------------ method and option fuzzing
+FIELDS = sorted({field.name for name in METHODS for field in dataclasses.fields(method_config_class(name))})
+OPTION_NAMES = st.sampled_from(FIELDS) | st.text(max_size=12)
+OPTION_VALUES = (
+    st.integers(-(10**20), 10**20)
+    | st.integers(-2, 70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.booleans()
+    | st.none()
+    | st.text(max_size=12)
+    | st.sampled_from(["/etc", "../..", "1e9", "true", "0", "-1", "3", "latest", "int8", "timed", "4+6"])
+    | st.lists(st.integers(), max_size=2)
+)
+METHOD_NAMES = st.sampled_from(sorted(METHODS)) | st.text(max_size=10)
+STRING_OPTIONS = st.lists(st.tuples(OPTION_NAMES, st.text(max_size=8) | st.integers(-2, 70).map(str)), max_size=3)
+METHOD_STRINGS = st.one_of(
+    st.none(),
+    st.sampled_from(sorted(METHODS)),
+    st.builds(lambda name, pairs: name + ":" + ",".join(f"{k}={v}" for k, v in pairs), METHOD_NAMES, STRING_OPTIONS),
+    st.text(max_size=30),
+)
+OPTIONS = st.dictionaries(OPTION_NAMES, OPTION_VALUES, max_size=4)
+
+
+def near_bounds(bound: Option) -> st.SearchStrategy:
+    """Values at, inside and just outside one allowed option's bounds, typed or as strings."""
+    if isinstance(bound, IntOption):
+        values = st.integers(bound.low - 1, bound.high + 1)
+        return values | values.map(str)
+    if isinstance(bound, FloatOption):
+        return st.floats(bound.low - 0.5, bound.high + 0.5)
+    if isinstance(bound, ChoiceOption):
+        return st.sampled_from([*bound.choices, "bogus"])
+    return st.booleans() | st.sampled_from(["yes", "no", "maybe"])
+
+
+@st.composite
+def near_valid(draw: st.DrawFn) -> tuple[str, dict]:
+    """A registered method with a few of its request options, mostly in bounds, some in the string."""
+    name = draw(st.sampled_from(sorted(METHODS)))
+    allowed = REQUEST_OPTIONS[name]
+    keys = draw(st.lists(st.sampled_from(sorted(allowed)), max_size=3, unique=True)) if allowed else []
+    options = {key: draw(near_bounds(allowed[key])) for key in keys}
+    in_string = {key: value for key, value in options.items() if isinstance(value, str) and draw(st.booleans())}
+    spec = name + ":" + ",".join(f"{key}={value}" for key, value in in_string.items())
+    return spec, {key: value for key, value in options.items() if key not in in_string}
+
+
+SPECDEC_FIELDS = near_valid() | st.tuples(METHOD_STRINGS, OPTIONS)
+
+
+@given(fields=SPECDEC_FIELDS, stream=st.booleans(), temperature=st.sampled_from([0.0, 0.8]))
+@settings(max_examples=50, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+def test_fuzzed_methods_and_options_get_200_or_4xx(http, fields, stream, temperature):
+    method, options = fields
+    specdec = {"options": options, **({"method": method} if method is not None else {})}
+    body = {"prompt": REPEATS, "max_tokens": LIMIT, "temperature": temperature, "stream": stream, "specdec": specdec}
+    response = http.post(COMPLETIONS, json=body, headers=AUTH)
+    event(f"status {response.status_code}")
+    if response.status_code != 200:
+        error = assert_openai_error(response, response.status_code)
+        assert 400 <= response.status_code < 500 and error["type"] == "invalid_request_error", response.text
+        return
+    if stream:
+        events = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]" and "error" not in json.loads(events[-2]), response.text
+    else:
+        assert response.json()["specdec"]["method"] in METHODS
+
+
+SETTINGS = MethodSettings.from_specs("logitspec:budget=16", ["draft:draft_model=some-draft,cache_dir=/srv/cache"])
+
+
+@given(method=METHOD_STRINGS | st.builds(lambda pair: pair[0], near_valid()), options=OPTIONS)
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+def test_fuzzed_requests_never_change_a_server_side_option(method, options):
+    try:
+        resolved = SETTINGS.resolve(method, options)
+    except RequestRefused as error:
+        assert error.param in ("specdec.method", "specdec.options") and str(error)
+        return
+    server = SETTINGS.server_config(resolved.name)
+    for field in dataclasses.fields(server):
+        if field.name not in REQUEST_OPTIONS[resolved.name]:
+            assert getattr(resolved.config, field.name) == getattr(server, field.name), field.name
