@@ -154,8 +154,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="server-side options of a method, repeatable: paths and anything that converts, measures or "
              "calibrates, which requests may not set (e.g. draft:draft_model=qwen2.5-coder-0.5b, "
              "logitspec:costs_dir=DIR, layerskip:skip=4+6+8). Every method named here or by --method is "
-             "prepared at startup; draft and layerskip are served only when named. Requests may set only a "
-             "bounded few options per method (see specdec.serve.options)",
+             "prepared at startup (loads, measures, calibrates); what needs that (draft, layerskip, adaptive "
+             "logitspec) is served only when named. Requests may set only a bounded few options per method "
+             "(see specdec.serve.options)",
     )  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="listen address (loopback unless told otherwise)")
     p.add_argument("--port", type=int, default=8000)

@@ -50,7 +50,10 @@ class SpecdecRequest(_Body):
         None, min_length=1, max_length=200, description="a registered method, optionally name:opt=value,..."
     )
     options: dict[str, OptionValue] = Field(
-        default_factory=dict, max_length=MAX_METHOD_OPTIONS, description="method options, on top of method's"
+        default_factory=dict,
+        max_length=MAX_METHOD_OPTIONS,
+        description="the method's request options, on top of the method string's; each is bounded, and "
+        "server-side options (paths, conversion, measurement, calibration) are refused with 400",
     )
 
 
