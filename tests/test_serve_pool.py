@@ -109,15 +109,15 @@ def test_real_recipes_assemble_working_proposers(default_model, engine):
     """draft with the target itself as its (stand-in) draft module; layerskip with a fixed skip set."""
     draft = dataclasses.replace(RECIPES["draft"], prepare=lambda loaded, config: loaded.model)
     pool = ProposerPool(default_model, recipes={**RECIPES, "draft": draft})
-    config = make_config("draft", {"draft_model": "stand-in", "k": 2, "max_k": 4})
+    config = make_config("draft", {"draft_model": "stand-in", "k": 2, "max_k": 2, "adaptive": False})
     pool.prepare(config)
     proposer = pool.get(config)
     assert isinstance(proposer, DraftProposer)
     prompt = encode_prompt(default_model.tokenizer, "1, 2, 3, 4,")
-    settings = GenerationConfig(max_new_tokens=4, sampling=SamplingParams(temperature=0.0))
+    settings = GenerationConfig(max_new_tokens=3, sampling=SamplingParams(temperature=0.0))
     plain = engine.generate(prompt, make_config("plain").build(default_model), settings)
     for _ in range(2):  # a pooled proposer serves a second generation from a clean start
         assert engine.generate(prompt, pool.get(config), settings).token_ids == plain.token_ids
-    skip = make_config("layerskip", {"skip": "10+20", "k": 2})
+    skip = make_config("layerskip", {"skip": "10+20", "k": 1, "adaptive": False})
     assert engine.generate(prompt, pool.get(skip), settings).token_ids == plain.token_ids
     assert pool.stats().builds == 2 and pool.stats().prepared == 1
