@@ -1,18 +1,54 @@
-"""Shared test fixtures."""
+"""Shared test fixtures.
+
+Hermetic by construction: before any test runs, `XDG_CACHE_HOME` points at a
+folder under the system's temporary directory, so converted models, cost curves
+and calibrations are written there and never into the user's ~/.cache (child
+processes such as the test server inherit it). The folder is kept between runs,
+so the bundled model is converted once (~20 s), not once per run.
+
+LogitSpec sizes its trees from a measured cost curve; measured under the
+suite's own load it would differ from run to run. The session fixture below
+seeds the cache with a fixed curve for the default model (fp32 figures of the
+shape measured on the dev machine), so no test depends on wall-clock timing.
+"""
+
+import os
+import tempfile
+from pathlib import Path
 
 import pytest
 
-from specdec.engine import Engine
-from specdec.models import load_model
+TEST_CACHE_HOME = Path(tempfile.gettempdir()) / f"specdec-tests-{os.getuid()}"
+# Seconds per forward pass of SmolLM2-135M in fp32 at these tree sizes (2-core AVX-512 machine, idle).
+FIXED_COST_CURVE = {1: 0.039, 2: 0.045, 4: 0.05, 8: 0.06, 16: 0.073, 32: 0.105, 64: 0.157}
+
+
+def pytest_configure(config):
+    os.environ["XDG_CACHE_HOME"] = str(TEST_CACHE_HOME)
+
+
+@pytest.fixture(scope="session")
+def spec_bench_subset() -> Path:
+    """The committed test subset of Spec-Bench: 2 questions of each category (12 rows)."""
+    return Path(__file__).parent / "data" / "spec_bench_subset.jsonl"
 
 
 @pytest.fixture(scope="session")
 def default_model():
-    """The bundled SmolLM2-135M-Instruct in float32, loaded once per session (converted once into ~/.cache/specdec)."""
-    return load_model("smollm2-135m", dtype="fp32")
+    """The bundled SmolLM2-135M-Instruct in float32, loaded once per session, with a fixed cost curve cached."""
+    from specdec.models import load_model
+    from specdec.proposers import budget
+
+    loaded = load_model("smollm2-135m", dtype="fp32")
+    key = budget.cost_key(loaded, budget.DEFAULT_SIZES, budget.DEFAULT_CONTEXT)
+    costs = budget.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values()))
+    budget.save_costs(budget.costs_folder(), key, costs)
+    return loaded
 
 
 @pytest.fixture(scope="session")
 def engine(default_model):
     """An Engine on the default model (each generate() starts from its own prefill)."""
+    from specdec.engine import Engine
+
     return Engine(default_model)

@@ -26,8 +26,8 @@ def test_summarize_weights_by_steps():
     assert table["overall"]["pld_retrieval"] == 34 / 40
 
 
-def test_small_real_run(default_model, tmp_path):
-    questions = load_questions(categories=["summarization", "qa"], per_category=1)
+def test_small_real_run(default_model, tmp_path, spec_bench_subset):
+    questions = load_questions(spec_bench_subset, categories=["summarization", "qa"], per_category=1)
     table = run_analysis(Engine(default_model), questions, AnalyzeConfig(max_new_tokens=24), tmp_path / "out")
     for name in ("analysis.md", "analysis.json", "analysis.png"):
         assert (tmp_path / "out" / name).stat().st_size > 0

@@ -34,8 +34,8 @@ KEPT_LAYERS = tuple(i for i in range(30) if i not in DROPPED_LAYERS)
 
 
 @pytest.fixture(scope="module")
-def prompts(default_model):
-    questions = load_questions(categories=["mt_bench", "math_reasoning", "summarization"], per_category=1)
+def prompts(default_model, spec_bench_subset):
+    questions = load_questions(spec_bench_subset, categories=["mt_bench", "math_reasoning", "summarization"], per_category=1)
     return [encode_prompt(default_model.tokenizer, q.turns[0], chat=True) for q in questions]
 
 

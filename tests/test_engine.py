@@ -18,10 +18,10 @@ NEW_TOKENS = 40
 
 
 @pytest.fixture(scope="module")
-def prompts(default_model):
+def prompts(default_model, spec_bench_subset):
     """Five Spec-Bench prompts of different categories, chat-templated."""
     cats = ["mt_bench", "translation", "summarization", "qa", "math_reasoning"]
-    questions = load_questions(categories=cats, per_category=1)
+    questions = load_questions(spec_bench_subset, categories=cats, per_category=1)
     return [encode_prompt(default_model.tokenizer, q.turns[0], chat=True) for q in questions]
 
 

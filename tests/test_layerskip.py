@@ -36,8 +36,8 @@ SKIP = "4,6,8,10,12,14,16,18,20,22"
 
 
 @pytest.fixture(scope="module")
-def prompts(default_model):
-    questions = load_questions(categories=["mt_bench", "qa", "translation"], per_category=1)
+def prompts(default_model, spec_bench_subset):
+    questions = load_questions(spec_bench_subset, categories=["mt_bench", "qa", "translation"], per_category=1)
     return [encode_prompt(default_model.tokenizer, q.turns[0], chat=True) for q in questions]
 
 

@@ -21,8 +21,8 @@ NEW_TOKENS = 48
 
 
 @pytest.fixture(scope="module")
-def prompts(default_model):
-    questions = load_questions(categories=["mt_bench", "math_reasoning"], per_category=1)
+def prompts(default_model, spec_bench_subset):
+    questions = load_questions(spec_bench_subset, categories=["mt_bench", "math_reasoning"], per_category=1)
     texts = [q.turns[0] for q in questions]
     texts.append("Count from 1 to 40, separated by commas.")
     return [encode_prompt(default_model.tokenizer, t, chat=True) for t in texts]

@@ -242,3 +242,12 @@ def test_full_queue_answers_429_in_openai_shape(http):
             break
         threading.Event().wait(0.1)
     assert complete(http, None).status_code == 200
+
+
+def test_long_ngram_logitspec_request_on_repeated_text(http, default_model):
+    """Once HTTP 500: logitspec's priors were indexed by n-gram sizes up to 3 only."""
+    prompt = "one two three four five six. " * 5 + "one two three four"
+    response = complete(http, {"method": "logitspec:max_ngram=5"}, max_tokens=8, prompt=prompt)
+    assert response.status_code == 200, response.text
+    expected = generate(default_model, prompt, "logitspec:max_ngram=5", max_new_tokens=8)
+    assert response.json()["choices"][0]["text"] == expected.text

@@ -115,7 +115,7 @@ def test_options_in_the_method_string_go_through_the_same_allowlist(method, opti
         ("logitspec:budget=1000", None, "budget"),
         ("logitspec", {"budget": 0}, "budget"),
         ("logitspec", {"k": 101}, "k"),
-        ("logitspec", {"max_ngram": 4}, "max_ngram"),
+        ("logitspec", {"max_ngram": 6}, "max_ngram"),
         ("logitspec", {"min_gain": "nan"}, "min_gain"),
         ("logitspec", {"adaptive": "maybe"}, "adaptive"),
         ("pld", {"num_pred_tokens": 21}, "num_pred_tokens"),

@@ -20,6 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -54,7 +55,7 @@ class ProposalContext:
     last_logits: torch.Tensor  # [V] target logits the root was drawn from
     num_prompt_tokens: int
     sampling: SamplingParams
-    max_depth: int  # drafts deeper than this cannot be emitted before max_new_tokens
+    max_depth: int  # drafts deeper than this cannot be emitted (max_new_tokens, the model's context)
 
 
 class Proposer(Protocol):
@@ -182,11 +183,13 @@ class Engine:
         tokens = [*prompt_ids, draw_token(logits, sampling, generator)]
         stats.prefill_s = time.perf_counter() - start
         done = out.emit(tokens[-1:])
-        while not done and len(tokens) < self.target.max_length:
-            ctx = ProposalContext(tokens, logits, len(prompt_ids), sampling, out.remaining - 1)
+        while not done and len(tokens) < self._context_limit:
+            ctx = ProposalContext(tokens, logits, len(prompt_ids), sampling, self._max_depth(tokens, out))
             t0 = time.perf_counter()
             tree = proposer.propose(ctx)
             t1 = time.perf_counter()
+            if tree.max_depth > ctx.max_depth:
+                raise RuntimeError(f"{type(proposer).__name__} drafted {tree.max_depth} deep; at most {ctx.max_depth} fit")
             result = verify(self.target, tree, sampling, generator)
             t2 = time.perf_counter()
             proposer.observe(result)
@@ -198,6 +201,17 @@ class Engine:
         stats.wall_time_s = time.perf_counter() - start
         stats.num_new_tokens = len(out.stream.token_ids)
         return GenerationOutput(out.stream.token_ids, out.finish(), out.finish_reason, stats)
+
+    @property
+    def _context_limit(self) -> int | float:
+        """Most tokens a sequence may hold: the model's `max_position_embeddings`; 0 there means unbounded."""
+        return self.target.max_length or math.inf
+
+    def _max_depth(self, tokens: list[int], out: _Emitter) -> int:
+        """Deepest draft that can still be emitted: within max_new_tokens, and with every tree node and
+        the bonus token after the deepest one at a position below the context limit."""
+        room = self._context_limit - len(tokens) - 1
+        return int(max(0, min(out.remaining - 1, room)))
 
     def _check_prompt(self, prompt_ids: list[int]) -> None:
         if not prompt_ids:

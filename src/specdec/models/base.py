@@ -11,6 +11,7 @@ Invariants: every error raised while loading a model is a `ModelLoadError`
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,8 +57,12 @@ class LoadedModel:
 
 
 def default_cache_dir() -> Path:
-    """Where converted GGUF models are kept unless `cache_dir` says otherwise."""
-    return Path.home() / ".cache" / "specdec"
+    """specdec's cache (converted models, cost curves, calibrations) unless `cache_dir` says otherwise.
+
+    `$XDG_CACHE_HOME/specdec` where the XDG base-directory variable is set, else ~/.cache/specdec.
+    """
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(base).expanduser() if base else Path.home() / ".cache") / "specdec"
 
 
 def sha256_file(path: str | Path) -> str:

@@ -192,19 +192,36 @@ def load_or_measure(
     A curve measured while `is_busy(cpu_share)` (see `contended`) is not cached: it serves
     this run only (CPU only; a GPU is not shared that way).
     """
-    folder = Path(costs_dir).expanduser() if costs_dir else default_cache_dir() / COSTS_SUBDIR
+    folder = costs_folder(costs_dir)
     key = cost_key(loaded, sizes, context_len)
-    path = cost_file(folder, key)
-    if not remeasure:
-        try:
-            saved = json.loads(path.read_text())
-            if saved.get("key") == key:
-                return CostModel(tuple(saved["sizes"]), tuple(saved["seconds"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # absent or unreadable: measure again
+    cached = None if remeasure else load_costs(folder, key)
+    if cached is not None:
+        return cached
     costs, cpu_share = _measure(loaded.model, sizes, repeats, context_len)
     if loaded.device.type == "cpu" and is_busy(cpu_share):
         return costs  # timed while other work held the cores: good for this run, not for every later one
+    save_costs(folder, key, costs)
+    return costs
+
+
+def costs_folder(costs_dir: str | Path | None = None) -> Path:
+    return Path(costs_dir).expanduser() if costs_dir else default_cache_dir() / COSTS_SUBDIR
+
+
+def load_costs(folder: Path, key: dict) -> CostModel | None:
+    """The curve cached under `key`, or None when absent, unreadable or recorded for another key."""
+    try:
+        saved = json.loads(cost_file(folder, key).read_text())
+        if saved.get("key") == key:
+            return CostModel(tuple(saved["sizes"]), tuple(saved["seconds"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def save_costs(folder: Path, key: dict, costs: CostModel) -> None:
+    """Cache a curve atomically (temp file + rename); a read-only cache only costs a re-measurement."""
+    path = cost_file(folder, key)
     record = {"key": key, "sizes": list(costs.sizes), "seconds": list(costs.seconds), "measured_at": time.time()}
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -213,8 +230,7 @@ def load_or_measure(
             json.dump(record, handle, indent=1)
         os.replace(temp, path)
     except OSError:
-        pass  # a read-only cache only costs a re-measurement next time
-    return costs
+        pass
 
 
 # ------------------------------------------------------------------ acceptance

@@ -183,6 +183,11 @@ def rank_bucket(rank: int) -> int:
     return 0 if rank == SELF_RANK else (rank + 1).bit_length()
 
 
+# The priors below are given for matches of up to this many tokens; longer matches
+# (max_ngram > 3) share the 3-gram prior and learn their own rates online.
+PRIOR_MAX_NGRAM = 3
+
+
 def default_prior(key: Hashable) -> tuple[float, float]:
     """(mean, strength) of a rate before any observation.
 
@@ -192,12 +197,14 @@ def default_prior(key: Hashable) -> tuple[float, float]:
     kind = key[0]
     if kind == "root":  # ("root", m, heat, depth): the root branch's depth-th token, given the ones above
         _, m, heat, depth = key
+        m = min(m, PRIOR_MAX_NGRAM)
         if depth == 1:
             return (0.17, 0.3, 0.8 if heat == MAX_HEAT else 0.55)[m - 1], 4.0
         return (0.6, 0.65, 0.85)[m - 1], 4.0
     if kind == "next":  # ("next", m, i): retrieved token i after a right candidate, given the ones above
         return (0.5 if key[2] == 1 else 0.75), 4.0
     _, bucket, m = key  # ("cand", rank bucket, m): the candidate is the next-next token
+    m = min(m, PRIOR_MAX_NGRAM)
     if bucket == 0:  # the root token repeated
         return (0.3 if m >= 2 else 0.005), 20.0
     decay = (2.0, 1.6, 1.4, 1.4)[m] ** (bucket - 1)

@@ -127,8 +127,7 @@ CHAIN_OPTIONS: dict[str, Option] = {
     "schedule": ChoiceOption(SCHEDULES),
 }
 # What a request may set, per method. Bounds keep every request's work per step small
-# (tree sizes, draft lengths, n-gram sizes); max_ngram stays <= 3 for logitspec, whose
-# adaptive priors are indexed by the matched n-gram size up to 3.
+# (tree sizes, draft lengths, n-gram sizes).
 REQUEST_OPTIONS: dict[str, dict[str, Option]] = {
     "plain": {},
     "pld": {
@@ -140,7 +139,7 @@ REQUEST_OPTIONS: dict[str, dict[str, Option]] = {
     "logitspec": {
         "k": IntOption(0, 100),
         "budget": IntOption(1, 64),
-        "max_ngram": IntOption(1, 3),
+        "max_ngram": IntOption(1, 5),
         "max_continuation": IntOption(1, 20),
         "prefer": ChoiceOption(PREFER_CHOICES),
         "adaptive": FlagOption(),
