@@ -86,12 +86,14 @@ def test_tree_logits_match_sequential(model, shape):
         torch.testing.assert_close(logits[node].float(), expected.float(), atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("capacity", [256, 4], ids=["roomy", "grows"])
 @pytest.mark.parametrize("shape", ["chain", "wide", "deep", "bushy"])
-def test_commit_then_continue_equals_fresh_prefill(model, shape):
+def test_commit_then_continue_equals_fresh_prefill(model, shape, capacity):
+    """With capacity 4 the cache doubles during the prefill and again during the trees."""
     vocab = model.config.vocab_size
     prefix = torch.randint(0, vocab, (9,), generator=torch.Generator().manual_seed(1)).tolist()
     tree = trees(vocab)[shape]
-    target = TargetModel(model)
+    target = TargetModel(model, capacity=capacity)
     target.prefill(prefix)
     target.forward_tree(tree.tokens, tree.parents)
     deepest = int(tree.depths.argmax())
@@ -109,6 +111,8 @@ def test_commit_then_continue_equals_fresh_prefill(model, shape):
     fresh = TargetModel(model)
     fresh_logits = fresh.prefill(committed + [3, 5, 8])
     torch.testing.assert_close(target.append([8])[-1].float(), fresh_logits.float(), atol=ATOL, rtol=0)
+    # The same cache object serves the next sequence: nothing of this one may leak into it.
+    torch.testing.assert_close(target.prefill(prefix).float(), fresh.prefill(prefix).float(), atol=ATOL, rtol=0)
 
 
 def test_trim_rolls_back(model):

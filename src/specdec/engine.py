@@ -188,8 +188,8 @@ class Engine:
             t0 = time.perf_counter()
             tree = proposer.propose(ctx)
             t1 = time.perf_counter()
-            if tree.max_depth > ctx.max_depth:
-                raise RuntimeError(f"{type(proposer).__name__} drafted {tree.max_depth} deep; at most {ctx.max_depth} fit")
+            if len(tokens) + tree.max_depth >= self._context_limit:  # past max_new_tokens is only cut
+                raise RuntimeError(f"{type(proposer).__name__} drafted past the model's context")
             result = verify(self.target, tree, sampling, generator)
             t2 = time.perf_counter()
             proposer.observe(result)

@@ -5,15 +5,18 @@ offer as one call: a forward pass over a *tree* of tokens below the cached
 prefix, keeping the KV entries of the one accepted root-to-node path, and
 dropping the rest. We get them from public transformers APIs only: an explicit
 4-D additive attention mask (ancestor-or-self), explicit `position_ids`
-(past length + depth), and a `DynamicCache` whose per-layer key/value tensors we
-compact in place. No model file is forked and nothing is monkeypatched.
+(past length + depth), and a KV cache whose per-layer key/value tensors we
+compact in place: a `specdec.kv_cache` cache, preallocated and written in place
+(no per-step concatenation), kept across sequences. No model file is forked and
+nothing is monkeypatched.
 
 Invariants:
 - the cache holds exactly the committed tokens: after `forward_tree` the tree's
   N entries sit after them until `commit` (or `trim`) settles which stay;
 - `commit(path)` leaves the KV entries of `path` (root first) at contiguous
   positions, exactly as if those tokens had been fed one after another;
-- only caches made purely of `DynamicLayer`s (full attention) are accepted: a
+- only models whose transformers cache is made purely of `DynamicLayer`s (full
+  attention) are accepted: a
   sliding-window or linear-attention layer cannot be compacted this way, so such
   models are refused up front with `UnsupportedModelError`.
 
@@ -33,8 +36,9 @@ from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import Cache, DynamicLayer
 
+from specdec.kv_cache import DEFAULT_CAPACITY, preallocated_cache
 from specdec.models import UnsupportedModelError
 from specdec.tree import ancestry
 
@@ -83,15 +87,17 @@ def _as_ids(token_ids: Sequence[int] | torch.Tensor, device: torch.device) -> to
 class TargetModel:
     """A causal LM plus the KV cache of one sequence (batch size 1)."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, capacity: int = DEFAULT_CAPACITY) -> None:
+        """capacity: tokens the cache holds before its first doubling."""
         self.model = model
+        self.capacity = capacity
         self.config = model.config
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self._check_cache_is_compactable()
         self._head = head_weight(model)
         self._decoder = model.get_decoder() if self._head is not None else None
-        self.cache: DynamicCache | None = None
+        self.cache: Cache | None = None
         self._num_committed = 0  # tokens whose KV entries are settled
         self._num_pending = 0  # tree entries after them, awaiting commit
 
@@ -103,6 +109,7 @@ class TargetModel:
                 f"{self.config.model_type}: cache layers {sorted(kinds)} cannot be compacted after tree "
                 "verification (sliding-window or linear attention); only full-attention models are supported"
             )
+        self._num_layers = len(probe.layers)
 
     @property
     def num_cached(self) -> int:
@@ -114,7 +121,11 @@ class TargetModel:
         return int(getattr(self.config, "max_position_embeddings", 0) or 0)
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.config)
+        """Forget the sequence; the cache's buffers stay allocated for the next one."""
+        if self.cache is None:
+            self.cache = preallocated_cache(self._num_layers, self.capacity)
+        else:
+            self.cache.reset()
         self._num_committed = 0
         self._num_pending = 0
 
@@ -223,6 +234,5 @@ class TargetModel:
 
     def _crop(self, length: int) -> None:
         for layer in self.cache.layers:
-            if layer.is_initialized and layer.keys.shape[-2] > length:
-                layer.keys = layer.keys[..., :length, :]
-                layer.values = layer.values[..., :length, :]
+            if layer.is_initialized and layer.get_seq_length() > length:
+                layer.truncate(length)
