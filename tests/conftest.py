@@ -6,10 +6,11 @@ and calibrations are written there and never into the user's ~/.cache (child
 processes such as the test server inherit it). The folder is kept between runs,
 so the bundled model is converted once (~20 s), not once per run.
 
-LogitSpec sizes its trees from a measured cost curve; measured under the
-suite's own load it would differ from run to run. The session fixture below
-seeds the cache with a fixed curve for the default model (fp32 figures of the
-shape measured on the dev machine), so no test depends on wall-clock timing.
+LogitSpec sizes its trees from a measured cost curve, and the engine picks an
+attention implementation per pass shape from measured timings; measured under
+the suite's own load they would differ from run to run. The session fixture
+below seeds the cache with a fixed curve and a fixed attention plan for the
+default model, so no test depends on wall-clock timing.
 """
 
 import os
@@ -36,10 +37,14 @@ def spec_bench_subset() -> Path:
 @pytest.fixture(scope="session")
 def default_model():
     """The bundled SmolLM2-135M-Instruct in float32, loaded once per session, with a fixed cost curve cached."""
+    from specdec import attention
     from specdec.models import load_model
     from specdec.proposers import budget
 
     loaded = load_model("smollm2-135m", dtype="fp32")
+    # SDPA for short contexts, eager beyond: both implementations run in the suite, chosen by shape.
+    plan = attention.AttentionPlan((128, 512), (1, 64), (("sdpa", "sdpa"), ("eager", "sdpa")))
+    attention.save_plan(loaded, plan)
     key = budget.cost_key(loaded, budget.DEFAULT_SIZES, budget.DEFAULT_CONTEXT)
     costs = budget.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values()))
     budget.save_costs(budget.costs_folder(), key, costs)

@@ -31,7 +31,7 @@ from specdec.proposers.plain import PlainProposer
 from specdec.sampling import SamplingParams
 from specdec.target import TargetModel
 
-NEW_TOKENS = 48
+NEW_TOKENS = 32
 SKIP = "4,6,8,10,12,14,16,18,20,22"
 
 

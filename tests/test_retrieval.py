@@ -251,7 +251,7 @@ def test_costs_timed_on_a_busy_machine_serve_the_run_but_are_not_cached(tmp_path
 # ------------------------------------------------------------------ on the real model
 @pytest.fixture(scope="module")
 def prompts(default_model, spec_bench_subset):
-    questions = load_questions(spec_bench_subset, per_category=2)
+    questions = load_questions(spec_bench_subset, per_category=1)  # every category
     assert sorted({q.category for q in questions}) == sorted(CATEGORIES)
     return {f"{q.category}-{q.question_id}": encode_prompt(default_model.tokenizer, q.turns[0], chat=True)
             for q in questions}

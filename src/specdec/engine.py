@@ -29,6 +29,7 @@ from typing import Protocol
 
 import torch
 
+from specdec.attention import AttentionPlan, resolve_plan
 from specdec.models import LoadedModel
 from specdec.sampling import SamplingParams, logits_to_probs, make_generator
 from specdec.target import TargetModel
@@ -157,10 +158,12 @@ def draw_token(logits: torch.Tensor, sampling: SamplingParams, generator: torch.
 class Engine:
     """Runs the decode loop of any proposer against one loaded target model."""
 
-    def __init__(self, loaded: LoadedModel) -> None:
+    def __init__(self, loaded: LoadedModel, attention: str | AttentionPlan = "auto") -> None:
+        """attention: "auto" (the plan measured once per machine, see `specdec.attention`), an
+        implementation name for every pass ("sdpa", "eager"), or an `AttentionPlan`."""
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
-        self.target = TargetModel(loaded.model)
+        self.target = TargetModel(loaded.model, attention=resolve_plan(loaded, attention))
         self.eos_token_ids = frozenset(loaded.eos_token_ids)
 
     def generate(

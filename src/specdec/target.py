@@ -32,7 +32,9 @@ Prefill computes the last position's logits only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache
@@ -41,6 +43,9 @@ from transformers.cache_utils import Cache, DynamicLayer
 from specdec.kv_cache import DEFAULT_CAPACITY, preallocated_cache
 from specdec.models import UnsupportedModelError
 from specdec.tree import ancestry
+
+if TYPE_CHECKING:
+    from specdec.attention import AttentionPlan
 
 # Model types whose causal-LM forward is `logits = lm_head(decoder(...).last_hidden_state)`, with no
 # scaling or soft-capping after the head: for these the head may be applied outside the model.
@@ -87,10 +92,14 @@ def _as_ids(token_ids: Sequence[int] | torch.Tensor, device: torch.device) -> to
 class TargetModel:
     """A causal LM plus the KV cache of one sequence (batch size 1)."""
 
-    def __init__(self, model: torch.nn.Module, capacity: int = DEFAULT_CAPACITY) -> None:
-        """capacity: tokens the cache holds before its first doubling."""
+    def __init__(
+        self, model: torch.nn.Module, capacity: int = DEFAULT_CAPACITY, attention: AttentionPlan | None = None
+    ) -> None:
+        """capacity: tokens the cache holds before its first doubling; attention: the implementation
+        per pass shape (`specdec.attention`), None to keep the model's own."""
         self.model = model
         self.capacity = capacity
+        self.attention = attention
         self.config = model.config
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
@@ -197,11 +206,27 @@ class TargetModel:
             past_key_values=self.cache,
             use_cache=True,
         )
-        if self._head is None:
-            keep = {"logits_to_keep": 1} if last_only else {}
-            return self.model(**inputs, **keep).logits[0]
-        hidden = self._decoder(**inputs).last_hidden_state[0]  # [T, H]
+        with self._attention_for(ids.numel()):
+            if self._head is None:
+                keep = {"logits_to_keep": 1} if last_only else {}
+                return self.model(**inputs, **keep).logits[0]
+            hidden = self._decoder(**inputs).last_hidden_state[0]  # [T, H]
         return head_logits(self._head, hidden[-1:] if last_only else hidden)
+
+    @contextmanager
+    def _attention_for(self, num_new: int) -> Iterator[None]:
+        """Run the pass with the planned attention implementation, then give the model back as it was
+        (others use it too: transformers' own `generate` in the benchmarks, draft views)."""
+        own = self.model.config._attn_implementation
+        choice = own if self.attention is None else self.attention.choose(self._num_committed, num_new)
+        if choice == own:
+            yield
+            return
+        self.model.set_attn_implementation(choice)
+        try:
+            yield
+        finally:
+            self.model.set_attn_implementation(own)
 
     @torch.inference_mode()
     def commit(self, node_indices: Sequence[int]) -> None:

@@ -220,12 +220,16 @@ def load_costs(folder: Path, key: dict) -> CostModel | None:
 
 
 def save_costs(folder: Path, key: dict, costs: CostModel) -> None:
-    """Cache a curve atomically (temp file + rename); a read-only cache only costs a re-measurement."""
-    path = cost_file(folder, key)
     record = {"key": key, "sizes": list(costs.sizes), "seconds": list(costs.seconds), "measured_at": time.time()}
+    write_json_atomic(cost_file(folder, key), record)
+
+
+def write_json_atomic(path: Path, record: dict) -> None:
+    """Write JSON via a temp file + rename, so readers never see half a file; a read-only cache only
+    costs a re-measurement next time."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         with os.fdopen(fd, "w") as handle:
             json.dump(record, handle, indent=1)
         os.replace(temp, path)

@@ -1,0 +1,156 @@
+"""Which attention implementation to run, chosen per pass shape from measurements on this machine.
+
+Why: no one implementation is fastest everywhere. On our 2-core AVX-512 CPU in
+bf16 (`benchmarks/step_cost.py`), PyTorch's SDPA kernel was slightly faster for
+short contexts, but for one query over 2,048 cached tokens it took ~38 ms of a
+~80 ms step where transformers' eager attention (two matrix products and a
+softmax) took under 1 ms of a 47 ms step. So each shape (context length, tree
+nodes) gets the implementation that measured fastest, timed once per (model,
+dtype, device, machine, threads, torch) on a throwaway `TargetModel` and cached
+as JSON beside the cost curves (`~/.cache/specdec/attention/`).
+
+The choice is applied through transformers' public `set_attn_implementation`,
+between passes; both implementations take the same explicit 4-D tree mask, so
+the choice changes speed, never which tokens are accepted (up to float rounding,
+as between any two kernels).
+
+Invariants: a plan covers every shape (the nearest measured bucket above, else
+the largest); passes larger than the largest measured tree (prefills) use SDPA,
+which never materializes a [T, T] score matrix; a plan timed on a busy machine
+serves its run but is not cached (see `specdec.proposers.budget.contended`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specdec.models import LoadedModel, default_cache_dir
+
+IMPLEMENTATIONS = ("sdpa", "eager")
+DEFAULT = "sdpa"
+CONTEXTS = (128, 512, 2048)
+SIZES = (1, 4, 16, 64)
+REPEATS = 3
+SUBDIR = "attention"
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """choices[i][j]: the implementation for contexts[i] cached tokens and sizes[j] new tokens."""
+
+    contexts: tuple[int, ...]
+    sizes: tuple[int, ...]
+    choices: tuple[tuple[str, ...], ...]
+
+    def __post_init__(self) -> None:
+        if len(self.choices) != len(self.contexts) or any(len(row) != len(self.sizes) for row in self.choices):
+            raise ValueError("an attention plan needs one choice per (context, size)")
+        if any(choice not in IMPLEMENTATIONS for row in self.choices for choice in row):
+            raise ValueError(f"attention implementations must be among {IMPLEMENTATIONS}")
+
+    def choose(self, context: int, num_new: int) -> str:
+        if num_new > self.sizes[-1]:
+            return DEFAULT
+        i = min(bisect_left(self.contexts, context), len(self.contexts) - 1)
+        j = min(bisect_left(self.sizes, num_new), len(self.sizes) - 1)
+        return self.choices[i][j]
+
+
+def measure_plan(
+    loaded: LoadedModel, contexts: Sequence[int] = CONTEXTS, sizes: Sequence[int] = SIZES, repeats: int = REPEATS
+) -> tuple[AttentionPlan, float]:
+    """(plan, CPU share of the timing) from timing every implementation at every shape (chains of `size`)."""
+    from specdec.target import TargetModel  # target imports this module
+
+    model = loaded.model
+    limit = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+    target = TargetModel(model)
+    generator = torch.Generator().manual_seed(0)
+    wall = cpu = 0.0
+    rows = []
+    try:
+        for context in contexts:
+            usable = min(context, limit - max(sizes) - 1) if limit else context
+            target.prefill(torch.randint(0, model.config.vocab_size, (max(usable, 1),), generator=generator))
+            row = []
+            for size in sizes:
+                tokens, parents = torch.arange(size), torch.arange(-1, size - 1)
+                timings = {}
+                for impl in IMPLEMENTATIONS:
+                    model.set_attn_implementation(impl)
+                    w0, c0 = time.perf_counter(), time.process_time()
+                    timings[impl] = _best_pass(target, tokens, parents, repeats)
+                    wall, cpu = wall + time.perf_counter() - w0, cpu + time.process_time() - c0
+                row.append(min(timings, key=timings.get))
+            rows.append(tuple(row))
+    finally:
+        model.set_attn_implementation(DEFAULT)
+    share = cpu / (wall * torch.get_num_threads()) if wall else 1.0
+    return AttentionPlan(tuple(contexts), tuple(sizes), tuple(rows)), share
+
+
+def _best_pass(target, tokens: torch.Tensor, parents: torch.Tensor, repeats: int) -> float:
+    past = target.num_cached
+    best = float("inf")
+    for attempt in range(repeats + 1):  # the first pass warms up
+        start = time.perf_counter()
+        target.forward_tree(tokens, parents)
+        target.trim(past)
+        if attempt:
+            best = min(best, time.perf_counter() - start)
+    return best
+
+
+def plan_file(loaded: LoadedModel, folder: Path | None = None) -> tuple[Path, dict]:
+    from specdec.proposers.budget import cost_file, cost_key
+
+    key = {**cost_key(loaded, SIZES, max(CONTEXTS)), "contexts": list(CONTEXTS), "kind": "attention"}
+    return cost_file(folder or default_cache_dir() / SUBDIR, key), key
+
+
+def save_plan(loaded: LoadedModel, plan: AttentionPlan, folder: Path | None = None) -> None:
+    from specdec.proposers.budget import write_json_atomic
+
+    path, key = plan_file(loaded, folder)
+    record = {"key": key, "contexts": plan.contexts, "sizes": plan.sizes, "choices": plan.choices}
+    write_json_atomic(path, record)
+
+
+def load_or_measure_plan(
+    loaded: LoadedModel, folder: Path | None = None, is_busy: Callable[[float], bool] | None = None
+) -> AttentionPlan:
+    """The cached plan for this model and machine, measuring (and caching, unless busy) it when absent."""
+    from specdec.proposers.budget import contended
+
+    path, key = plan_file(loaded, folder)
+    try:
+        saved = json.loads(path.read_text())
+        if saved.get("key") == key:
+            return AttentionPlan(tuple(saved["contexts"]), tuple(saved["sizes"]), tuple(map(tuple, saved["choices"])))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    print(f"specdec: timing attention implementations for {loaded.name} once on this machine "
+          f"(cache: {path.parent})", file=sys.stderr)
+    plan, share = measure_plan(loaded)
+    if loaded.device.type != "cpu" or not (is_busy or contended)(share):
+        save_plan(loaded, plan, folder)
+    return plan
+
+
+def resolve_plan(loaded: LoadedModel, attention: str | AttentionPlan) -> AttentionPlan:
+    """"auto" -> the measured plan; an implementation name -> a plan that always picks it."""
+    if isinstance(attention, AttentionPlan):
+        return attention
+    if attention == "auto":
+        return load_or_measure_plan(loaded)
+    if attention not in IMPLEMENTATIONS:
+        raise ValueError(f"attention must be auto, {', '.join(IMPLEMENTATIONS)} or an AttentionPlan, got {attention!r}")
+    return AttentionPlan((max(CONTEXTS),), (max(SIZES),), ((attention,),))
