@@ -1,6 +1,6 @@
 """Speed of specdec's NGramIndex: indexing a 32k-token sequence and looking n-grams up.
 
-Data: the Spec-Bench questions (../shared/data/spec_bench/question.jsonl), their
+Data: the Spec-Bench questions (packaged: src/specdec/datasets/spec_bench/question.jsonl), their
 turns concatenated and split into words and punctuation, each distinct piece
 mapped to an integer id in order of first appearance (no tokenizer needed). If
 the file is missing, a synthetic sequence is used instead: random ids over a
@@ -41,12 +41,14 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 try:
+    from specdec.data import default_questions_path
     from specdec.proposers.ngram_index import NGramIndex
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(REPO / "src"))
+    from specdec.data import default_questions_path
     from specdec.proposers.ngram_index import NGramIndex
 
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
+DEFAULT_DATA = default_questions_path()
 SYNTHETIC_VOCAB = 49152
 
 

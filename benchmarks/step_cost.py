@@ -7,7 +7,7 @@ their ratio, and a profiler breakdown of one pass into matrix products,
 attention, cache handling and the rest.
 
     .venv/bin/python benchmarks/step_cost.py                       # bundled model, --dtype auto
-    .venv/bin/python benchmarks/step_cost.py --contexts 128,2048 --sizes 1,16 --attn sdpa,eager
+    .venv/bin/python benchmarks/step_cost.py --contexts 128,2048 --sizes 1,16 --attn auto,sdpa,eager
 
 Run it alone: every number is a wall-clock time. The last stdout line is one
 JSON document with every row.
@@ -103,8 +103,13 @@ def run(args: argparse.Namespace) -> list[dict]:
     vocab = loaded.model.config.vocab_size
     rows = []
     for attn in args.attn:
-        loaded.model.set_attn_implementation(attn)
-        target = TargetModel(loaded.model)
+        if attn == "auto":  # the engine's per-shape plan (specdec.attention)
+            from specdec.attention import load_or_measure_plan
+
+            target = TargetModel(loaded.model, attention=load_or_measure_plan(loaded))
+        else:
+            loaded.model.set_attn_implementation(attn)
+            target = TargetModel(loaded.model)
         for context in args.contexts:
             prompt = torch.randint(0, vocab, (context,), generator=torch.Generator().manual_seed(context))
             target.prefill(prompt)
@@ -137,7 +142,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--contexts", default="128,512,2048", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--sizes", default="1,4,16,64", type=lambda s: [int(x) for x in s.split(",")])
-    parser.add_argument("--attn", default="sdpa", type=lambda s: s.split(","), help="sdpa, eager (comma list)")
+    parser.add_argument("--attn", default="sdpa", type=lambda s: s.split(","), help="sdpa, eager, auto (the engine's per-shape plan); comma list")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--no-profile", action="store_true")
     args = parser.parse_args()

@@ -28,7 +28,7 @@ from specdec.proposers.plain import PlainProposer
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
 
-NEW_TOKENS = 48
+NEW_TOKENS = 32
 DROPPED_LAYERS = (3, 4, 5, 6, 25, 26)  # the ones whose absence changes the argmax least
 KEPT_LAYERS = tuple(i for i in range(30) if i not in DROPPED_LAYERS)
 

@@ -14,7 +14,7 @@ from specdec.proposers.plain import PlainProposer
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
 
-NEW_TOKENS = 40
+NEW_TOKENS = 28
 
 
 @pytest.fixture(scope="module")

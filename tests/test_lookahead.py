@@ -17,7 +17,7 @@ from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
-NEW_TOKENS = 48
+NEW_TOKENS = 32
 
 
 @pytest.fixture(scope="module")

@@ -290,7 +290,7 @@ def test_greedy_is_token_identical_to_plain(engine, default_model, prompts, plai
 
 @pytest.mark.parametrize("method", METHODS)
 def test_seeded_sampling_is_reproducible(engine, default_model, prompts, method):
-    ids = prompts[next(name for name in prompts if name.startswith("summarization"))]
+    ids = prompts[next(name for name in prompts if name.startswith("translation"))]  # a short prompt: fast
 
     def run(seed: int) -> list[int]:
         config = GenerationConfig(max_new_tokens=24, sampling=SamplingParams(temperature=0.9, seed=seed))

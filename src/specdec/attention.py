@@ -82,7 +82,7 @@ def measure_plan(
             target.prefill(torch.randint(0, model.config.vocab_size, (max(usable, 1),), generator=generator))
             row = []
             for size in sizes:
-                tokens, parents = torch.arange(size), torch.arange(-1, size - 1)
+                tokens, parents = torch.arange(size) % model.config.vocab_size, torch.arange(-1, size - 1)
                 timings = {}
                 for impl in IMPLEMENTATIONS:
                     model.set_attn_implementation(impl)
