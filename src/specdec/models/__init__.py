@@ -15,7 +15,7 @@ from specdec.models.base import (
     sha256_file,
 )
 from specdec.models.gguf import BUNDLED_SHA256, DEFAULT_MODEL, bundled_gguf_path, convert_gguf
-from specdec.models.loading import load_model
+from specdec.models.loading import load_model, local_folder
 from specdec.models.machine import default_device, default_dtype, machine_fingerprint, resolve_dtype
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "default_device",
     "default_dtype",
     "load_model",
+    "local_folder",
     "machine_fingerprint",
     "resolve_dtype",
     "sha256_file",

@@ -99,7 +99,7 @@ def load_model(
     torch_dtype = resolve_dtype(dtype, device)
     cache_root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     if name_or_path == DEFAULT_MODEL:
-        return _load_pretrained(str(gguf.bundled_cache_folder(cache_root)), name_or_path, torch_dtype, device)
+        return _load_pretrained(str(local_folder(name_or_path, cache_root)), name_or_path, torch_dtype, device)
     path = Path(name_or_path).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         sha256 = sha256_file(path)
@@ -117,12 +117,26 @@ def load_model(
             f"{name_or_path!r} is neither a model folder (with config.json) nor a .gguf file"
         )
     if name_or_path in pulled.PULLABLE:
-        gguf_path = pulled.pulled_gguf_path(name_or_path, cache_root)
-        folder = gguf.cached_gguf_folder(gguf_path, name_or_path, pulled.PULLABLE[name_or_path].sha256, cache_root)
-        return _load_pretrained(str(folder), name_or_path, torch_dtype, device)
+        return _load_pretrained(str(local_folder(name_or_path, cache_root)), name_or_path, torch_dtype, device)
     if _looks_like_path(name_or_path):
         raise ModelLoadError(f"model path not found: {name_or_path}")
     return _load_hub(name_or_path, torch_dtype, device)
+
+
+def local_folder(name: str, cache_dir: str | Path | None = None) -> Path:
+    """The Hugging Face folder (safetensors) of the bundled model or a pulled one, converted first if absent.
+
+    What `specdec models path NAME` prints, so other tools (vLLM, transformers) load
+    the same weights as `load_model(NAME)`. cache_dir: as in `load_model`.
+    """
+    cache_root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    if name == DEFAULT_MODEL:
+        return gguf.bundled_cache_folder(cache_root)
+    if name in pulled.PULLABLE:
+        gguf_path = pulled.pulled_gguf_path(name, cache_root)
+        return gguf.cached_gguf_folder(gguf_path, name, pulled.PULLABLE[name].sha256, cache_root)
+    known = ", ".join([DEFAULT_MODEL, *sorted(pulled.PULLABLE)])
+    raise ModelLoadError(f"unknown model {name!r}: a bundled or pullable model has a local folder ({known})")
 
 
 def _load_hub(model_id: str, dtype: torch.dtype, device: str) -> LoadedModel:
