@@ -174,11 +174,11 @@ class Engine:
         on_text: Callable[[str], None] | None = None,
     ) -> GenerationOutput:
         prompt_ids = [int(t) for t in prompt_ids]
-        self._check_prompt(prompt_ids)
+        self.check_prompt(prompt_ids)
         sampling = config.sampling
         generator = make_generator(sampling, self.target.device)
         stats = GenerationStats(num_prompt_tokens=len(prompt_ids))
-        out = _Emitter(self, config, on_text)
+        out = Emitter(self, config, on_text)
         start = time.perf_counter()
         proposer.begin(prompt_ids)
         logits = self.target.prefill(prompt_ids)
@@ -186,12 +186,12 @@ class Engine:
         tokens = [*prompt_ids, draw_token(logits, sampling, generator)]
         stats.prefill_s = time.perf_counter() - start
         done = out.emit(tokens[-1:])
-        while not done and len(tokens) < self._context_limit:
-            ctx = ProposalContext(tokens, logits, len(prompt_ids), sampling, self._max_depth(tokens, out))
+        while not done and len(tokens) < self.context_limit:
+            ctx = ProposalContext(tokens, logits, len(prompt_ids), sampling, self.max_depth(tokens, out))
             t0 = time.perf_counter()
             tree = proposer.propose(ctx)
             t1 = time.perf_counter()
-            if len(tokens) + tree.max_depth >= self._context_limit:  # past max_new_tokens is only cut
+            if len(tokens) + tree.max_depth >= self.context_limit:  # past max_new_tokens is only cut
                 raise RuntimeError(f"{type(proposer).__name__} drafted past the model's context")
             result = verify(self.target, tree, sampling, generator)
             t2 = time.perf_counter()
@@ -206,17 +206,17 @@ class Engine:
         return GenerationOutput(out.stream.token_ids, out.finish(), out.finish_reason, stats)
 
     @property
-    def _context_limit(self) -> int | float:
+    def context_limit(self) -> int | float:
         """Most tokens a sequence may hold: the model's `max_position_embeddings`; 0 there means unbounded."""
         return self.target.max_length or math.inf
 
-    def _max_depth(self, tokens: list[int], out: _Emitter) -> int:
+    def max_depth(self, tokens: list[int], out: Emitter) -> int:
         """Deepest draft that can still be emitted: within max_new_tokens, and with every tree node and
         the bonus token after the deepest one at a position below the context limit."""
-        room = self._context_limit - len(tokens) - 1
+        room = self.context_limit - len(tokens) - 1
         return int(max(0, min(out.remaining - 1, room)))
 
-    def _check_prompt(self, prompt_ids: list[int]) -> None:
+    def check_prompt(self, prompt_ids: list[int]) -> None:
         if not prompt_ids:
             raise ValueError("the prompt is empty: give at least one token")
         limit = self.target.max_length
@@ -227,7 +227,7 @@ class Engine:
             raise ValueError(f"prompt token ids must lie in [0, {vocab})")
 
 
-class _Emitter:
+class Emitter:
     """Hands emitted tokens to the text stream one by one and decides when to stop."""
 
     def __init__(self, engine: Engine, config: GenerationConfig, on_text: Callable[[str], None] | None):

@@ -121,6 +121,10 @@ class TargetModel:
         self._num_layers = len(probe.layers)
 
     @property
+    def num_layers(self) -> int:
+        return self._num_layers
+
+    @property
     def num_cached(self) -> int:
         """Committed tokens in the KV cache."""
         return self._num_committed
@@ -199,26 +203,46 @@ class TargetModel:
         last_only: bool = False,
     ) -> torch.Tensor:
         """Logits [T, V] for ids [T] (or [1, V] with last_only), appending their KV entries."""
+        return self.run(ids.unsqueeze(0), position_ids, attention_mask, self.cache, self._num_committed, last_only)[0]
+
+    def run(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        cache: Cache,
+        context: int,
+        last_only: bool = False,
+    ) -> torch.Tensor:
+        """One forward pass of the model over `cache`: logits [B, T, V] (T = 1 with last_only).
+
+        input_ids [B, T] int64; position_ids [B, T] or None; attention_mask None or an additive
+        [B, 1, T, K] mask; context: committed tokens before the pass (picks the attention plan).
+        Also serves batched passes (`specdec.batching`), which bring their own cache.
+        """
         inputs = dict(
-            input_ids=ids.unsqueeze(0),
+            input_ids=input_ids,
             position_ids=position_ids,
             attention_mask=attention_mask,
-            past_key_values=self.cache,
+            past_key_values=cache,
             use_cache=True,
         )
-        with self._attention_for(ids.numel()):
+        with self._attention_for(context, input_ids.numel()):
             if self._head is None:
                 keep = {"logits_to_keep": 1} if last_only else {}
-                return self.model(**inputs, **keep).logits[0]
-            hidden = self._decoder(**inputs).last_hidden_state[0]  # [T, H]
-        return head_logits(self._head, hidden[-1:] if last_only else hidden)
+                return self.model(**inputs, **keep).logits
+            hidden = self._decoder(**inputs).last_hidden_state  # [B, T, H]
+        if last_only:
+            hidden = hidden[:, -1:]
+        rows, tokens = hidden.shape[:2]
+        return head_logits(self._head, hidden.reshape(rows * tokens, -1)).reshape(rows, tokens, -1)
 
     @contextmanager
-    def _attention_for(self, num_new: int) -> Iterator[None]:
+    def _attention_for(self, context: int, num_new: int) -> Iterator[None]:
         """Run the pass with the planned attention implementation, then give the model back as it was
         (others use it too: transformers' own `generate` in the benchmarks, draft views)."""
         own = self.model.config._attn_implementation
-        choice = own if self.attention is None else self.attention.choose(self._num_committed, num_new)
+        choice = own if self.attention is None else self.attention.choose(context, num_new)
         if choice == own:
             yield
             return

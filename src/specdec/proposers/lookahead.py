@@ -65,6 +65,9 @@ class LookaheadConfig:
 
 
 class LookaheadProposer:
+    # The Jacobi window's nodes are read back by position in `observe`: a batch must not cut the tree.
+    prunable = False
+
     def __init__(self, config: LookaheadConfig) -> None:
         self.config = config
         self.pool: dict[int, deque[tuple[int, ...]]] = {}

@@ -1,0 +1,142 @@
+"""A KV cache for B sequences of different lengths, written in place at per-row offsets.
+
+Why this exists: batched speculation is the "ragged tensor" problem. Rows accept
+different numbers of draft tokens, so after one step their committed lengths
+differ, and the next pass must append each row's tree right after *its own*
+prefix. transformers' caches append one block at the same offset for every row
+(left padding keeps rows aligned only while they grow in lockstep). Here every
+layer keeps one buffer `[rows, kv_heads, capacity, head_dim]`; a pass writes
+row b's new entries at `starts[b]...`, and attention sees the prefix up to the
+longest row, with the caller's 4-D mask hiding what a row must not see (other
+rows' lengths are garbage to it). Rows are padded to the pass's longest tree;
+the padding's entries land after the row's own and are overwritten later.
+
+It plugs in through transformers' public cache API (`Cache(layers=...)`), like
+`specdec.kv_cache`: no model file forked, nothing patched.
+
+Invariants:
+- `layout.starts` [B] is set by the caller before every pass (the rows'
+  committed lengths); a pass of T tokens writes row b at positions
+  `starts[b] .. starts[b] + T - 1` of every layer and returns views of length
+  `max(starts) + T`;
+- the buffers only grow (doubling, prefix copied); rows are slots `0..B-1`,
+  kept contiguous by the caller (`move_row` fills a hole with the last row);
+- nothing past a row's committed length is ever read unmasked.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+DEFAULT_CAPACITY = 256  # tokens per row before the first doubling
+
+
+class BatchLayout:
+    """What every layer of one batched pass needs to know: the rows' write offsets."""
+
+    def __init__(self) -> None:
+        self.starts = torch.zeros(0, dtype=torch.int64)  # [B] committed length per row
+
+
+class BatchedLayer(DynamicLayer):
+    """One full-attention layer's keys and values for B rows, each at its own length."""
+
+    def __init__(self, layout: BatchLayout, capacity: int = DEFAULT_CAPACITY) -> None:
+        super().__init__()
+        self.layout = layout
+        self.initial_capacity = capacity
+        self._keys: torch.Tensor | None = None  # [rows, kv_heads, capacity, head_dim]
+        self._values: torch.Tensor | None = None
+        self.length = 0  # entries visible to the last pass: max(starts) + T
+
+    @property
+    def row_capacity(self) -> int:
+        return 0 if self._keys is None else self._keys.shape[0]
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self._keys is None else self._keys.shape[2]
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        shape = (key_states.shape[0], key_states.shape[1], self.initial_capacity, key_states.shape[3])
+        self._keys = torch.zeros(shape, dtype=key_states.dtype, device=key_states.device)
+        self._values = torch.zeros(shape, dtype=value_states.dtype, device=value_states.device)
+        self.is_initialized = True
+
+    def ensure(self, rows: int, tokens: int) -> None:
+        """Make room for `rows` rows of `tokens` entries each (doubling, contents kept)."""
+        if self._keys is None:
+            return
+        new_rows, new_cap = max(self.row_capacity, 1), max(self.capacity, 1)
+        while new_rows < rows:
+            new_rows *= 2
+        while new_cap < tokens:
+            new_cap *= 2
+        if (new_rows, new_cap) == (self.row_capacity, self.capacity):
+            return
+        for name in ("_keys", "_values"):
+            old = getattr(self, name)
+            new = old.new_zeros(new_rows, old.shape[1], new_cap, old.shape[3])
+            new[: old.shape[0], :, : old.shape[2]] = old
+            setattr(self, name, new)
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """key_states, value_states: [B, kv_heads, T, head_dim]; returns views [B, kv_heads, max(starts) + T, D]."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        rows, tokens = key_states.shape[0], key_states.shape[2]
+        starts = self.layout.starts.to(key_states.device)
+        end = int(starts.max()) + tokens
+        self.ensure(rows, end)
+        positions = starts[:, None] + torch.arange(tokens, device=starts.device)  # [B, T]
+        row_index = torch.arange(rows, device=starts.device)[:, None]  # [B, 1]
+        # Advanced indices around a slice put their dims first: the target is [B, T, kv_heads, D].
+        self._keys[row_index, :, positions] = key_states.transpose(1, 2)
+        self._values[row_index, :, positions] = value_states.transpose(1, 2)
+        self.length = end
+        self.keys = self._keys[:rows, :, :end]
+        self.values = self._values[:rows, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def keep_paths(self, row_index: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy entries src -> dst per row: row_index [R, 1], src/dst [R, P] absolute positions."""
+        for buffer in (self._keys, self._values):
+            # The right side is gathered (a copy) before the write, so overlaps are safe.
+            buffer[row_index, :, dst] = buffer[row_index, :, src]
+
+    def move_row(self, src: int, dst: int, length: int) -> None:
+        """Copy row src's first `length` entries into row dst (to keep the rows contiguous)."""
+        for buffer in (self._keys, self._values):
+            buffer[dst, :, :length] = buffer[src, :, :length]
+
+    def write_row(self, row: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Put a sequence's entries, keys/values [kv_heads, L, head_dim], at the start of `row`."""
+        if not self.is_initialized:
+            self.lazy_initialization(keys[None], values[None])
+        self.ensure(row + 1, keys.shape[1])
+        self._keys[row, :, : keys.shape[1]] = keys
+        self._values[row, :, : values.shape[1]] = values
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise NotImplementedError("a batched cache is trimmed per row by its owner, not cropped")
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        raise NotImplementedError("rows are managed by the batched target (slots), not by transformers")
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        raise NotImplementedError("rows are managed by the batched target (slots), not by transformers")
+
+
+def batched_cache(num_layers: int, layout: BatchLayout, capacity: int = DEFAULT_CAPACITY) -> Cache:
+    """A transformers `Cache` of `num_layers` `BatchedLayer`s sharing one `layout`."""
+    return Cache(layers=[BatchedLayer(layout, capacity) for _ in range(num_layers)])

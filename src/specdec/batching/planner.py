@@ -1,0 +1,101 @@
+"""One node budget per batched pass, spent where drafts are most likely to be accepted.
+
+Why: vLLM and SGLang give every request the same fixed draft length. On a CPU a
+pass's cost grows with the tokens it carries (B rows padded to width W cost
+about what one sequence's B*W-node tree costs), so a pass should be as wide as
+the batch's expected accepted tokens justify, and no wider: one row's long,
+rarely-accepted tree must not make every row pay for padding.
+
+How: each row learns, online, the rate at which its nodes are accepted given
+their parent was (`RowRates`, keyed by depth and sibling rank; uninformative
+prior, windowed). A node's acceptance probability is the product of those
+rates down its path. `plan_width` scores every width W as
+    sum over rows of (1 + sum of p over the row's first W - 1 nodes) / cost(B * W)
+and keeps the best; each row's tree is then cut to its first W nodes.
+
+Invariants:
+- a cut tree is a prefix of the proposer's node order; since every parent comes
+  before its children, a prefix is a valid tree, and verification stays lossless
+  whatever is cut (the choice never looks at the draft tokens themselves);
+- proposers whose tree shape is their algorithm (`prunable = False`, e.g.
+  lookahead's Jacobi window) are never cut; their full width counts;
+- width 1 (no drafts) is always a candidate, so a batch whose drafts do not pay
+  decodes plainly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from specdec.proposers.budget import AcceptanceStats
+from specdec.tree import DraftTree
+
+PRIOR = (0.5, 2.0)  # (mean, strength): Beta(1, 1), i.e. no opinion until the row has been seen
+MAX_DEPTH_KEY = 8  # deeper nodes share one rate
+MAX_RANK_KEY = 2  # first child, second child, any later sibling
+
+
+def _key(depth: int, rank: int) -> tuple[int, int]:
+    return min(depth, MAX_DEPTH_KEY), min(rank, MAX_RANK_KEY)
+
+
+class RowRates:
+    """One row's conditional acceptance rates per (depth, sibling rank)."""
+
+    def __init__(self, window: float = 100.0) -> None:
+        self.stats = AcceptanceStats(lambda key: PRIOR, window)
+
+    def node_probs(self, tree: DraftTree) -> list[float]:
+        """[N] probability that each node is accepted (1.0 for the root), in node order."""
+        probs = [1.0] * tree.num_nodes
+        for node, parent, rank, depth in _walk(tree):
+            probs[node] = probs[parent] * self.stats.rate(_key(depth, rank))
+        return probs
+
+    def observe(self, tree: DraftTree, path: Sequence[int]) -> None:
+        """Learn from one verified tree: every node whose parent was accepted was offered."""
+        accepted = set(path)
+        for node, parent, rank, depth in _walk(tree):
+            if parent in accepted:
+                self.stats.update(_key(depth, rank), 1.0, float(node in accepted))
+
+
+def _walk(tree: DraftTree) -> list[tuple[int, int, int, int]]:
+    """(node, parent, sibling rank, depth) for every node below the root, in node order."""
+    depth = [0] * tree.num_nodes
+    seen_children = [0] * tree.num_nodes
+    out = []
+    for node, parent in enumerate(tree.parent_list[1:], start=1):
+        depth[node] = depth[parent] + 1
+        out.append((node, parent, seen_children[parent], depth[node]))
+        seen_children[parent] += 1
+    return out
+
+
+def plan_width(
+    node_probs: Sequence[Sequence[float]], fixed: Sequence[bool], cost: Callable[[int], float]
+) -> int:
+    """The pass width W (nodes per row, root included) that maximises expected tokens per second.
+
+    node_probs[b]: row b's acceptance probability per node, in node order (root first, 1.0);
+    fixed[b]: the row's tree may not be cut (its whole width is the least W);
+    cost(n): seconds of a pass over n tokens.
+    """
+    rows = len(node_probs)
+    least = max([len(p) for p, keep in zip(node_probs, fixed, strict=True) if keep] or [1])
+    widest = max(len(p) for p in node_probs)
+    best_width, best_rate = least, -1.0
+    for width in range(least, widest + 1):
+        expected = sum(sum(p[:width]) for p in node_probs)
+        rate = expected / cost(rows * width)
+        if rate > best_rate:
+            best_width, best_rate = width, rate
+    return best_width
+
+
+def cut(tree: DraftTree, width: int) -> DraftTree:
+    """The tree's first `width` nodes (a valid tree: parents come first)."""
+    if tree.num_nodes <= width:
+        return tree
+    probs = tree.draft_probs[:width] if tree.draft_probs is not None else None
+    return DraftTree(tree.tokens[:width], tree.parents[:width], probs)

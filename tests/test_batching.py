@@ -1,0 +1,178 @@
+"""Batched speculative decoding on the real default model (fp32): every row equals its prompt run alone.
+
+Rows differ in prompt length (Spec-Bench prompts of every category) and in
+max_new_tokens (rows finish early), and there are more prompts than batch slots
+(rows join mid-run as others leave). The fixed cost curve of conftest makes the
+planner cut trees, so the identity checks cover cut trees too.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec.batching.engine import BatchEngine, generate_batch
+from specdec.batching.planner import RowRates, cut, plan_width
+from specdec.batching.target import BatchedTarget
+from specdec.data import load_questions
+from specdec.engine import GenerationConfig
+from specdec.prompts import encode_prompt
+from specdec.proposers import parse_method
+from specdec.proposers.budget import load_or_measure
+from specdec.proposers.draft import DraftConfig
+from specdec.proposers.plain import PlainProposer
+from specdec.sampling import SamplingParams
+from specdec.target import TargetModel
+from specdec.tree import DraftTree
+
+LENGTHS = (12, 4, 10, 1, 8)  # max_new_tokens per prompt: rows end at different steps
+
+
+@pytest.fixture(scope="module")
+def prompts(default_model, spec_bench_subset):
+    questions = load_questions(spec_bench_subset)  # every category
+    return [encode_prompt(default_model.tokenizer, q.turns[0], chat=True) for q in questions][: len(LENGTHS)]
+
+
+@pytest.fixture(scope="module")
+def costs(default_model):
+    return load_or_measure(default_model)  # conftest's fixed curve: no timing in tests
+
+
+def _configs(sampling: SamplingParams | None = None) -> list[GenerationConfig]:
+    return [GenerationConfig(max_new_tokens=n, sampling=sampling or SamplingParams()) for n in LENGTHS]
+
+
+@pytest.mark.parametrize("method", ["plain", "pld", "logitspec", "logitspec:adaptive=false", "lookahead"])
+def test_every_row_equals_its_prompt_alone(engine, default_model, prompts, costs, method):
+    configs = _configs()
+    alone = [
+        engine.generate(p, parse_method(method).build(default_model), c)
+        for p, c in zip(prompts, configs, strict=True)
+    ]
+    proposers = [parse_method(method).build(default_model) for _ in prompts]
+    batched = generate_batch(engine, prompts, proposers, configs, costs=costs, max_batch=4)
+    assert [out.token_ids for out in batched] == [out.token_ids for out in alone]
+    assert [out.finish_reason for out in batched] == [out.finish_reason for out in alone]
+    assert [out.text for out in batched] == [out.text for out in alone]
+
+
+def test_draft_model_rows_with_cut_chains_stay_identical(engine, default_model, prompts, costs):
+    """A draft model's chain cut by the planner leaves the draft's own cache ahead: it must roll back."""
+    configs = _configs()[:3]
+    make = lambda: DraftConfig(k=4, adaptive=False).build_with(default_model, default_model.model)  # noqa: E731
+    alone = [engine.generate(p, make(), c).token_ids for p, c in zip(prompts, configs, strict=True)]
+    batched = generate_batch(
+        engine, prompts[:3], [make() for _ in configs], configs, costs=costs, max_batch=2
+    )
+    assert [out.token_ids for out in batched] == alone
+    assert sum(out.stats.num_decode_steps for out in batched) < sum(
+        len(t) for t in alone
+    )  # drafts were accepted
+
+
+def test_seeded_sampling_does_not_depend_on_the_batch(engine, default_model, prompts, costs):
+    sampling = SamplingParams(temperature=1.0, seed=7)
+    config = GenerationConfig(max_new_tokens=12, sampling=sampling)
+    solo = generate_batch(
+        engine, prompts[:1], [parse_method("pld").build(default_model)], [config], costs=costs
+    )
+    others = [
+        GenerationConfig(max_new_tokens=8, sampling=SamplingParams(temperature=1.0, seed=s)) for s in (1, 2)
+    ]
+    mixed = generate_batch(
+        engine,
+        prompts[:3],
+        [parse_method("pld").build(default_model) for _ in range(3)],
+        [config, *others],
+        costs=costs,
+    )
+    assert mixed[0].token_ids == solo[0].token_ids
+    assert mixed[1].token_ids != mixed[2].token_ids or mixed[1].text != mixed[2].text
+
+
+def test_rows_join_mid_run_and_cancelled_rows_leave(engine, default_model, prompts, costs):
+    config = GenerationConfig(max_new_tokens=10)
+    expected = [engine.generate(p, PlainProposer(), config).token_ids for p in prompts[:3]]
+    batch = BatchEngine(engine, costs, max_batch=3)
+    first = batch.add(prompts[0], PlainProposer(), config)
+    doomed = batch.add(prompts[2], PlainProposer(), config)
+    for _ in range(4):
+        batch.step()
+    batch.cancel(doomed)  # its slot is filled by the last row; the others must not notice
+    late = batch.add(prompts[1], PlainProposer(), config)
+    batch.run()
+    assert first.output.token_ids == expected[0]
+    assert late.output.token_ids == expected[1]
+    assert doomed.output is None and doomed.cancelled
+
+
+def test_a_failing_proposer_ends_only_its_own_row(engine, default_model, prompts, costs):
+    class Broken(PlainProposer):
+        def propose(self, ctx):
+            raise RuntimeError("broken proposer")
+
+    config = GenerationConfig(max_new_tokens=8)
+    batch = BatchEngine(engine, costs)
+    good = batch.add(prompts[0], PlainProposer(), config)
+    bad = batch.add(prompts[1], Broken(), config)
+    batch.run()
+    assert isinstance(bad.error, RuntimeError) and bad.output is None
+    assert good.output.token_ids == engine.generate(prompts[0], PlainProposer(), config).token_ids
+
+
+def test_batched_target_matches_one_sequence_targets_and_grows(default_model, prompts):
+    """Trees of different shapes per row, commits of branch paths, a removed row, a cache past its capacity."""
+    model = default_model.model
+    batched = BatchedTarget(TargetModel(model))
+    for layer in batched.cache.layers:
+        layer.initial_capacity = 8  # every row outgrows it: the buffers must double with contents kept
+    singles = [TargetModel(model) for _ in range(3)]
+    for target, prompt in zip(singles, prompts[:3], strict=True):
+        row, logits = batched.add(prompt)
+        torch.testing.assert_close(logits, target.prefill(prompt))
+    steps = [
+        (
+            [DraftTree.from_branches(5, [[1, 2, 3], [4, 5]]), DraftTree.chain(7, [8]), DraftTree.chain(9)],
+            [[0, 4, 5], [0, 1], [0]],
+        ),
+        (
+            [DraftTree.chain(3, [4, 5]), DraftTree.from_branches(6, [[1], [2, 3]]), DraftTree.chain(2, [1])],
+            [[0], [0, 2, 3], [0, 1]],
+        ),
+    ]
+    for trees, paths in steps:
+        got = batched.verify_trees(trees)
+        for target, tree, logits in zip(singles, trees, got, strict=True):
+            torch.testing.assert_close(
+                logits, target.forward_tree(tree.tokens, tree.parents), atol=1e-3, rtol=1e-4
+            )
+        batched.commit(paths)
+        for target, path in zip(singles, paths, strict=True):
+            target.commit(path)
+    assert batched.remove(0) == 2  # the last row took slot 0
+    del singles[0]
+    singles = [singles[1], singles[0]]
+    trees = [DraftTree.chain(11, [12]), DraftTree.chain(13)]
+    for target, tree, logits in zip(singles, trees, batched.verify_trees(trees), strict=True):
+        torch.testing.assert_close(
+            logits, target.forward_tree(tree.tokens, tree.parents), atol=1e-3, rtol=1e-4
+        )
+
+
+def test_planner_spends_the_width_where_drafts_are_accepted():
+    flat = [1e-3, 1e-3, 1e-3]
+    cost = lambda n: 1.0 + 0.1 * n  # noqa: E731
+    assert plan_width([[1.0, *flat], [1.0, *flat]], [False, False], cost) == 1  # drafts that never pay
+    assert plan_width([[1.0, 0.9, 0.8, 0.7], [1.0, 0.9, 0.8, 0.7]], [False, False], cost) == 4
+    assert (
+        plan_width([[1.0, *flat], [1.0, 0.9, 0.8, 0.7, 0.6]], [True, False], cost) >= 4
+    )  # fixed tree kept whole
+    tree = DraftTree.from_branches(1, [[2, 3, 4], [5]])
+    assert cut(tree, 3).token_list == [1, 2, 3] and cut(tree, 3).parent_list == [-1, 0, 1]
+    rates = RowRates()
+    before = rates.node_probs(tree)
+    for _ in range(20):
+        rates.observe(tree, [0, 1, 2, 3])  # the first branch always accepted, the sibling never
+    after = rates.node_probs(tree)
+    assert after[3] > before[3] and after[4] < before[4]
