@@ -1,0 +1,255 @@
+"""Token Recycling (Luo et al. 2024, arXiv 2408.08696): draft from the target's own past top-k successors.
+
+Why: every verification pass computes the target's logits at every tree node,
+accepted or not, and their top-k tokens are good guesses for what follows that
+node's token the next time it appears. Token Recycling keeps them in a [V, k]
+successor table ("adjacency matrix") and drafts by walking the table
+breadth-first from the root into a tree: no draft model, no datastore, about
+1.5 MB for SmolLM2 (V = 49,152, k = 8, int32).
+
+Per step:
+1. `propose`: expand the table from the root along a static tree shape
+   (`static_shape`): the node at rank r below its parent is that parent's r-th
+   successor; unknown successors (a row never written) drop their subtree,
+   and an end-of-sequence node gets no children (nothing after it is emitted);
+2. `observe`: `table.update(tree.tokens, target_logits)`: the row of every
+   verified node's token becomes the top-k of the target logits at that node
+   (row i of `target_logits` predicts the child of node i). The first step of a
+   request also writes the prompt's last token from the prefill logits.
+
+The static shape is chosen best-first under a fixed rank prior: a path's weight
+is the product of `RANK_PRIOR / (rank + 1)` over its nodes, and the `budget - 1`
+heaviest paths up to `max_depth` levels are kept. With k = 8, 81 nodes and 6
+levels this gives level widths (8, 23, 25, 17, 6, 1), close to the authors'
+template "2.2.2" (8, 21, 25, 15, 8, 3); the prior was chosen to match that shape,
+not fitted to any benchmark's outputs.
+
+Interface for other proposers (LogitSpec uses the table as one of its sources):
+
+    table = RecycleTable.for_model(loaded.model, k)   # shared per loaded model
+    table.update(tokens, logits)         # tokens [N] int64, logits [N, V]
+    table.successors(token) -> list[int]   # known successors, best first
+    table.branches(root, budget, max_depth, eos_token_ids=()) -> list[list[int]]
+        # root-to-leaf token paths (root excluded), depth-first by rank, so that
+        # DraftTree.from_branches(root, branches) is exactly the expanded tree and a
+        # budget cut keeps the heaviest (lowest-rank) paths
+
+Invariants: the table is shared by every proposer on the same model object and
+kept across requests (the paper's "hot start"); it is thread-safe (one lock,
+held for whole-row writes and reads, so no draft mixes two versions of a row);
+drafts are deterministic (`draft_probs=None`), so verification stays lossless;
+trees never exceed `budget` nodes nor `ctx.max_depth` levels, and siblings are
+distinct (one table row holds distinct tokens).
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from specdec.engine import ProposalContext
+from specdec.models import LoadedModel
+from specdec.proposers.per_model import shared
+from specdec.tree import DraftTree
+from specdec.verify import VerifyResult
+
+RANK_PRIOR = 0.6  # weight of a rank-r successor: RANK_PRIOR / (r + 1); see the module docstring
+MAX_CACHED_SHAPES = 64
+Shape = tuple[tuple[int, int, int], ...]  # (parent index, rank, depth) for nodes 1..; node 0 is the root
+
+
+def static_shape(k: int, budget: int, max_depth: int) -> Shape:
+    """The `budget - 1` heaviest rank paths (at most `max_depth` deep), breadth-first.
+
+    Node i + 1 of the tree is `shape[i] = (parent, rank, depth)`; parents come
+    before children, and the nodes of depth <= d form a prefix of the shape, so
+    a shallower tree is a slice of a deeper one.
+    """
+    if k < 1 or budget < 1 or max_depth < 0:
+        raise ValueError(f"need k >= 1, budget >= 1, max_depth >= 0 (got {k}, {budget}, {max_depth})")
+    chosen: list[tuple[int, ...]] = []
+    heap: list[tuple[float, tuple[int, ...]]] = []
+    if max_depth >= 1:
+        heap = [(-RANK_PRIOR / (rank + 1), (rank,)) for rank in range(k)]
+        heapq.heapify(heap)
+    while heap and len(chosen) < budget - 1:
+        score, path = heapq.heappop(heap)
+        chosen.append(path)
+        if len(path) < max_depth:
+            for rank in range(k):  # children weigh less than their parent: the set stays prefix-closed
+                heapq.heappush(heap, (score * RANK_PRIOR / (rank + 1), (*path, rank)))
+    chosen.sort(key=lambda path: (len(path), path))
+    index: dict[tuple[int, ...], int] = {(): 0}
+    shape = []
+    for i, path in enumerate(chosen, start=1):
+        index[path] = i
+        shape.append((index[path[:-1]], path[-1], len(path)))
+    return tuple(shape)
+
+
+def depth_prefix(shape: Shape, max_depth: int) -> Shape:
+    """The part of `shape` at most `max_depth` levels deep (a prefix, since the shape is breadth-first)."""
+    end = len(shape)
+    while end and shape[end - 1][2] > max_depth:
+        end -= 1
+    return shape[:end]
+
+
+def output_vocab_size(model: Any) -> int:
+    """Width of the model's logits: its output embedding's rows, else `config.vocab_size`."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    return int(weight.shape[0]) if weight is not None else int(model.config.vocab_size)
+
+
+class RecycleTable:
+    """The [V, k] successor table of one model: row t holds the top-k tokens seen after t, best first."""
+
+    def __init__(self, vocab_size: int, k: int) -> None:
+        if vocab_size < 1 or k < 1:
+            raise ValueError(f"need vocab_size >= 1 and k >= 1 (got {vocab_size}, {k})")
+        self.vocab_size = vocab_size
+        self.k = k
+        self._successors = np.full((vocab_size, k), -1, dtype=np.int32)  # -1: not seen yet
+        self._lock = threading.Lock()
+        self._shapes: dict[tuple[int, int], Shape] = {}
+
+    @classmethod
+    def for_model(cls, model: Any, k: int) -> RecycleTable:
+        """The table kept for `model` (an nn.Module) and width `k`, made empty on first use."""
+        return shared(model, ("recycle", k), lambda: cls(output_vocab_size(model), k))
+
+    def update(self, tokens: torch.Tensor, logits: torch.Tensor) -> None:
+        """Row tokens[i] := top-k of logits[i]. tokens: [N] int64; logits: [N, V] (any float dtype, any device)."""
+        if logits.dim() != 2 or tokens.dim() != 1 or logits.shape[0] != tokens.shape[0]:
+            raise ValueError(
+                f"need tokens [N] and logits [N, V], got {tuple(tokens.shape)}, {tuple(logits.shape)}"
+            )
+        if logits.shape[1] != self.vocab_size:
+            raise ValueError(f"logits have {logits.shape[1]} columns; the table has {self.vocab_size} rows")
+        width = min(self.k, self.vocab_size)
+        top = torch.topk(logits, width, dim=-1).indices.to("cpu", torch.int32).numpy()  # [N, width]
+        rows = tokens.to("cpu", torch.int64).numpy()
+        with self._lock:
+            self._successors[rows, :width] = top  # a token seen twice: its last node wins
+
+    def successors(self, token: int) -> list[int]:
+        """The successors known for `token`, best first (empty when it was never verified)."""
+        with self._lock:
+            row = self._successors[token].tolist()
+        return [t for t in row if t >= 0]
+
+    def shape(self, budget: int, max_depth: int) -> Shape:
+        """`static_shape(self.k, budget, max_depth)`, cached per (budget, max_depth)."""
+        key = (budget, max_depth)
+        with self._lock:
+            cached = self._shapes.get(key)
+        if cached is None:
+            cached = static_shape(self.k, budget, max_depth)
+            with self._lock:
+                if len(self._shapes) >= MAX_CACHED_SHAPES:
+                    self._shapes.clear()
+                self._shapes[key] = cached
+        return cached
+
+    def expand(
+        self, root: int, shape: Shape, eos_token_ids: Iterable[int] = ()
+    ) -> tuple[list[int], list[int]]:
+        """(tokens, parents) of the tree grown from `root` along `shape`; missing successors drop subtrees."""
+        eos = frozenset(eos_token_ids)
+        tokens, parents, where = [int(root)], [-1], [0]  # where[i]: tree node of shape node i, or -1
+        rows: dict[int, list[int]] = {}
+        with self._lock:
+            for parent, rank, _depth in shape:
+                node = where[parent]
+                token = tokens[node] if node >= 0 else -1
+                if node < 0 or token in eos:
+                    where.append(-1)
+                    continue
+                row = rows.get(token)
+                if row is None:
+                    row = rows[token] = self._successors[token].tolist()
+                if row[rank] < 0:
+                    where.append(-1)
+                    continue
+                where.append(len(tokens))
+                tokens.append(row[rank])
+                parents.append(node)
+        return tokens, parents
+
+    def branches(
+        self, root: int, budget: int, max_depth: int, eos_token_ids: Iterable[int] = ()
+    ) -> list[list[int]]:
+        """Root-to-leaf token paths (root excluded) of the tree of at most `budget` nodes and `max_depth`
+        levels grown from `root`, depth-first with lower ranks first. [] when nothing is known."""
+        tokens, parents = self.expand(root, self.shape(budget, max_depth), eos_token_ids)
+        return tree_paths(tokens, parents)
+
+
+def tree_paths(tokens: list[int], parents: list[int]) -> list[list[int]]:
+    """Leaf paths (root excluded) of a tree whose children are listed in rank order, depth-first."""
+    children: list[list[int]] = [[] for _ in tokens]
+    for node in range(1, len(tokens)):
+        children[parents[node]].append(node)
+    paths: list[list[int]] = []
+    stack: list[tuple[int, list[int]]] = [(child, [tokens[child]]) for child in reversed(children[0])]
+    while stack:
+        node, path = stack.pop()
+        if not children[node]:
+            paths.append(path)
+        stack.extend((child, [*path, tokens[child]]) for child in reversed(children[node]))
+    return paths
+
+
+@dataclass(frozen=True)
+class RecycleConfig:
+    """Token Recycling: a tree grown from the target's recycled top-k successors.
+
+    k: successors kept per token (paper: 8); budget: most tree nodes, root included
+    (the paper's template has 81); max_depth: deepest level below the root (paper: 6).
+    """
+
+    k: int = 8
+    budget: int = 32
+    max_depth: int = 6
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.budget < 1:
+            raise ValueError(f"budget must be >= 1 (the root), got {self.budget}")
+        if self.max_depth < 1:
+            raise ValueError(f"max_depth must be >= 1, got {self.max_depth}")
+
+    def build(self, loaded: LoadedModel) -> RecycleProposer:
+        return RecycleProposer(self, RecycleTable.for_model(loaded.model, self.k), loaded.eos_token_ids)
+
+
+class RecycleProposer:
+    def __init__(self, config: RecycleConfig, table: RecycleTable, eos_token_ids: Iterable[int] = ()) -> None:
+        self.config = config
+        self.table = table
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.shape = static_shape(config.k, config.budget, config.max_depth)
+        self._first_step = True
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        self._first_step = True
+
+    def propose(self, ctx: ProposalContext) -> DraftTree:
+        tokens = ctx.token_ids
+        if self._first_step and len(tokens) >= 2:  # the prefill's logits follow the prompt's last token
+            self.table.update(torch.tensor(tokens[-2:-1]), ctx.last_logits[None])
+        self._first_step = False
+        shape = depth_prefix(self.shape, min(self.config.max_depth, ctx.max_depth))
+        nodes, parents = self.table.expand(tokens[-1], shape, self.eos_token_ids)
+        return DraftTree(torch.tensor(nodes, dtype=torch.int64), torch.tensor(parents, dtype=torch.int64))
+
+    def observe(self, result: VerifyResult) -> None:
+        self.table.update(result.tree.tokens, result.target_logits)
