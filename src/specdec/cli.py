@@ -281,6 +281,40 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 SUBCOMMANDS.append(_add_analyze)
 
 
+def _add_datastore(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("datastore", help="an external datastore for the `datastore` method: build FILES... -o DIR")
+    p.add_argument("action", choices=["build"])
+    p.add_argument("files", nargs="+", help="text files, or folders searched recursively for --glob")
+    p.add_argument("-o", "--out", required=True, help="the datastore folder to write (new or empty)")
+    p.add_argument("--glob", default="*", help="file pattern inside folders, e.g. '*.py' (default: every file)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="the model whose tokenizer the datastore is for")
+    p.add_argument("--cache-dir", default=None, help="where converted models are kept (~/.cache/specdec)")
+    p.add_argument("--sort-depth", type=_positive_int, default=64, help="tokens each suffix is sorted by (lookups match up to one fewer)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_datastore)
+
+
+def _cmd_datastore(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from specdec.datastore import build_datastore, check_out_dir, expand_files
+    from specdec.models import load_model
+
+    check_out_dir(args.out)
+    files = expand_files(args.files, args.glob)
+    tokenizer = load_model(args.model, cache_dir=args.cache_dir).tokenizer
+    with tqdm(total=len(files), unit="file", disable=args.no_progress, desc="tokenizing") as bar:
+        progress = lambda done: bar.update(done - bar.n)  # noqa: E731
+        summary = build_datastore(files, tokenizer, args.out, args.sort_depth, progress=progress)
+    print(f"specdec: {summary.num_tokens} tokens from {summary.num_files} files ({summary.num_skipped} skipped: "
+          f"not UTF-8 text) in {summary.out_dir}", file=sys.stderr)  # fmt: skip
+    print(summary.out_dir)
+    return 0
+
+
+SUBCOMMANDS.append(_add_datastore)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description="Lossless speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -24,6 +24,9 @@ METHODS: dict[str, str] = {
     "draft": "specdec.proposers.draft:DraftConfig",
     "layerskip": "specdec.proposers.layerskip:LayerSkipConfig",
     "lookahead": "specdec.proposers.lookahead:LookaheadConfig",
+    "recycle": "specdec.proposers.recycle:RecycleConfig",
+    "datastore": "specdec.proposers.datastore_lookup:DatastoreConfig",
+    "session": "specdec.proposers.session_store:SessionConfig",
 }
 
 

@@ -154,6 +154,22 @@ REQUEST_OPTIONS: dict[str, dict[str, Option]] = {
         "pool_size": IntOption(1, 16),
         "max_nodes": IntOption(2, 64),
     },
+    "recycle": {  # the successor table's width k: one table per k and model, so k is bounded tightly
+        "k": IntOption(1, 16),
+        "budget": IntOption(1, 96),
+        "max_depth": IntOption(1, 8),
+    },
+    "datastore": {  # the datastore folder is server-side: --method-config datastore:path=DIR
+        "max_ngram": IntOption(1, 16),
+        "min_ngram": IntOption(1, 16),
+        "max_continuation": IntOption(1, 20),
+        "max_branches": IntOption(1, 8),
+        "budget": IntOption(1, 64),
+    },
+    "session": {  # the store's size and n-gram width (max_tokens, max_ngram) are server-side
+        "min_ngram": IntOption(1, 4),
+        "num_pred_tokens": IntOption(1, 20),
+    },
 }
 
 

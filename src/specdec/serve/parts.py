@@ -2,7 +2,8 @@
 
 Why: building a proposer can cost far more than a request: LogitSpec's adaptive
 tree measures the target's forward-pass cost curve, `draft` loads (and may
-convert) a second model, `layerskip` calibrates which layers to skip. Requests
+convert) a second model, `layerskip` calibrates which layers to skip, `datastore`
+opens (and checks) a datastore folder named by the operator. Requests
 must never reach that work (see `specdec.serve.options`), so each method's
 build is split into `prepare` (the expensive part, keyed by server-side options
 only, run at startup) and `assemble` (cheap: a proposer from a config and its
@@ -94,6 +95,21 @@ def _layerskip_assemble(loaded: LoadedModel, config: Any, skip: tuple[int, ...] 
     return config.build(loaded)
 
 
+# ------------------------------------------------------------------ datastore: the opened datastore folder
+def _datastore_needs(config: Any) -> Hashable:
+    return ("datastore", config.path)
+
+
+def _datastore_prepare(loaded: LoadedModel, config: Any) -> Any:
+    return config.open(loaded)  # DatastoreError (at startup) for a missing path or an unusable folder
+
+
+def _datastore_assemble(loaded: LoadedModel, config: Any, datastore: Any) -> Any:
+    from specdec.proposers.datastore_lookup import DatastoreProposer
+
+    return DatastoreProposer(config, datastore, loaded.eos_token_ids)
+
+
 RECIPES: dict[str, Recipe] = {
     "logitspec": Recipe(
         _logitspec_needs,
@@ -115,5 +131,12 @@ RECIPES: dict[str, Recipe] = {
         _layerskip_assemble,
         "layerskip needs a calibrated skip set, which this server did not prepare at startup "
         "(operator: specdec serve --method-config layerskip, or --method-config layerskip:skip=4+6+8)",
+    ),
+    "datastore": Recipe(
+        _datastore_needs,
+        _datastore_prepare,
+        _datastore_assemble,
+        "datastore needs a datastore folder opened by the server at startup, and this server has none "
+        "(operator: specdec serve --method-config datastore:path=DIR)",
     ),
 }
