@@ -176,3 +176,57 @@ def test_planner_spends_the_width_where_drafts_are_accepted():
         rates.observe(tree, [0, 1, 2, 3])  # the first branch always accepted, the sibling never
     after = rates.node_probs(tree)
     assert after[3] > before[3] and after[4] < before[4]
+
+
+def test_one_call_api_takes_a_list_of_prompts(default_model):
+    import specdec
+
+    prompts = ["The capital of France is", [{"role": "user", "content": "Count to three."}]]
+    many = specdec.generate(default_model, prompts, "pld", max_new_tokens=6, chat=True)
+    alone = [specdec.generate(default_model, p, "pld", max_new_tokens=6, chat=True) for p in prompts]
+    assert [o.token_ids for o in many] == [o.token_ids for o in alone]
+    with pytest.raises(ValueError, match="empty"):
+        specdec.generate(default_model, [], "pld")
+
+
+def test_generate_batch_file_writes_one_line_per_request_in_order(default_model, tmp_path, capsys):
+    import json
+
+    from specdec.cli import main
+
+    lines = [{"prompt": "def add(a, b):", "max_new_tokens": 3}, {"messages": [{"role": "user", "content": "Hi"}]}]
+    path = tmp_path / "requests.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    code = main(["generate", "--batch", str(path), "--dtype", "fp32", "--max-new-tokens", "5", "--method", "pld"])
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert code == 0 and [o["index"] for o in out] == [0, 1]
+    assert len(out[0]["token_ids"]) == 3 and len(out[1]["token_ids"]) <= 5
+    config = GenerationConfig(max_new_tokens=3)
+    prompt_ids = encode_prompt(default_model.tokenizer, "def add(a, b):")
+    assert out[0]["token_ids"] == engine_alone(default_model, prompt_ids, config)
+
+
+def engine_alone(default_model, prompt_ids, config):
+    from specdec.engine import Engine
+
+    return Engine(default_model).generate(prompt_ids, parse_method("pld").build(default_model), config).token_ids
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"promt": "x"}', "unknown keys"),
+        ('{"prompt": "x", "messages": []}', "exactly one"),
+        ('{"prompt": "  "}', "empty"),
+        ("not json", "Expecting value"),
+        ('{"prompt": "x", "temperature": -1}', "temperature"),
+        ("", "no requests"),
+    ],
+)
+def test_bad_batch_files_name_the_line(tmp_path, text, message):
+    from specdec.batching.files import read_requests
+
+    path = tmp_path / "bad.jsonl"
+    path.write_text(text + "\n")
+    with pytest.raises(ValueError, match=message):
+        read_requests(path, GenerationConfig(), chat=False)

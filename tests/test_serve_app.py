@@ -43,6 +43,7 @@ SERVER = ServerConfig(
     method_configs=("layerskip:skip=10+20", "logitspec:min_gain=0.2"),
     max_tokens_limit=LIMIT,
     max_queue=MAX_QUEUE,
+    max_batch=4,
     log_level="warning",
 )
 
@@ -211,7 +212,8 @@ def test_the_same_config_reuses_its_proposer(http):
 
 # ------------------------------------------------------------------ the queue
 def test_full_queue_answers_429_in_openai_shape(http):
-    """The worker is held by a job whose sink waits for an event; MAX_QUEUE more jobs wait behind it."""
+    """The worker is held by a job whose sink waits for an event; behind it wait the jobs the batch's
+    free rows will take (max_batch - 1) and MAX_QUEUE more."""
     scheduler = http.app.state.service.scheduler
     holding, release = threading.Event(), threading.Event()
 
@@ -222,7 +224,7 @@ def test_full_queue_answers_429_in_openai_shape(http):
     settings = GenerationConfig(max_new_tokens=LIMIT, sampling=SamplingParams(temperature=0.0))
     jobs = [Job([1, 2, 3], make_config("plain"), "plain", settings, "completions", True, hold)]
     jobs += [Job([1, 2, 3], make_config("plain"), "plain", settings, "completions", True, lambda event: None)
-             for _ in range(MAX_QUEUE)]
+             for _ in range(MAX_QUEUE + SERVER.max_batch - 1)]
     try:
         scheduler.submit(jobs[0])
         assert holding.wait(WAIT_S)  # its first text piece: it runs, and holds the worker
@@ -234,7 +236,7 @@ def test_full_queue_answers_429_in_openai_shape(http):
         for job in jobs:
             job.cancel()
         release.set()
-    assert (health["running"], health["waiting"]) == (1, MAX_QUEUE)
+    assert (health["running"], health["waiting"]) == (1, MAX_QUEUE + SERVER.max_batch - 1)
     error = error_of(refused, 429)
     assert (error["code"], error["type"]) == ("queue_full", "rate_limit_error")
     for _ in range(int(WAIT_S / 0.1)):  # the cancelled jobs drain

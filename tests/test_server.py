@@ -209,7 +209,7 @@ def test_scheduler_is_fifo_bounded_and_closes_cleanly(default_model):
         return sink
 
     pool = ProposerPool(default_model)
-    scheduler = Scheduler(Engine(default_model), max_queue=2, metrics=ServerMetrics(), proposer_for=pool.get)
+    scheduler = Scheduler(Engine(default_model), max_queue=2, metrics=ServerMetrics(), pool=pool)  # max_batch 1
     for index in range(3):  # nothing runs yet: 2 waiting + the one the worker will take
         scheduler.submit(_job(prompt_ids, 3, sink_for(index)))
     with pytest.raises(QueueFull):

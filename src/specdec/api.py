@@ -1,7 +1,10 @@
 """The one-call API: `specdec.generate(model, prompt, method=...)`.
 
 A thin layer over `Engine` for the common case; loops that generate many times
-(benchmarks, the server) keep one `Engine` and one proposer instead.
+(benchmarks, the server) keep one `Engine` and one proposer instead. A list of
+prompts is decoded as a batch (`specdec.batching`, up to `max_batch` rows per
+forward pass) and gives one output per prompt, each equal to that prompt alone
+in greedy decoding.
 """
 
 from __future__ import annotations
@@ -9,16 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from specdec.batching.engine import generate_batch
 from specdec.engine import Engine, GenerationConfig, GenerationOutput
 from specdec.models import LoadedModel
 from specdec.prompts import Messages, encode_prompt
 from specdec.proposers import make_config, parse_method
+from specdec.proposers.budget import load_or_measure
 from specdec.sampling import SamplingParams
 
 
 def generate(
     model: LoadedModel | Engine,
-    prompt: str | Messages,
+    prompt: str | Messages | list[str | Messages],
     method: str = "plain",
     *,
     max_new_tokens: int = 128,
@@ -29,13 +34,32 @@ def generate(
     stop: Sequence[str] = (),
     chat: bool = False,
     on_text: Callable[[str], None] | None = None,
+    max_batch: int = 8,
     **method_options: Any,
-) -> GenerationOutput:
-    """Generate a reply to `prompt` with a speculative `method` (e.g. "logitspec:k=60" or "pld")."""
+) -> GenerationOutput | list[GenerationOutput]:
+    """Generate a reply to `prompt` with a speculative `method` (e.g. "logitspec:k=60" or "pld").
+
+    A list of prompts (plain strings, or chats as lists of messages) gives a list of outputs, decoded
+    `max_batch` at a time; `on_text` streams single prompts only.
+    """
     engine = model if isinstance(model, Engine) else Engine(model)
     config = make_config(method, method_options) if method_options else parse_method(method)
-    proposer = config.build(engine.loaded)
-    prompt_ids = encode_prompt(engine.tokenizer, prompt, chat=chat)
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     settings = GenerationConfig(max_new_tokens=max_new_tokens, sampling=sampling, stop=tuple(stop))
-    return engine.generate(prompt_ids, proposer, settings, on_text=on_text)
+    if not _is_many(prompt):
+        prompt_ids = encode_prompt(engine.tokenizer, prompt, chat=chat)
+        return engine.generate(prompt_ids, config.build(engine.loaded), settings, on_text=on_text)
+    if not prompt:
+        raise ValueError("the list of prompts is empty")
+    if on_text is not None:
+        raise ValueError("on_text streams one prompt; a list of prompts returns its outputs")
+    many = [encode_prompt(engine.tokenizer, p, chat=chat) for p in prompt]
+    costs = load_or_measure(engine.loaded)
+    return generate_batch(
+        engine, many, lambda: config.build(engine.loaded), settings, costs=costs, max_batch=max_batch
+    )
+
+
+def _is_many(prompt: Any) -> bool:
+    """A list of prompts, not one chat (a list of {"role", "content"} messages)."""
+    return isinstance(prompt, list) and not (prompt and all(isinstance(m, dict) for m in prompt))

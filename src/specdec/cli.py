@@ -45,8 +45,14 @@ def add_sampling_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help="generate text for one prompt")
-    p.add_argument("prompt", help="the prompt text, or - to read it from stdin")
+    p = sub.add_parser("generate", help="generate text for one prompt, or for a JSONL file of them (--batch)")
+    p.add_argument("prompt", nargs="?", help="the prompt text, or - to read it from stdin")
+    p.add_argument(
+        "--batch", metavar="FILE.jsonl", default=None,
+        help='one request per line ({"prompt": ...} or {"messages": [...]}, optional max_new_tokens, '
+        "temperature, top_k, top_p, seed, stop); one JSON result per line on stdout, in input order",
+    )
+    p.add_argument("--max-batch", type=_positive_int, default=8, help="with --batch: prompts per forward pass")
     add_model_options(p)
     add_sampling_options(p)
     p.add_argument("--method", default="plain", help="plain, pld, logitspec, ... (name:opt=value,...)")
@@ -65,10 +71,14 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from specdec.proposers import parse_method
     from specdec.sampling import SamplingParams
 
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if (args.prompt is None) == (args.batch is None):
+        raise ValueError("give a prompt or --batch FILE.jsonl (not both)")
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
     settings = GenerationConfig(args.max_new_tokens, sampling, tuple(args.stop))
     method = parse_method(args.method, dict(args.option))
+    if args.batch is not None:
+        return _generate_batch(args, settings, method)
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not prompt.strip():
         raise ValueError("the prompt is empty")
     loaded = load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir)
@@ -89,6 +99,19 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _generate_batch(args: argparse.Namespace, settings, method) -> int:
+    from specdec.batching.files import generate_file, read_requests
+    from specdec.engine import Engine
+    from specdec.models import load_model
+
+    requests = read_requests(args.batch, settings, chat=args.chat)  # every line checked before loading
+    engine = Engine(load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir))
+    failed = generate_file(engine, requests, method, args.max_batch, sys.stdout)
+    if failed:
+        print(f"{failed} of {len(requests)} requests failed (see their 'error')", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _print_flush(text: str) -> None:
@@ -175,6 +198,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (all but /health)")
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429 (running not counted)")
+    p.add_argument(
+        "--max-batch", type=_positive_int, default=8,
+        help="requests decoded together in one forward pass per step; waiting ones join at step boundaries",
+    )  # fmt: skip
     p.add_argument("--max-tokens-limit", type=_positive_int, default=1024, help="largest max_tokens allowed")
     p.add_argument("--shutdown-timeout", type=float, default=30.0, help="seconds in-flight requests get on exit")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -187,7 +214,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     config = ServerConfig(
         model=args.model, method=args.method, method_configs=tuple(args.method_config), host=args.host,
         port=args.port, api_key=args.api_key,
-        max_queue=args.max_queue, max_tokens_limit=args.max_tokens_limit, dtype=args.dtype,
+        max_queue=args.max_queue, max_batch=args.max_batch, max_tokens_limit=args.max_tokens_limit, dtype=args.dtype,
         cache_dir=args.cache_dir, shutdown_timeout_s=args.shutdown_timeout, log_level=args.log_level,
     )
     serve(config)

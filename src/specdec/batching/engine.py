@@ -234,28 +234,49 @@ class BatchEngine:
 def generate_batch(
     engine: Engine,
     prompts: Sequence[Sequence[int]],
-    proposers: Sequence[Proposer],
+    proposers: Sequence[Proposer] | Callable[[], Proposer],
     config: GenerationConfig | Sequence[GenerationConfig],
     costs: CostModel | None = None,
     max_batch: int = 8,
-) -> list[GenerationOutput]:
+    on_done: Callable[[int, Row], None] | None = None,
+    raise_errors: bool = True,
+) -> list[GenerationOutput | None]:
     """Generate for every prompt, up to `max_batch` at a time (rows join as others finish).
 
-    proposers[i] serves prompts[i] alone (build one per prompt); config is one for all or one per prompt.
-    Raises the first row's error, if any row failed.
+    proposers: one per prompt, or a factory called at most `max_batch` times (a finished row's proposer
+    serves the next prompt: `begin` resets it). config: one for all, or one per prompt. on_done(i, row)
+    is called as prompt i finishes. Raises the first failed row's error once all are done (with
+    raise_errors; else a failed prompt's output is None).
     """
     configs = [config] * len(prompts) if isinstance(config, GenerationConfig) else list(config)
-    if not (len(prompts) == len(proposers) == len(configs)):
-        raise ValueError("need one proposer and one config per prompt")
+    if callable(proposers):
+        make, idle = proposers, []
+    else:
+        make, idle = None, list(reversed(proposers))
+        if len(idle) != len(prompts):
+            raise ValueError("need one proposer per prompt")
+    if len(configs) != len(prompts):
+        raise ValueError("need one config per prompt")
     batch = BatchEngine(engine, costs, max_batch)
     rows: list[Row] = []
     waiting = list(range(len(prompts)))
+
+    def settle(row: Row) -> None:
+        if make is not None:
+            idle.append(row.proposer)
+        if on_done is not None:
+            on_done(rows.index(row), row)
+
     while waiting or batch.rows:
         while waiting and batch.has_room:
             i = waiting.pop(0)
-            rows.append(batch.add(prompts[i], proposers[i], configs[i]))
-        batch.step()
+            proposer = idle.pop() if idle else make()
+            rows.append(batch.add(prompts[i], proposer, configs[i]))
+            if rows[-1].finished:
+                settle(rows[-1])
+        for row in batch.step():
+            settle(row)
     for row in rows:
-        if row.error is not None:
+        if row.error is not None and raise_errors:
             raise row.error
     return [row.output for row in rows]

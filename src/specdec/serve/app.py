@@ -18,7 +18,8 @@ per distinct config (specdec.serve.pool) and reused across requests.
 
 Why it is built this way: one model with one KV cache serves everybody, so
 requests are validated and tokenized on arrival, then wait in a bounded FIFO
-queue (specdec.serve.scheduler.Scheduler) for the single decode worker thread; the event
+queue (specdec.serve.scheduler.Scheduler) for the decode worker thread, which runs up to
+--max-batch of them together (continuous batching, specdec.batching); the event
 loop never runs the model, so /health, /metrics and streaming stay responsive.
 
 Invariants:
@@ -57,6 +58,7 @@ from specdec.engine import Engine, GenerationConfig
 from specdec.models import DEFAULT_MODEL, LoadedModel
 from specdec.prompts import encode_prompt
 from specdec.proposers import MethodError
+from specdec.proposers.budget import load_or_measure
 from specdec.sampling import SamplingParams
 from specdec.serve.guard import PUBLIC_PATHS, Guard
 from specdec.serve.metrics import ServerMetrics
@@ -104,7 +106,8 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
-    max_queue: int = 64  # requests waiting (the running one not counted) before 429
+    max_queue: int = 64  # requests waiting (the running ones not counted) before 429
+    max_batch: int = 8  # requests decoded together (continuous batching); 1: one at a time
     max_tokens_limit: int = 1024  # largest max_tokens a request may ask for
     max_body_bytes: int = 1 << 20
     dtype: str = "auto"
@@ -119,6 +122,8 @@ class ServerConfig:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("the API key is empty")
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
         if self.pool_capacity < 1:
             raise ValueError(f"pool_capacity must be >= 1, got {self.pool_capacity}")
         self.method_settings()  # a bad method spec fails at startup, not per request
@@ -146,7 +151,9 @@ class Service:
         for name in self.methods.configured:
             self.pool.prepare(self.methods.server_config(name))
         self.pool.get(self.methods.server_config(self.methods.default))
-        self.scheduler = Scheduler(self.engine, config.max_queue, self.metrics, self.pool.get)
+        # The batch plans each pass's width with this machine's measured pass costs (cached per machine).
+        costs = load_or_measure(loaded) if config.max_batch > 1 else None
+        self.scheduler = Scheduler(self.engine, config.max_queue, self.metrics, self.pool, config.max_batch, costs)
         # Requests are tokenized on their own thread with their own tokenizer copy, so the event loop
         # never waits on a chat template and never shares a tokenizer with the decode worker.
         self.tokenizer = copy.deepcopy(loaded.tokenizer)

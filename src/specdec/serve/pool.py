@@ -12,8 +12,10 @@ Invariants:
   so before a request is queued;
 - at most `capacity` proposers are kept; a proposer evicted while in use stays
   valid for its user (the pool only forgets it);
-- the pool hands out shared objects: a proposer must be used by one generation
-  at a time. The server's single decode worker guarantees that; `begin(prompt_ids)`
+- a proposer serves one generation at a time: the batching scheduler takes one
+  with `acquire` (a kept idle one, or a new one when every kept one of that
+  config is running in the batch) and hands it back with `release`; `get`
+  returns the first kept one (for startup and one-at-a-time use). `begin(prompt_ids)`
   resets each proposer's per-request state (n-gram index, draft KV cache, Jacobi
   window). What a pooled proposer keeps across requests are its adaptive
   statistics (acceptance rates, draft-length fits): they change its speed, never
@@ -57,7 +59,8 @@ class ProposerPool:
         self.loaded = loaded
         self.capacity = capacity
         self.recipes = dict(recipes)
-        self._proposers: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+        self._proposers: collections.OrderedDict[Any, list[Any]] = collections.OrderedDict()  # config -> kept
+        self._busy: set[int] = set()  # ids of acquired proposers
         self._parts: dict[Hashable, Any] = {}
         self._lock = threading.Lock()
         self._builds = self._hits = self._evictions = 0
@@ -81,25 +84,48 @@ class ProposerPool:
                 raise RequestRefused(recipe.missing, "specdec.method", "method_not_available")
 
     def get(self, config: Any) -> Any:
-        """The proposer for `config`: the kept one, or one assembled from prepared parts."""
-        recipe, key = self._needs(config)
+        """The first kept proposer for `config`, or one assembled from prepared parts."""
         with self._lock:
-            if config in self._proposers:
+            kept = self._proposers.get(config)
+            if kept:
                 self._proposers.move_to_end(config)
                 self._hits += 1
-                return self._proposers[config]
-            if recipe is None:
-                proposer = config.build(self.loaded)
-            elif key is not None and key not in self._parts:
-                raise RequestRefused(recipe.missing, "specdec.method", "method_not_available")
+                return kept[0]
+            return self._build(config)
+
+    def acquire(self, config: Any) -> Any:
+        """A proposer for `config` that no running generation holds; give it back with `release`."""
+        with self._lock:
+            kept = self._proposers.get(config, [])
+            idle = next((p for p in kept if id(p) not in self._busy), None)
+            if idle is not None:
+                self._proposers.move_to_end(config)
+                self._hits += 1
             else:
-                proposer = recipe.assemble(self.loaded, config, self._parts.get(key))
-            self._builds += 1
-            self._proposers[config] = proposer
-            if len(self._proposers) > self.capacity:
-                self._proposers.popitem(last=False)
-                self._evictions += 1
-            return proposer
+                idle = self._build(config)
+            self._busy.add(id(idle))
+            return idle
+
+    def release(self, proposer: Any) -> None:
+        with self._lock:
+            self._busy.discard(id(proposer))
+
+    def _build(self, config: Any) -> Any:
+        """Assemble and keep a new proposer (the lock is held)."""
+        recipe, key = self._needs(config)
+        if recipe is None:
+            proposer = config.build(self.loaded)
+        elif key is not None and key not in self._parts:
+            raise RequestRefused(recipe.missing, "specdec.method", "method_not_available")
+        else:
+            proposer = recipe.assemble(self.loaded, config, self._parts.get(key))
+        self._builds += 1
+        self._proposers.setdefault(config, []).append(proposer)
+        self._proposers.move_to_end(config)
+        if len(self._proposers) > self.capacity:
+            self._proposers.popitem(last=False)  # one still running stays valid for its user
+            self._evictions += 1
+        return proposer
 
     def stats(self) -> PoolStats:
         with self._lock:

@@ -1,25 +1,28 @@
-"""One decode loop at a time: a bounded FIFO queue of generation jobs and the worker thread that runs them.
+"""Continuous batching: a bounded FIFO queue of generation jobs and the worker thread that decodes them together.
 
-Why: the engine holds the KV cache of one sequence, and on a CPU two interleaved
-decode loops are no faster than two in a row. So requests wait in a FIFO queue
-and a single worker thread runs them in order, off the event loop, which stays
-free to accept, validate and stream requests and to answer /health and /metrics.
+Why: on a CPU a forward pass over 8 tokens costs about what a pass over 1 does,
+so one worker thread runs up to `max_batch` requests in one batched decode loop
+(`specdec.batching`): between two steps it admits waiting jobs into free rows
+(each prefilled alone), drops cancelled ones, and hands finished ones their
+output. The event loop stays free to accept, validate and stream requests and
+to answer /health and /metrics.
 
 Invariants:
-- jobs start in submission order; at most `max_queue` jobs wait (the running one
-  not counted); a submit beyond that raises `QueueFull` and changes nothing;
+- jobs are admitted in submission order; at most `max_queue` jobs wait (running
+  ones not counted); a submit beyond that raises `QueueFull` and changes nothing;
 - a job's events go only to that job's own `sink`: zero or more `TextEvent`s
   (only when it streams), then exactly one `DoneEvent`, `ErrorEvent` or
   `CancelledEvent`;
-- the worker gets each job's proposer from `proposer_for(config)` (the server's
-  `ProposerPool`: built once per config, reused) and is its only user while the
-  job runs; `begin(prompt_ids)` resets its per-request state, so no token one
-  request drafted or saw can reach another;
-- a cancelled job never starts, or stops at its next text piece: the engine's
-  `on_text` callback raises, which ends `Engine.generate` (the next generation
-  starts from a fresh prefill);
-- the worker never dies on a job's error; `close()` refuses new jobs, cancels the
-  waiting and the running ones, and joins the worker within a bounded time.
+- each running job holds its own proposer, taken from `acquire(config)` (the
+  server's `ProposerPool`) and handed back with `release` when it ends;
+  `begin(prompt_ids)` resets its per-request state, so no token one request
+  drafted or saw can reach another, and a row's output never depends on the
+  other rows (`specdec.batching.engine`);
+- a cancelled job never starts, or leaves the batch at the next step boundary;
+- the worker never dies on a job's error: a failing proposer ends its own row; a
+  failing batched pass fails the rows in it and the worker starts a fresh batch;
+  `close()` refuses new jobs, cancels the waiting and the running ones, and
+  joins the worker within a bounded time.
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from specdec.batching.engine import BatchEngine, Row
 from specdec.engine import Engine, GenerationConfig, GenerationOutput
+from specdec.proposers.budget import CostModel
 from specdec.serve.metrics import ServerMetrics
 
 log = logging.getLogger("specdec.server")
@@ -44,10 +49,6 @@ class QueueFull(Exception):
 
 class QueueClosed(Exception):
     """The server is shutting down and takes no new jobs."""
-
-
-class _Cancelled(Exception):
-    """Raised from on_text to end a cancelled generation."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class CancelledEvent:
 Event = TextEvent | DoneEvent | ErrorEvent | CancelledEvent
 
 
-@dataclass
+@dataclass(eq=False)
 class Job:
     """One generation request, as the worker sees it."""
 
@@ -93,24 +94,32 @@ class Job:
 
 
 class Scheduler:
-    """A bounded FIFO queue in front of one worker thread that owns the engine."""
+    """A bounded FIFO queue in front of one worker thread that decodes up to `max_batch` jobs together."""
 
     def __init__(
         self,
         engine: Engine,
         max_queue: int,
         metrics: ServerMetrics,
-        proposer_for: Callable[[Any], Any] | None = None,
+        pool: ProposerSource | None = None,
+        max_batch: int = 1,
+        costs: CostModel | None = None,
     ) -> None:
-        """`proposer_for(config)`: the proposer a job's method config runs with (default: built afresh)."""
+        """pool: where a job's proposer comes from (default: built afresh per job); costs: the pass cost
+        curve the batch plans its width with (None: trees verified as proposed)."""
         if max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {max_queue}")
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.engine = engine
-        self.proposer_for = proposer_for or (lambda config: config.build(engine.loaded))
+        self.pool = pool or _FreshProposers(engine)
         self.max_queue = max_queue
+        self.max_batch = max_batch
+        self.costs = costs
         self.metrics = metrics
         self._waiting: collections.deque[Job] = collections.deque()
-        self._running: Job | None = None
+        self._running: dict[Row, tuple[Job, Any, float]] = {}  # row -> (job, proposer, queue seconds)
+        self._active: set[Job] = set()  # taken from the queue and not yet ended (being admitted or running)
         self._closed = False
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._work, name="specdec-decode", daemon=True)
@@ -124,7 +133,7 @@ class Scheduler:
 
     @property
     def num_running(self) -> int:
-        return int(self._running is not None)
+        return len(self._active)
 
     @property
     def worker_alive(self) -> bool:
@@ -134,7 +143,7 @@ class Scheduler:
         with self._cond:
             if self._closed:
                 raise QueueClosed("the server is shutting down")
-            if len(self._waiting) + self.num_running > self.max_queue:
+            if len(self._waiting) >= self.max_queue + max(0, self.max_batch - self.num_running):
                 raise QueueFull(f"the queue is full ({self.max_queue} requests waiting); retry later")
             self._waiting.append(job)
             self.metrics.waiting.set(len(self._waiting))
@@ -144,7 +153,7 @@ class Scheduler:
         """Refuse new jobs, cancel the waiting and the running ones, and wait for the worker."""
         with self._cond:
             self._closed = True
-            for job in [*self._waiting, *([self._running] if self._running else [])]:
+            for job in [*self._waiting, *self._active]:
                 job.cancel()
             self._cond.notify_all()
         if self._thread.is_alive():
@@ -152,56 +161,114 @@ class Scheduler:
         if self._thread.is_alive():
             log.warning("the decode worker did not stop within %.1f s", timeout_s)
 
-    def _next(self) -> Job | None:
+    def _admit(self, room: int) -> list[Job] | None:
+        """Waiting jobs for the free rows (blocking while there is nothing to do); None: shut down."""
         with self._cond:
-            while not self._waiting and not self._closed:
+            while not self._waiting and not self._running and not self._closed:
                 self._cond.wait()
-            if not self._waiting:
-                return None
-            self._running = self._waiting.popleft()
+            closing = self._closed and not self._running
+            take = len(self._waiting) if closing else min(room, len(self._waiting))
+            jobs = [self._waiting.popleft() for _ in range(take)]
+            self._active.update(jobs)
             self.metrics.waiting.set(len(self._waiting))
-            return self._running
+        if not closing:
+            return jobs
+        for job in jobs:  # closed: the jobs still waiting end here, cancelled
+            self._report(job, CancelledEvent(), "cancelled")
+        return None
 
     def _work(self) -> None:
-        while (job := self._next()) is not None:
-            self.metrics.running.set(1)
+        batch = BatchEngine(self.engine, self.costs, self.max_batch)
+        while (jobs := self._admit(self.max_batch - len(batch.rows))) is not None:
+            for job in jobs:
+                self._start(batch, job)
+            for row, (job, _, _) in list(self._running.items()):
+                if job.cancelled.is_set():
+                    batch.cancel(row)
+                    self._end(row, CancelledEvent(), "cancelled")
             try:
-                self._run(job)
-            finally:
-                with self._cond:
-                    self._running = None
-                self.metrics.running.set(0)
+                finished = batch.step()
+            except Exception as error:  # noqa: BLE001 - the pass failed: fail its rows, start afresh
+                log.exception("a batched decoding step failed")
+                for row in list(self._running):
+                    self._end(row, ErrorEvent(error), "failed")
+                batch = BatchEngine(self.engine, self.costs, self.max_batch)
+                continue
+            for row in finished:
+                self._settle(row)
+            self.metrics.running.set(self.num_running)
 
-    def _run(self, job: Job) -> None:
+    def _start(self, batch: BatchEngine, job: Job) -> None:
         queue_time_s = time.perf_counter() - job.submitted_at
         if job.cancelled.is_set():
-            self._finish(job, CancelledEvent(), "cancelled")
+            self._report(job, CancelledEvent(), "cancelled")
             return
         self.metrics.queue_seconds.observe(queue_time_s)
         chunks = self.metrics.text_chunks.labels(job.method_name)
 
         def on_text(text: str) -> None:
-            if job.cancelled.is_set():
-                raise _Cancelled
             chunks.inc()
-            if job.stream:
-                job.sink(TextEvent(text))
+            if job.stream and not job.cancelled.is_set():
+                self._send(job, TextEvent(text))
 
         try:
-            proposer = self.proposer_for(job.method_config)
-            output = self.engine.generate(job.prompt_ids, proposer, job.settings, on_text=on_text)
-        except _Cancelled:
-            self._finish(job, CancelledEvent(), "cancelled")
-        except Exception as error:  # noqa: BLE001 - reported to this job's client; the worker goes on
-            if not isinstance(error, ValueError):
-                log.exception("generation failed")
-            self._finish(job, ErrorEvent(error), "failed")
-        else:
-            self._finish(job, DoneEvent(output, queue_time_s), "completed", output)
+            proposer = self.pool.acquire(job.method_config)
+        except Exception as error:  # noqa: BLE001 - reported to this job's client
+            self._report(job, ErrorEvent(error), "failed")
+            return
+        try:
+            row = batch.add(job.prompt_ids, proposer, job.settings, on_text=on_text)
+        except Exception as error:  # noqa: BLE001 - a bad prompt: this job's error only
+            self.pool.release(proposer)
+            self._report(job, ErrorEvent(error), "failed")
+            return
+        with self._cond:
+            self._running[row] = (job, proposer, queue_time_s)
+        if row.finished:
+            self._settle(row)
 
-    def _finish(self, job: Job, event: Event, outcome: str, output: GenerationOutput | None = None) -> None:
+    def _settle(self, row: Row) -> None:
+        job, _, queue_time_s = self._running[row]
+        if row.error is not None:
+            if not isinstance(row.error, ValueError):
+                log.error("generation failed: %r", row.error)
+            self._end(row, ErrorEvent(row.error), "failed")
+        else:
+            self._end(row, DoneEvent(row.output, queue_time_s), "completed", row.output)
+
+    def _end(self, row: Row, event: Event, outcome: str, output: GenerationOutput | None = None) -> None:
+        with self._cond:
+            job, proposer, _ = self._running.pop(row)
+        self.pool.release(proposer)
+        self._report(job, event, outcome, output)
+
+    def _report(self, job: Job, event: Event, outcome: str, output: GenerationOutput | None = None) -> None:
         self.metrics.record_outcome(job.endpoint, job.method_name, outcome, output.stats if output else None)
+        with self._cond:
+            self._active.discard(job)
+        self._send(job, event)
+
+    @staticmethod
+    def _send(job: Job, event: Event) -> None:
         try:
             job.sink(event)
         except RuntimeError:  # the event loop is gone (shutdown): nobody is listening any more
             pass
+
+
+class ProposerSource(Protocol):
+    def acquire(self, config: Any) -> Any: ...
+    def release(self, proposer: Any) -> None: ...
+
+
+class _FreshProposers:
+    """A proposer built afresh for every job (no pool)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def acquire(self, config: Any) -> Any:
+        return config.build(self.engine.loaded)
+
+    def release(self, proposer: Any) -> None:
+        pass
