@@ -19,6 +19,9 @@ Invariants:
   whatever is cut (the choice never looks at the draft tokens themselves);
 - proposers whose tree shape is their algorithm (`prunable = False`, e.g.
   lookahead's Jacobi window) are never cut; their full width counts;
+- a sampled row (temperature > 0) is cut by its own plan alone, before the
+  batch's: how many random draws a step takes depends on the tree, so a seeded
+  row's output must not depend on the other rows (`BatchEngine._propose`);
 - width 1 (no drafts) is always a candidate, so a batch whose drafts do not pay
   decodes plainly.
 """
