@@ -24,7 +24,14 @@ from specdec.engine import GenerationConfig, ProposalContext
 from specdec.models import LoadedModel, machine_fingerprint
 from specdec.prompts import encode_prompt
 from specdec.proposers import MethodError, parse_method
-from specdec.proposers.budget import AcceptanceStats, CostModel, contended, load_or_measure, plan_tree
+from specdec.proposers.budget import (
+    AcceptanceStats,
+    CostModel,
+    chain_pays,
+    contended,
+    load_or_measure,
+    plan_tree,
+)
 from specdec.proposers.logitspec import (
     MAX_HEAT,
     LogitSpecConfig,
@@ -32,6 +39,7 @@ from specdec.proposers.logitspec import (
     paper_tree,
     retrieve,
 )
+from specdec.proposers.logitspec_retrieval import continue_match
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.plain import PlainProposer
 from specdec.proposers.pld import PLDConfig, PLDProposer
@@ -39,7 +47,7 @@ from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
-NEW_TOKENS = 48
+NEW_TOKENS = 32
 CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 # A cost curve like SmolLM2 fp32 on a 2-core AVX2 CPU (seconds): trees are dear.
 CPU_COSTS = CostModel((1, 16, 32, 64), (0.052, 0.094, 0.127, 0.189))
@@ -145,7 +153,7 @@ def test_logitspec_tree_invariants(tokens, budget, max_depth, k, seed, adaptive)
     assert tree.max_depth <= max_depth
     assert tree.draft_probs is None
     assert_trie(tree)
-    root_branch = indexed(tokens).lookup(tokens, 5)[:max_depth]
+    root_branch = continue_match(indexed(tokens), (), 5)[0][:max_depth]
     # The root branch's retrieval is in the tree: always in paper mode when it fits the budget; in
     # adaptive mode when every retrieved node fits (nodes are free here, so all of them pay).
     if root_branch and budget > (70 if adaptive else len(root_branch)):
@@ -166,7 +174,7 @@ def test_adaptive_tree_shrinks_to_the_root_when_drafts_do_not_pay():
 def test_adaptive_learns_from_emitted_tokens():
     context = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3]  # root 3 continues "4 5 6 ..." (3-gram match)
     logits = torch.zeros(12)
-    proposer = LogitSpecProposer(LogitSpecConfig(k=0, max_continuation=5), CPU_COSTS)
+    proposer = LogitSpecProposer(LogitSpecConfig(k=0, max_continuation=5, floor=False), CPU_COSTS)
     proposer.begin(context[:-1])
     key = ("root", 3, MAX_HEAT, 1)  # 3-gram match, right after a long acceptance, depth 1
     before = proposer.stats.rate(key)
@@ -269,23 +277,63 @@ def build(method: str, loaded: LoadedModel):
     measurement itself is tested above)."""
     config = parse_method(method)
     if isinstance(config, LogitSpecConfig) and config.adaptive:
-        return LogitSpecProposer(config, CPU_COSTS)
+        return LogitSpecProposer(config, CPU_COSTS, loaded.eos_token_ids)
     return config.build(loaded)
 
 
-METHODS = ("pld", "logitspec", "logitspec:adaptive=false,budget=16")
+class FloorCheck:
+    """LogitSpec, checked at every step against a twin `pld` on the same context: whenever pld drafts,
+    LogitSpec's tree holds pld's chain from the root, unless that chain does not pay (`chain_pays`)."""
+
+    def __init__(self, inner: LogitSpecProposer, eos_token_ids: tuple[int, ...]) -> None:
+        self.inner, self.twin = inner, PLDProposer(PLDConfig(), eos_token_ids)
+        self.num_drafted = self.num_held = 0
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        self.inner.begin(prompt_ids)
+        self.twin.begin(prompt_ids)
+
+    def propose(self, ctx: ProposalContext) -> DraftTree:
+        tree = self.inner.propose(ctx)
+        chain = self.twin.propose(ctx).token_list[1:]
+        if not chain:
+            assert self.inner.floor_held is None
+            return tree
+        self.num_drafted += 1
+        step = self.inner._last
+        probs = self.inner._chain(("pld", step.floor_ngram, step.heat), len(chain), min_prob=0.0)
+        assert self.inner.floor_held == chain_pays(probs, self.inner.costs)
+        if self.inner.floor_held:
+            self.num_held += 1
+            assert has_path(tree, chain), (chain, tree.token_list)
+        return tree
+
+    def observe(self, result: VerifyResult) -> None:
+        self.inner.observe(result)
+
+
+METHODS = (
+    "pld",
+    "logitspec",
+    "logitspec:adaptive=false,budget=24",
+    "logitspec:third=true,floor=false",
+)
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_greedy_is_token_identical_to_plain(engine, default_model, prompts, plain_greedy, method):
     config = GenerationConfig(max_new_tokens=NEW_TOKENS)
     proposer = build(method, default_model)  # one proposer for all prompts: adaptive state carries over
+    if method == "logitspec":
+        proposer = FloorCheck(proposer, default_model.eos_token_ids)
     mats = {}
     for name, ids in prompts.items():
         out = engine.generate(ids, proposer, config)
         assert out.token_ids == plain_greedy[name], f"{method} differs from plain on {name}"
         mats[name] = out.stats.mat
     assert max(mats.values()) > 1.0, mats  # it did draft, somewhere
+    if isinstance(proposer, FloorCheck):  # the floor was tested, and held, on real prompts
+        assert proposer.num_held > 0 and proposer.num_drafted > 0
 
 
 @pytest.mark.parametrize("method", METHODS)

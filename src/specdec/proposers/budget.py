@@ -289,21 +289,52 @@ def plan_tree(
     branch b is accepted, non-increasing in d. costs[n]: seconds for an n-node
     forward pass (index 0 unused), for n up to at least max_nodes. Nodes are taken
     in order of probability (ties: earlier branch, shallower node first, so a node
-    always comes after its parent); every prefix size n is scored as
-    (1 + sum of its probabilities) / costs[1 + n] and the best wins, provided it
-    beats the root alone by a factor (1 + min_gain).
+    always comes after its parent); see `best_prefix` for the choice of how many.
     """
     items = [(p, b) for b, probs in enumerate(branch_probs) for p in probs if p > 0.0]
     items.sort(key=lambda item: -item[0])  # stable: keeps branch and depth order on ties
-    limit = min(len(items), max_nodes - 1, len(costs) - 2)
-    base = 1.0 / costs[1]
-    best_n, best_rate, expected = 0, base * (1.0 + min_gain), 1.0
-    for n in range(1, limit + 1):
-        expected += items[n - 1][0]
-        rate = expected / costs[n + 1]
-        if rate > best_rate:
-            best_n, best_rate = n, rate
+    best_n, rate = best_prefix([p for p, _ in items], costs, max_nodes, min_gain)
     lengths = [0] * len(branch_probs)
     for _, b in items[:best_n]:
         lengths[b] += 1
-    return lengths, (best_rate if best_n else base)
+    return lengths, rate
+
+
+def best_prefix(
+    probs: Sequence[float],
+    costs: Sequence[float],
+    max_nodes: int,
+    min_gain: float = 0.0,
+    fixed_nodes: int = 0,
+    fixed_expected: float = 0.0,
+) -> tuple[int, float]:
+    """How many of `probs` (sorted, largest first) to verify beside a fixed part, and the expected rate.
+
+    The tree is the root, `fixed_nodes` nodes kept whatever the gain (accepted
+    `fixed_expected` tokens in expectation) and the first n of `probs`. Every n is
+    scored as expected tokens per second, (1 + fixed_expected + sum(probs[:n])) /
+    costs[1 + fixed_nodes + n]; the best n wins. With no fixed part, n > 0 must
+    beat the root alone by a factor (1 + min_gain).
+    """
+    used = 1 + fixed_nodes
+    limit = max(0, min(len(probs), max_nodes - used, len(costs) - 1 - used))
+    expected = 1.0 + fixed_expected
+    base = expected / costs[min(used, len(costs) - 1)]
+    best_n, best_rate = 0, base * (1.0 + (min_gain if not fixed_nodes else 0.0))
+    for n in range(1, limit + 1):
+        expected += probs[n - 1]
+        rate = expected / costs[used + n]
+        if rate > best_rate:
+            best_n, best_rate = n, rate
+    return best_n, (best_rate if best_n else base)
+
+
+def chain_pays(probs: Sequence[float], costs: Sequence[float]) -> bool:
+    """Whether verifying a whole chain whose nodes are accepted with `probs` beats the root alone.
+
+    The test a fixed-length drafter such as prompt lookup faces on this machine:
+    (1 + sum(probs)) / costs[1 + len(probs)] > 1 / costs[1]. A chain longer than
+    the cost table is judged at its largest size.
+    """
+    size = min(1 + len(probs), len(costs) - 1)
+    return (1.0 + sum(probs)) / costs[size] > 1.0 / costs[1]

@@ -188,6 +188,16 @@ class NGramIndex:
         """
         if max_continuation < 0:
             raise ValueError(f"max_continuation must be >= 0, got {max_continuation}")
+        pos, m = self.find(suffix, min_ngram)
+        return (self._tokens[pos : pos + max_continuation], m) if m else ([], 0)
+
+    def find(self, suffix: Sequence[int], min_ngram: int = 1) -> tuple[int, int]:
+        """(where the continuation of the longest matching tail of `suffix` starts, m), or (-1, 0).
+
+        The same search as `lookup_with_ngram`, for callers that continue the match
+        themselves (e.g. periodically past the end of the sequence): the position
+        is always in [m, len(self)).
+        """
         if min_ngram < 1 or min_ngram > self._max_ngram:
             raise ValueError(f"min_ngram must be in [1, max_ngram={self._max_ngram}], got {min_ngram}")
         tail = tuple(map(_as_int, suffix[-self._max_ngram :]))
@@ -196,5 +206,5 @@ class NGramIndex:
         for m in range(width, min_ngram - 1, -1):
             pos = maps[m - 1].get(tail[-1] if m == 1 else tail[width - m :])
             if pos is not None:
-                return self._tokens[pos : pos + max_continuation], m
-        return [], 0
+                return pos, m
+        return -1, 0

@@ -72,14 +72,20 @@ class PLDProposer:
         self.index.extend(prompt_ids)
 
     def propose(self, ctx: ProposalContext) -> DraftTree:
+        return DraftTree.chain(ctx.token_ids[-1], self.draft(ctx)[0])
+
+    def draft(self, ctx: ProposalContext) -> tuple[list[int], int]:
+        """The chain this step verifies below the root, and the matched m ([] and 0: no match or no room).
+
+        LogitSpec calls this too: it keeps exactly this chain as its floor.
+        """
         tokens = ctx.token_ids
         self.index = synced_index(self.index, tokens)
-        root = tokens[-1]
         length = min(self.config.num_pred_tokens, ctx.max_depth)
         if length <= 0:
-            return DraftTree.chain(root)
-        drafts = self.index.lookup(tokens, length, self.config.min_ngram)
-        return DraftTree.chain(root, cut_after_eos(drafts, self.eos_token_ids))
+            return [], 0
+        drafts, m = self.index.lookup_with_ngram(tokens, length, self.config.min_ngram)
+        return cut_after_eos(drafts, self.eos_token_ids), m
 
     def observe(self, result: VerifyResult) -> None:
         pass  # the accepted tokens reach the index through ctx.token_ids at the next step

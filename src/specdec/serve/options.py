@@ -144,6 +144,8 @@ REQUEST_OPTIONS: dict[str, dict[str, Option]] = {
         "prefer": ChoiceOption(PREFER_CHOICES),
         "adaptive": FlagOption(),
         "min_gain": FloatOption(0.0, 10.0),
+        "floor": FlagOption(),
+        "third": FlagOption(),
     },
     "draft": dict(CHAIN_OPTIONS),
     "layerskip": dict(CHAIN_OPTIONS),
