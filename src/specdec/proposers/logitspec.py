@@ -29,22 +29,22 @@ the acceptance such chains have had so far (`budget.chain_pays`; `pld` itself
 never asks, it always drafts). Everything else joins only by expected gain. A
 declined floor still competes node by node like any other branch.
 
-No prior is fitted on any data (Spec-Bench included): chained rates (a retrieved
-token right given the ones above it) start at Beta(1, 1); "which of the k
-candidates, if any, is the next-next token" starts symmetric, mean 1/(k + 1)
-per candidate (1/(THIRD_K + 1) for third-level guesses), with the weight of two
-observations. All rates are learned online (`budget.AcceptanceStats`, windowed),
-counterfactually: every retrieval the step computed is scored against the
-emitted tokens, offered in the tree or not, so a branch cut today comes back
-when the text starts repeating.
+No prior is fitted on any data (Spec-Bench included): chained rates start at
+Beta(1, 1), "which of n guesses is right" symmetric; all are learned online and
+counterfactually (feature keys and priors: logitspec_learn.py).
 
-Options beyond the paper: `third` adds next-next-next guesses below first-level
-ones, from the same last logit, only where the index has seen the pair (guess,
-third) and only where the planner says they pay.
+Options beyond the paper (adaptive only), each a source of nodes weighed by its
+own learned rate: `third`: next-next-next guesses below first-level ones, from
+the same last logit, only where the index has seen the pair (guess, third);
+`recycle`: Token Recycling's successor table extends branches whose retrieval
+ran out and supplies branches when nothing is retrieved; `session`: earlier
+requests on the same loaded model (the request's own text ranks first);
+`datastore=DIR`: an on-disk corpus, consulted when the context has no match
+of two or more tokens (server-side only; sources: logitspec_sources.py).
 
 `source_stats` counts, over the proposer's lifetime, the nodes each source
-offered and how many of them were accepted (sources: "pld", "root", "cand",
-"third"); consumers take differences around a generation.
+offered and how many of them were accepted (sources: see
+`logitspec_learn.SOURCES`); consumers take differences around a generation.
 
 Invariants: drafts are deterministic (`draft_probs=None`), so verification is
 lossless whatever the tree; the tree never exceeds `budget` nodes nor
@@ -55,16 +55,23 @@ vocabulary and no per-node tensor operations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from specdec.datastore import Datastore
 from specdec.engine import ProposalContext
 from specdec.models import LoadedModel
 from specdec.proposers.budget import AcceptanceStats, CostModel, chain_pays, load_or_measure
+from specdec.proposers.logitspec_learn import (
+    MAX_HEAT,
+    SOURCES,
+    Step,
+    count_sources,
+    learn_step,
+    rank_bucket,
+    uninformative_prior,
+)
 from specdec.proposers.logitspec_plan import ROOT, NodePool
 from specdec.proposers.logitspec_retrieval import (
-    SELF_RANK,
-    THIRD_K,
     Retrieval,
     Third,
     paper_pool,
@@ -73,19 +80,26 @@ from specdec.proposers.logitspec_retrieval import (
     retrieve,
     retrieve_thirds,
 )
+from specdec.proposers.logitspec_sources import (
+    SessionFeed,
+    Sources,
+    add_recycled,
+    prefill_row,
+    store_branches,
+)
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.pld import PREFER_CHOICES, PLDConfig, PLDProposer, synced_index
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
-__all__ = ["LogitSpecConfig", "LogitSpecProposer", "Retrieval", "paper_tree", "retrieve", "uninformative_prior"]
+__all__ = [
+    "MAX_HEAT", "LogitSpecConfig", "LogitSpecProposer", "Retrieval", "paper_tree", "rank_bucket", "retrieve",
+    "uninformative_prior",
+]  # fmt: skip
 
 MIN_NODE_PROB = 0.005  # nodes less likely than this are never worth a slot in the tree
-# Chain rates are kept apart by how many drafts the previous step accepted (0, 1, 2+):
-# right after a long acceptance the text is usually still being copied.
-MAX_HEAT = 2
 POOL_FACTOR = 4  # candidate nodes considered per step, as a multiple of the budget
-SOURCES = ("pld", "root", "cand", "third")
+STRONG_MATCH = 2  # own text matched at least this many tokens: other stores rank after it, recycle waits
 
 
 @dataclass(frozen=True)
@@ -101,6 +115,9 @@ class LogitSpecConfig:
     min_gain: a tree must beat the root alone by this expected factor (adaptive, no floor);
     floor: keep prompt lookup's chain whenever it pays (adaptive only);
     third: next-next-next guesses where the index has seen the pair (adaptive only);
+    recycle: Token Recycling's successor table as a source (adaptive only);
+    session: earlier requests on the same loaded model as a source (adaptive only);
+    datastore: a datastore folder consulted when the context has no match (adaptive; server-side);
     costs_dir: cache folder of measured cost curves ("" = ~/.cache/specdec/costs).
     """
 
@@ -113,6 +130,9 @@ class LogitSpecConfig:
     min_gain: float = 0.1
     floor: bool = True
     third: bool = False
+    recycle: bool = False
+    session: bool = False
+    datastore: str = ""
     costs_dir: str = ""
 
     def __post_init__(self) -> None:
@@ -128,86 +148,73 @@ class LogitSpecConfig:
             raise ValueError(f"prefer must be one of {PREFER_CHOICES}, got {self.prefer!r}")
         if self.min_gain < 0:
             raise ValueError(f"min_gain must be >= 0, got {self.min_gain}")
-        if self.third and not self.adaptive:
-            raise ValueError("third needs adaptive=true (the paper's fixed tree has no third level)")
+        extras = [name for name in ("third", "recycle", "session", "datastore") if getattr(self, name)]
+        if extras and not self.adaptive:
+            raise ValueError(f"{', '.join(extras)} need adaptive=true (the paper's fixed tree has no other sources)")
+
+    def open_datastore(self, loaded: LoadedModel) -> Datastore | None:
+        """The datastore folder checked against the model's tokenizer (DatastoreError if unusable), or None."""
+        return Datastore.open(self.datastore, loaded.tokenizer) if self.datastore else None
 
     def build(self, loaded: LoadedModel) -> LogitSpecProposer:
         costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
-        return LogitSpecProposer(self, costs, loaded.eos_token_ids)
+        return self.assemble(loaded, costs, self.open_datastore(loaded))
 
-
-def uninformative_prior(k: int) -> Callable[[Hashable], tuple[float, float]]:
-    """(mean, strength) of a rate before any observation; fitted on nothing.
-
-    Chained rates: Beta(1, 1). "cand" keys: symmetric over the k candidates and
-    "none of them", i.e. mean 1/(k + 1); "third" keys likewise over THIRD_K;
-    both with the weight of two observations, so data takes over within steps.
-    """
-    cand_mean = 1.0 / (max(k, 1) + 1)
-    third_mean = 1.0 / (THIRD_K + 1)
-
-    def prior(key: Hashable) -> tuple[float, float]:
-        kind = key[0]  # type: ignore[index]
-        if kind == "cand":
-            return cand_mean, 2.0
-        if kind == "third":
-            return third_mean, 2.0
-        return 0.5, 2.0
-
-    return prior
-
-
-def rank_bucket(rank: int) -> int:
-    """0 for the root token itself, then 1, 2, 3-4, 5-8, ... (1-based ranks, log2 buckets)."""
-    return 0 if rank == SELF_RANK else (rank + 1).bit_length()
-
-
-@dataclass
-class Step:
-    """What one adaptive step retrieved and offered: `observe` scores it against the emitted tokens."""
-
-    retrieval: Retrieval | None
-    floor_chain: list[int]
-    floor_ngram: int
-    heat: int
-    thirds: list[Third] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)  # per tree node, "" for the root
+    def assemble(self, loaded: LoadedModel, costs: CostModel | None, datastore: Datastore | None) -> LogitSpecProposer:
+        """A proposer from parts made beforehand (the server prepares costs and the datastore at startup)."""
+        sources = Sources.for_model(loaded.model, self.recycle, self.session, datastore)
+        return LogitSpecProposer(self, costs, loaded.eos_token_ids, sources)
 
 
 class LogitSpecProposer:
     def __init__(
-        self, config: LogitSpecConfig, costs: CostModel | None = None, eos_token_ids: tuple[int, ...] = ()
+        self,
+        config: LogitSpecConfig,
+        costs: CostModel | None = None,
+        eos_token_ids: tuple[int, ...] = (),
+        sources: Sources | None = None,
     ) -> None:
         if config.adaptive and costs is None:
             raise ValueError("adaptive LogitSpec needs a cost model (LogitSpecConfig.build measures one)")
         self.config = config
         self.costs = costs.table(config.budget) if costs is not None else []
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.sources = sources or Sources()
         self.stats = AcceptanceStats(uninformative_prior(config.k))
         self.index = NGramIndex(config.max_ngram, config.prefer)
         self.pld = PLDProposer(PLDConfig(), eos_token_ids)  # the floor: exactly pld's chain
+        self.feed = SessionFeed(self.sources.session) if self.sources.session is not None else None
         self.source_stats: dict[str, dict[str, int]] = {s: {"offered": 0, "accepted": 0} for s in SOURCES}
         self.floor_held: bool | None = None  # last step: floor kept (True), declined (False), none (None)
         self._last: Step | None = None
         self._heat = 0  # draft tokens accepted at the previous step, capped at MAX_HEAT
+        self._first_step = True
 
     def begin(self, prompt_ids: list[int]) -> None:
         self.index = NGramIndex(self.config.max_ngram, self.config.prefer)
         self.index.extend(prompt_ids)
         self.pld.begin(prompt_ids)
+        if self.feed is not None:
+            self.feed.begin(prompt_ids)
         self._last = None
         self._heat = 0
+        self._first_step = True
 
     def propose(self, ctx: ProposalContext) -> DraftTree:
         config = self.config
         tokens = ctx.token_ids
         self.index = synced_index(self.index, tokens)
-        root = tokens[-1]
+        if self.feed is not None:
+            self.feed.sync(tokens)
+        if self.sources.recycle is not None and self._first_step:
+            prefill_row(self.sources.recycle, tokens, ctx.last_logits)
+        self._first_step = False
         self._last, self.floor_held = None, None
         if ctx.max_depth <= 0 or config.budget == 1:
-            return DraftTree.chain(root)
+            return DraftTree.chain(tokens[-1])
         if not config.adaptive:
             retrieval = paper_retrieve(self.index, tokens, ctx.last_logits, config.k, config.max_continuation)
-            tree, sources = paper_pool(root, retrieval, config.budget, ctx.max_depth).whole()
+            tree, sources = paper_pool(tokens[-1], retrieval, config.budget, ctx.max_depth).whole()
             self._last = Step(None, [], 0, self._heat, sources=sources)
             return tree
         return self._adaptive(ctx)
@@ -216,21 +223,22 @@ class LogitSpecProposer:
         config = self.config
         floor_chain, floor_ngram = self.pld.draft(ctx) if config.floor else ([], 0)
         floor_chain = floor_chain[: config.budget - 1]
-        skip = frozenset(floor_chain[:1])
         retrieval = retrieve(
             self.index, ctx.token_ids, ctx.last_logits, config.k, config.max_continuation,
-            config.max_continuation - 1, True, skip,
+            config.max_continuation - 1, True, frozenset(floor_chain[:1]),
         )  # fmt: skip
         step = Step(retrieval, floor_chain, floor_ngram, self._heat)
         pool = NodePool(ctx.token_ids[-1], ctx.max_depth, POOL_FACTOR * config.budget)
         floor = self._add_floor(pool, step)
+        ran_out = [floor[-1]] if floor and len(floor_chain) < self.pld.config.num_pred_tokens else []
         if retrieval.root_branch:
             probs = self._chain(("root", retrieval.root_ngram, step.heat), len(retrieval.root_branch))
             pool.add(ROOT, retrieval.root_branch, probs, "root")
-        self._add_candidates(pool, retrieval)
+        ran_out += self._add_candidates(pool, retrieval)
         if config.third:
             step.thirds = self._thirds(step)
             self._add_thirds(pool, step.thirds)
+        self._add_other_sources(pool, step, ctx, ran_out)
         chosen = pool.plan(self.costs, config.budget, floor, MIN_NODE_PROB, config.min_gain)
         tree, step.sources = pool.tree(chosen)
         self._last = step
@@ -249,25 +257,30 @@ class LogitSpecProposer:
         pool.add(ROOT, chain, [p for p in probs if p >= MIN_NODE_PROB], "pld")
         return []
 
-    def _add_candidates(self, pool: NodePool, retrieval: Retrieval) -> None:
+    def _add_candidates(self, pool: NodePool, retrieval: Retrieval) -> list[int]:
+        """Next-next candidates with their continuations; the pool ids of the leaves whose retrieval ran out."""
         first_rates: dict[tuple[int, int], float] = {}  # per-step memo: (bucket, m) -> rate
         next_chains: dict[int, list[float]] = {}  # per-step memo: m -> cumulative continuation rates
-        rate = self.stats.rate
+        ran_out = []
+        wanted = self.config.max_continuation - 1
         for token, rank, cont, m in zip(
             retrieval.cand_tokens, retrieval.cand_ranks, retrieval.cand_conts, retrieval.cand_ngrams, strict=True
         ):
             bucket = rank_bucket(rank)
             p = first_rates.get((bucket, m))
             if p is None:
-                p = first_rates[bucket, m] = rate(("cand", bucket, m))
+                p = first_rates[bucket, m] = self.stats.rate(("cand", bucket, m))
             if p < MIN_NODE_PROB:
                 continue
             probs = [p]
             if cont:
                 if m not in next_chains:
-                    next_chains[m] = self._chain(("next", m), self.config.max_continuation - 1)
+                    next_chains[m] = self._chain(("next", m), wanted)
                 probs.extend(p * c for c in next_chains[m][: len(cont)] if p * c >= MIN_NODE_PROB)
-            pool.add(ROOT, [token, *cont], probs, "cand")
+            ids = pool.add(ROOT, [token, *cont], probs, "cand")
+            if len(cont) < wanted and len(ids) == 1 + len(cont):
+                ran_out.append(ids[-1])
+        return ran_out
 
     def _thirds(self, step: Step) -> list[Third]:
         """Third-level guesses below the first-level ones: the floor's, the root branch's, then candidates'."""
@@ -292,6 +305,25 @@ class LogitSpecProposer:
             probs = [q for q in (p, *(p * c for c in cont_rates[: len(third.cont)])) if q >= MIN_NODE_PROB]
             pool.add(anchor, [third.token, *third.cont], probs, "third")
 
+    def _add_other_sources(self, pool: NodePool, step: Step, ctx: ProposalContext, ran_out: list[int]) -> None:
+        """Session store and datastore branches (after the request's own text), then recycled successors."""
+        retrieval = step.retrieval
+        assert retrieval is not None
+        own_match = max(step.floor_ngram, retrieval.root_ngram) >= STRONG_MATCH
+        length = min(self.config.max_continuation, ctx.max_depth)
+        found = store_branches(self.sources, ctx.token_ids, length, own_match, self.eos_token_ids)
+        for source, m, branch in found:
+            prefix = (source, m, step.heat)
+            step.chains.append((prefix, branch))
+            pool.add(ROOT, branch, self._chain(prefix, len(branch)), source)
+        if self.sources.recycle is not None:
+            anchors = ran_out if own_match else [ROOT, *ran_out]
+            rows = add_recycled(
+                pool, self.sources.recycle, anchors, self.stats.rate, self.config.budget, MIN_NODE_PROB,
+                self.eos_token_ids,
+            )  # fmt: skip
+            step.recycle_rows = rows
+
     def _chain(self, prefix: tuple, length: int, min_prob: float = MIN_NODE_PROB) -> list[float]:
         """Cumulative products rate((*prefix, 1)) * rate((*prefix, 2)) ..., stopping below `min_prob`."""
         probs, p, rate = [], 1.0, self.stats.rate
@@ -302,56 +334,13 @@ class LogitSpecProposer:
             probs.append(p)
         return probs
 
-    # ------------------------------------------------------------------ learning
     def observe(self, result: VerifyResult) -> None:
-        """Count offered / accepted nodes per source; learn rates from the emitted tokens."""
+        """Count offered / accepted nodes per source; learn rates from the emitted tokens; feed the recycle table."""
         step, self._last = self._last, None
         heat, self._heat = self._heat, min(result.num_accepted, MAX_HEAT)
+        if self.sources.recycle is not None:
+            self.sources.recycle.update(result.tree.tokens, result.target_logits)
         if step is None:
             return
-        for source in step.sources:
-            if source:
-                self.source_stats[source]["offered"] += 1
-        for node in result.path[1:]:
-            self.source_stats[step.sources[node]]["accepted"] += 1
-        if step.retrieval is None:
-            return
-        actual = result.tokens  # actual[0] follows the root, actual[1] follows that, ...
-        self._learn_chain(("pld", step.floor_ngram, heat), step.floor_chain, actual)
-        self._learn_chain(("root", step.retrieval.root_ngram, heat), step.retrieval.root_branch, actual)
-        self._learn_candidates(step.retrieval, actual)
-        self._learn_thirds(step.thirds, actual)
-
-    def _learn_chain(self, prefix: tuple, chain: list[int], actual: list[int]) -> None:
-        for depth, token in enumerate(chain[: len(actual)], start=1):
-            hit = token == actual[depth - 1]
-            self.stats.update((*prefix, depth), 1.0, float(hit))
-            if not hit:
-                break
-
-    def _learn_candidates(self, retrieval: Retrieval, actual: list[int]) -> None:
-        offered: dict[tuple[str, int, int], int] = {}
-        hit_at = -1
-        for j, (rank, m) in enumerate(zip(retrieval.cand_ranks, retrieval.cand_ngrams, strict=True)):
-            key = ("cand", rank_bucket(rank), m)
-            offered[key] = offered.get(key, 0) + 1
-            if retrieval.cand_tokens[j] == actual[0]:
-                hit_at = j
-        for key, count in offered.items():
-            self.stats.update(key, float(count), 0.0)
-        if hit_at < 0:
-            return
-        m = retrieval.cand_ngrams[hit_at]
-        self.stats.update(("cand", rank_bucket(retrieval.cand_ranks[hit_at]), m), 0.0, 1.0)
-        self._learn_chain(("next", m), retrieval.cand_conts[hit_at], actual[1:])
-
-    def _learn_thirds(self, thirds: list[Third], actual: list[int]) -> None:
-        if len(actual) < 2:
-            return
-        for third in thirds:
-            if third.first != actual[0]:
-                continue
-            hit = third.token == actual[1]
-            self.stats.update(("third", rank_bucket(third.position)), 1.0, float(hit))
-            if hit:
-                self._learn_chain(("next3",), third.cont, actual[2:])
+        count_sources(self.source_stats, step.sources, result.path)
+        learn_step(self.stats, step, result.tree.token_list[0], result.tokens, heat)

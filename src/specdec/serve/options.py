@@ -146,6 +146,8 @@ REQUEST_OPTIONS: dict[str, dict[str, Option]] = {
         "min_gain": FloatOption(0.0, 10.0),
         "floor": FlagOption(),
         "third": FlagOption(),
+        "recycle": FlagOption(),
+        "session": FlagOption(),  # the store's size is server-side (the `session` method's); datastore: a path
     },
     "draft": dict(CHAIN_OPTIONS),
     "layerskip": dict(CHAIN_OPTIONS),

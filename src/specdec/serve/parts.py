@@ -36,21 +36,23 @@ class Recipe:
     missing: str  # why a request for an unprepared config is refused, and how an operator fixes it
 
 
-# ------------------------------------------------------------------ logitspec: the tree-cost curve
+# ------------------------------------------------------------------ logitspec: the tree-cost curve, a datastore
 def _logitspec_needs(config: Any) -> Hashable | None:
-    return ("costs", config.costs_dir) if config.adaptive else None
+    if not (config.adaptive or config.datastore):
+        return None
+    return ("logitspec", config.costs_dir if config.adaptive else None, config.datastore)
 
 
 def _logitspec_prepare(loaded: LoadedModel, config: Any) -> Any:
     from specdec.proposers.budget import load_or_measure
 
-    return load_or_measure(loaded, config.costs_dir or None)
+    costs = load_or_measure(loaded, config.costs_dir or None) if config.adaptive else None
+    return costs, config.open_datastore(loaded)  # DatastoreError (at startup) for an unusable folder
 
 
-def _logitspec_assemble(loaded: LoadedModel, config: Any, costs: Any) -> Any:
-    from specdec.proposers.logitspec import LogitSpecProposer
-
-    return LogitSpecProposer(config, costs)  # LogitSpecConfig.build, with the curve measured once
+def _logitspec_assemble(loaded: LoadedModel, config: Any, parts: Any) -> Any:
+    costs, datastore = parts
+    return config.assemble(loaded, costs, datastore)  # LogitSpecConfig.build, with its parts made once
 
 
 # ------------------------------------------------------------------ draft: the draft model
@@ -115,8 +117,9 @@ RECIPES: dict[str, Recipe] = {
         _logitspec_needs,
         _logitspec_prepare,
         _logitspec_assemble,
-        "logitspec with adaptive=true needs the tree-cost curve, which this server did not measure at "
-        "startup; ask with adaptive=false (operator: specdec serve --method-config logitspec)",
+        "logitspec with adaptive=true needs the tree-cost curve (and a datastore, if one is named), which "
+        "this server did not prepare at startup; ask with adaptive=false (operator: specdec serve "
+        "--method-config logitspec, or --method-config logitspec:datastore=DIR)",
     ),
     "draft": Recipe(
         _draft_needs,
