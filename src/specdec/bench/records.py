@@ -43,6 +43,7 @@ class RunResult:
     retrieval_success: float | None = None
     acceptance_rate: float | None = None
     accepted_histogram: dict[int, int] | None = None
+    source_counts: dict[str, dict[str, int]] | None = None  # per draft source: offered / accepted nodes
 
     @property
     def num_new_tokens(self) -> int:
@@ -168,6 +169,7 @@ def make_row(
         "retrieval_success": result.retrieval_success,
         "acceptance_rate": result.acceptance_rate,
         "finish_reason": result.finish_reason,
+        "source_counts": result.source_counts,
     }
     row.update(matches)
     row["token_ids"] = result.token_ids

@@ -34,6 +34,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from specdec.bench import sources
 from specdec.bench.config import BASELINES
 from specdec.bench.metrics import OVERALL, BenchSummary
 
@@ -46,7 +47,7 @@ CSV_FIELDS = (
 
 def write_reports(out_dir: Path, rows: list[dict[str, Any]], summary: BenchSummary, context: dict[str, Any]) -> None:
     write_csv(out_dir / "summary.csv", summary)
-    (out_dir / "summary.md").write_text(markdown_table(summary, context), encoding="utf-8")
+    (out_dir / "summary.md").write_text(markdown_table(summary, context) + sources.markdown(rows), encoding="utf-8")
     plot_speedups(out_dir / "speedup.png", summary)
     plot_accepted_lengths(out_dir / "accepted_lengths.png", summary)
     write_manifest(out_dir, summary, context)

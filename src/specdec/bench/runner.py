@@ -21,6 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -35,6 +36,7 @@ from typing import IO, Any, Protocol
 import torch
 from tqdm import tqdm
 
+from specdec.bench import sources
 from specdec.bench.baselines import HfContender
 from specdec.bench.config import BASELINES, BenchConfig, BenchPlan, MethodSpec, prepare
 from specdec.bench.metrics import BenchSummary, summarize
@@ -64,10 +66,12 @@ class SpecdecContender:
         self.settings = settings
 
     def run(self, prompt_ids: list[int]) -> RunResult:
+        before = sources.snapshot(self.proposer)  # outside the stopwatch
         start = time.perf_counter()
         out = self.engine.generate(prompt_ids, self.proposer, self.settings)
         wall = time.perf_counter() - start
-        return from_engine(out, len(prompt_ids), wall)
+        counts = sources.difference(before, sources.snapshot(self.proposer))
+        return dataclasses.replace(from_engine(out, len(prompt_ids), wall), source_counts=counts)
 
 
 @dataclass(frozen=True)

@@ -37,10 +37,12 @@ Options beyond the paper (adaptive only), each a source of nodes weighed by its
 own learned rate: `third`: next-next-next guesses below first-level ones, from
 the same last logit, only where the index has seen the pair (guess, third);
 `recycle`: Token Recycling's successor table extends branches whose retrieval
-ran out and supplies branches when nothing is retrieved; `session`: earlier
-requests on the same loaded model (the request's own text ranks first);
-`datastore=DIR`: an on-disk corpus, consulted when the context has no match
-of two or more tokens (server-side only; sources: logitspec_sources.py).
+ran out and supplies branches where the context has no match of two or more
+tokens; `session`: earlier requests on the same loaded model (the request's own
+text ranks first); `datastore=DIR`: an on-disk corpus, consulted where the
+context has no such match (server-side only; sources: logitspec_sources.py).
+All are off by default (`third` too): each costs work per step, and whether it
+pays is for the benchmark to show (`source_stats`, and bench's per-source table).
 
 `source_stats` counts, over the proposer's lifetime, the nodes each source
 offered and how many of them were accepted (sources: see
