@@ -3,7 +3,8 @@
 Why a module: every drafting method's identity test compares against the same
 thing, plain greedy decoding on the committed Spec-Bench subset, one prompt per
 category (chat template applied). Plain functions, not fixtures, so each test
-module keeps its own module-scoped fixtures and token counts.
+module keeps its own module-scoped fixtures and token counts; plain outputs are
+computed once per (engine, prompt, length) and shared by the modules.
 """
 
 from __future__ import annotations
@@ -29,7 +30,17 @@ def prompts_by_category(
     }
 
 
+# (engine id, prompt, max_new_tokens) -> plain greedy tokens: test modules on the session's engine share them.
+_PLAIN: dict[tuple[int, tuple[int, ...], int], list[int]] = {}
+
+
 def plain_outputs(engine: Engine, prompts: dict[str, list[int]], max_new_tokens: int) -> dict[str, list[int]]:
-    """Plain greedy output tokens per prompt."""
+    """Plain greedy output tokens per prompt (computed once per engine, prompt and length)."""
     config = GenerationConfig(max_new_tokens=max_new_tokens)
-    return {name: engine.generate(ids, PlainProposer(), config).token_ids for name, ids in prompts.items()}
+    out = {}
+    for name, ids in prompts.items():
+        key = (id(engine), tuple(ids), max_new_tokens)
+        if key not in _PLAIN:
+            _PLAIN[key] = engine.generate(ids, PlainProposer(), config).token_ids
+        out[name] = _PLAIN[key]
+    return out

@@ -324,7 +324,7 @@ def _add_datastore(sub: argparse._SubParsersAction) -> None:
 def _cmd_datastore(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from specdec.datastore import build_datastore, check_out_dir, expand_files
+    from specdec.datastore_build import build_datastore, check_out_dir, expand_files
     from specdec.models import load_model
 
     check_out_dir(args.out)

@@ -2,10 +2,11 @@
 
 Why: prompt lookup only finds what the request itself already says. A corpus
 of similar text (code, documentation) often continues the context where the
-request cannot; REST drafts from such a datastore. This module turns files into
-a suffix array over their token ids (the model's own tokenizer), stored as
-memory-mapped numpy files, so opening costs a few reads and a lookup a few
-dozen binary-search probes.
+request cannot; REST drafts from such a datastore: a suffix array over the
+corpus's token ids (the model's own tokenizer), stored as memory-mapped numpy
+files, so opening costs a few reads and a lookup a few dozen binary-search
+probes. This module reads datastores; `specdec.datastore_build` writes them
+(`specdec datastore build`).
 
 Layout of a datastore folder (format version 1):
 - tokens.npy: int32 [n]: every file's token ids, each file followed by the
@@ -19,14 +20,15 @@ Layout of a datastore folder (format version 1):
   an interrupted build is refused as incomplete.
 
 Lookup (`Datastore.lookup(context, max_ngram, max_continuation) -> list[int]`):
-the longest suffix of the context (at most `max_ngram` tokens) that occurs in
+the longest suffix of the context (at most `max_ngram` and `sort_depth - 1`
+tokens, at least `min_ngram`) that occurs in
 the corpus is found by binary search (occurrence is monotone in the suffix
 length, so the length itself is binary-searched too); the continuation is the
 *most frequent next-token path*: each next token is the most frequent one among
 the occurrences still matching (counted exactly in ranges of up to
 `EXACT_COUNT` occurrences, else on an evenly spaced sample of them), and once a
-single occurrence remains, or the sorted depth is reached, the rest is that
-(first remaining) occurrence's own continuation. `branches` gives the top few
+single occurrence remains, or the sorted depth is reached, the rest is the
+earliest remaining occurrence's own continuation. `branches` gives the top few
 distinct first tokens, each continued the same way (REST's tree).
 
 Invariants: every problem with a datastore folder (missing or truncated file,
@@ -40,8 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,6 @@ SEPARATOR = -1
 DEFAULT_SORT_DEPTH = 64
 EXACT_COUNT = 256  # ranges this small are counted exactly; larger ones on a sample of this size
 MAX_TOKENS = 2**31 - 1  # int32 positions
-FILES = ("meta.json", "tokens.npy", "suffixes.npy")
 
 
 class DatastoreError(SpecdecError):
@@ -72,144 +72,6 @@ def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
         "vocab_size": len(tokenizer),
         "sha256": digest,
     }
-
-
-# ------------------------------------------------------------------ building
-def _group_heads(sorted_keys: np.ndarray) -> np.ndarray:
-    """For each element of a nondecreasing array [m], the index of the first element equal to it."""
-    change = np.ones(len(sorted_keys), dtype=bool)
-    change[1:] = sorted_keys[1:] != sorted_keys[:-1]
-    return np.flatnonzero(change)[np.cumsum(change) - 1]
-
-
-def suffix_array(tokens: np.ndarray, sort_depth: int = DEFAULT_SORT_DEPTH) -> np.ndarray:
-    """Positions of `tokens` [n] sorted by their first `sort_depth` tokens, ties by position: int32 [n].
-
-    Prefix doubling over the still-ambiguous groups only: `rank[i]` is the index in
-    `order` where the group of positions sharing i's first `covered` tokens starts.
-    Each round re-sorts the positions in groups of two or more by (rank[i],
-    rank[i + step]) packed into one int64 key (one stable argsort, so ties keep
-    position order), with step = covered, except the last round, whose windows
-    overlap to end exactly at sort_depth. Random text is settled after a few
-    tokens; only repeats (copied code, license headers) stay for more rounds.
-    """
-    n = len(tokens)
-    order = np.argsort(tokens, kind="stable")
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = _group_heads(tokens[order])
-    covered = 1
-    while covered < sort_depth and n > 1:
-        heads = rank[order]
-        repeated = heads[1:] == heads[:-1]
-        ambiguous = np.zeros(n, dtype=bool)
-        ambiguous[1:] |= repeated
-        ambiguous[:-1] |= repeated
-        slots = np.flatnonzero(ambiguous)  # whole groups, in order; each group keeps its slots
-        if not len(slots):
-            break
-        step = min(covered, sort_depth - covered)
-        members = order[slots]
-        following = members + step
-        second = np.zeros(len(members), dtype=np.int64)  # 0: past the end, below every real rank
-        inside = following < n
-        second[inside] = rank[following[inside]] + 1
-        key = rank[members] * (n + 1) + second
-        perm = np.argsort(key, kind="stable")
-        order[slots] = members[perm]
-        rank[members[perm]] = slots[_group_heads(key[perm])]
-        covered += step
-    return order.astype(np.int32)
-
-
-def expand_files(paths: Iterable[str | Path], pattern: str = "*") -> list[Path]:
-    """Files named, plus the files matching `pattern` anywhere inside folders named (sorted)."""
-    files: list[Path] = []
-    for name in paths:
-        path = Path(name)
-        if path.is_dir():
-            files.extend(sorted(p for p in path.rglob(pattern) if p.is_file()))
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise DatastoreError(f"{path}: no such file or folder")
-    if not files:
-        raise DatastoreError(f"no files matching {pattern!r} in {', '.join(map(str, paths))}")
-    return files
-
-
-def check_out_dir(out_dir: str | Path) -> Path:
-    """`out_dir` as a Path, if it is new or an empty folder (a build never overwrites); else DatastoreError."""
-    out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise DatastoreError(f"datastore folder {out} exists and is not empty: choose another or remove it")
-    return out
-
-
-def _read_texts(files: Sequence[Path]) -> tuple[list[str], int]:
-    texts, skipped = [], 0
-    for path in files:
-        try:
-            texts.append(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, OSError):
-            skipped += 1
-    return texts, skipped
-
-
-@dataclass(frozen=True)
-class BuildSummary:
-    num_files: int  # files tokenized
-    num_skipped: int  # files that were not UTF-8 text or could not be read
-    num_tokens: int  # separators included
-    out_dir: Path
-
-
-def build_datastore(
-    files: Iterable[str | Path],
-    tokenizer: Any,
-    out_dir: str | Path,
-    sort_depth: int = DEFAULT_SORT_DEPTH,
-    progress: Callable[[int], None] | None = None,
-    batch_files: int = 64,
-) -> BuildSummary:
-    """Tokenize `files` with `tokenizer` and write a datastore into `out_dir` (new or empty).
-
-    `progress(num_files_done)` is called after each batch of files (a progress bar).
-    """
-    paths = [Path(f) for f in files]
-    out = check_out_dir(out_dir)
-    if sort_depth < 2:
-        raise DatastoreError(f"sort_depth must be >= 2 (a match and its next token), got {sort_depth}")
-    chunks, num_files, skipped = [], 0, 0
-    for start in range(0, len(paths), batch_files):
-        texts, bad = _read_texts(paths[start : start + batch_files])
-        skipped += bad
-        if texts:
-            encoded = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
-            for ids in encoded:
-                chunks.append(np.asarray([*ids, SEPARATOR], dtype=np.int64))
-            num_files += len(texts)
-        if progress is not None:
-            progress(min(start + batch_files, len(paths)))
-    if not num_files:
-        raise DatastoreError(f"no readable UTF-8 text among {len(paths)} file(s): nothing to index")
-    tokens = np.concatenate(chunks)
-    if len(tokens) > MAX_TOKENS:
-        raise DatastoreError(f"{len(tokens)} tokens: a datastore holds at most {MAX_TOKENS}")
-    suffixes = suffix_array(tokens, sort_depth)
-    out.mkdir(parents=True, exist_ok=True)
-    np.save(out / "tokens.npy", tokens.astype(np.int32))
-    np.save(out / "suffixes.npy", suffixes)
-    meta = {
-        "format": FORMAT,
-        "version": VERSION,
-        "num_tokens": len(tokens),
-        "num_files": num_files,
-        "sort_depth": sort_depth,
-        "separator": SEPARATOR,
-        "tokenizer": tokenizer_identity(tokenizer),
-    }
-    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-    return BuildSummary(num_files, skipped, len(tokens), out)
 
 
 # ------------------------------------------------------------------ opening
