@@ -23,7 +23,8 @@ from spec_prompts import plain_outputs, prompts_by_category
 from test_logitspec import walk
 from test_retrieval import has_path
 
-from specdec.datastore import Datastore, DatastoreError, build_datastore, suffix_array
+from specdec.datastore import Datastore, DatastoreError
+from specdec.datastore_build import build_datastore, suffix_array
 from specdec.engine import GenerationConfig, ProposalContext
 from specdec.proposers import MethodError, parse_method
 from specdec.proposers.budget import CostModel
