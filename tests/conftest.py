@@ -13,6 +13,7 @@ below seeds the cache with a fixed curve and a fixed attention plan for the
 default model, so no test depends on wall-clock timing.
 """
 
+import copy
 import os
 import tempfile
 from pathlib import Path
@@ -57,3 +58,32 @@ def engine(default_model):
     from specdec.engine import Engine
 
     return Engine(default_model)
+
+
+DROPPED_LAYERS = (3, 4, 5, 6, 25, 26)  # the ones whose absence changes the argmax least
+KEPT_LAYERS = tuple(i for i in range(30) if i not in DROPPED_LAYERS)
+
+
+@pytest.fixture(scope="session")
+def small_draft(default_model):
+    """A draft sharing the default model's tokenizer: 24 of its own 30 layers (renumbered), norm and head.
+
+    Leaves out the layers whose absence changes the argmax least: the target accepts about
+    half its tokens, so both accepted runs and rejections occur.
+    """
+    target = default_model.model
+    config = copy.deepcopy(target.config)
+    config.num_hidden_layers = len(KEPT_LAYERS)
+    if getattr(config, "layer_types", None):
+        config.layer_types = [config.layer_types[i] for i in KEPT_LAYERS]
+    draft = type(target)(config)
+    state = {}
+    for name, tensor in target.state_dict().items():
+        if name.startswith("model.layers."):
+            index, rest = name.removeprefix("model.layers.").split(".", 1)
+            if int(index) not in KEPT_LAYERS:
+                continue
+            name = f"model.layers.{KEPT_LAYERS.index(int(index))}.{rest}"
+        state[name] = tensor
+    draft.load_state_dict(state, strict=True)
+    return draft.eval().requires_grad_(False)

@@ -25,12 +25,11 @@ from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.proposers.draft import DraftConfig, DraftProposer, TokenizerMismatchError, check_same_tokenizer
 from specdec.proposers.plain import PlainProposer
+from specdec.proposers.universal import TokenizerRoundTripError
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
 
 NEW_TOKENS = 32
-DROPPED_LAYERS = (3, 4, 5, 6, 25, 26)  # the ones whose absence changes the argmax least
-KEPT_LAYERS = tuple(i for i in range(30) if i not in DROPPED_LAYERS)
 
 
 @pytest.fixture(scope="module")
@@ -43,27 +42,6 @@ def prompts(default_model, spec_bench_subset):
 def plain_outputs(engine, prompts):
     config = GenerationConfig(max_new_tokens=NEW_TOKENS)
     return [engine.generate(p, PlainProposer(), config).token_ids for p in prompts]
-
-
-@pytest.fixture(scope="module")
-def small_draft(default_model):
-    """A 24-layer model made of the default model's own layers (renumbered), norm and head."""
-    target = default_model.model
-    config = copy.deepcopy(target.config)
-    config.num_hidden_layers = len(KEPT_LAYERS)
-    if getattr(config, "layer_types", None):
-        config.layer_types = [config.layer_types[i] for i in KEPT_LAYERS]
-    draft = type(target)(config)
-    state = {}
-    for name, tensor in target.state_dict().items():
-        if name.startswith("model.layers."):
-            index, rest = name.removeprefix("model.layers.").split(".", 1)
-            if int(index) not in KEPT_LAYERS:
-                continue
-            name = f"model.layers.{KEPT_LAYERS.index(int(index))}.{rest}"
-        state[name] = tensor
-    draft.load_state_dict(state, strict=True)
-    return draft.eval().requires_grad_(False)
 
 
 def run(engine, proposer, prompt_ids, sampling=None, new_tokens=NEW_TOKENS):
@@ -211,12 +189,16 @@ def test_tokenizer_check_compares_size_and_mapping(default_model):
 
 
 def test_mismatched_draft_model_is_refused(default_model, tmp_path):
+    """Another tokenizer: refused with text=never; with auto it must round-trip text, and a word
+    tokenizer (unknown words become <unk>) cannot: a clear error either way."""
     words = ["<unk>", *(f"w{i}" for i in range(63))]
     config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
     LlamaForCausalLM(config).save_pretrained(tmp_path)
     _word_tokenizer(words).save_pretrained(tmp_path)
     with pytest.raises(TokenizerMismatchError, match="share the target's tokenizer"):
+        DraftConfig(draft_model=str(tmp_path), text="never").build(default_model)
+    with pytest.raises(TokenizerRoundTripError, match="does not round-trip text"):
         DraftConfig(draft_model=str(tmp_path)).build(default_model)
 
 
@@ -256,3 +238,37 @@ def test_rejected_exploration_backs_off_and_acceptance_resets_it():
         length.update(0, 0, 0.0, 0.0, 0, 0.0)
     length.update(1, 1, 0.1, 0.0, 1, 0.0)  # accepted: back to the short interval
     assert length.explore_every == EXPLORE_EVERY
+
+
+def _overconfident_then_right(length, steps: int, learn_refused: bool) -> list[int]:
+    """Drive a schedule: 40 steps whose drafts are all rejected, then a draft that is always right
+    (every token with the draft's confidence 0.9). Returns the drafts per step of the second phase."""
+    drafted_per_step = []
+    for step in range(40 + steps):
+        right = step >= 40
+        limit, drafted, predicted, chain_prob = length.begin_step(greedy=True), 0, 0.0, 1.0
+        while drafted < limit:
+            chain_prob *= 0.9
+            if not length.keep_going(chain_prob):
+                if drafted == 0 and learn_refused:  # what DraftProposer.observe does when greedy
+                    length.learn_refused(chain_prob, right)
+                break
+            drafted, predicted = drafted + 1, predicted + chain_prob
+        length.update(drafted, drafted if right else 0, predicted, 0.0, 1 if limit else 0, 0.0)
+        if right:
+            drafted_per_step.append(drafted)
+    return drafted_per_step
+
+
+def test_a_once_overconfident_draft_drafts_again_when_it_turns_right():
+    """The Qwen-pair failure: calibration stuck at its floor refused every first token, nothing
+    was drafted, and nothing was learned (MAT 1.00). Greedy learns from the refused token at once;
+    without that (sampling) the exploring token still brings drafting back."""
+    from specdec.proposers.chain_length import ChainSettings, DraftLength
+
+    settings = ChainSettings(schedule="cost", cost_per_token=0.5)
+    greedy = _overconfident_then_right(DraftLength(settings), 400, learn_refused=True)
+    sampled = _overconfident_then_right(DraftLength(settings), 400, learn_refused=False)
+    back = [next(i for i, d in enumerate(run) if d >= 2) for run in (greedy, sampled)]
+    assert back[0] < 60 and back[0] < back[1] < 300  # greedy learns from the refused tokens too
+    assert min(greedy[back[0]:]) >= 2  # and it keeps drafting

@@ -31,6 +31,15 @@ timid or wasteful. The schedules:
 When not even a certain token would pay (threshold >= 1) nothing is drafted
 and the draft pass is skipped too; every `EXPLORE_EVERY`-th such step drafts
 one token anyway, so a change (less load, a better-matched passage) is noticed.
+The same holds after `IDLE_STEPS` steps in a row whose draft pass ran but whose
+first token was refused by the stop rule. The calibration (observed over
+predicted acceptance) used to be learned only from steps that draft, so a draft
+that was once over-confident (calibration at its floor) stayed refused for good,
+paying a draft pass per step for nothing. Now a refused first token is also
+scored against the target's emitted token when decoding greedily
+(`learn_refused`: the pass ran, the check is free; a pass whose refused token
+was right is not idle, so a draft that turned good keeps teaching), and the
+exploring token covers sampling.
 An exploring token that is rejected doubles that interval (up to
 `MAX_EXPLORE_EVERY`), an accepted one resets it: exploring costs a catch-up
 pass of the draft over every token it skipped, which on a draft that never
@@ -47,6 +56,7 @@ EMA_DECAY = 0.9
 FIT_DECAY = 0.95
 EXPLORE_EVERY = 16
 MAX_EXPLORE_EVERY = 512
+IDLE_STEPS = 2  # draft passes in a row that drafted nothing: then skip the pass, explore
 MIN_SIZE_VARIANCE = 0.25  # below this the tree sizes barely vary: the slope comes from the prior
 
 
@@ -105,6 +115,8 @@ class DraftLength:
         self.timed = False
         self.exploring = False
         self.num_skipped = 0
+        self.num_idle = 0  # steps in a row whose draft pass drafted nothing
+        self.refused_right = False  # this step's refused first token was what the target emitted
         self.explore_every = EXPLORE_EVERY
 
     @property
@@ -124,7 +136,7 @@ class DraftLength:
         self.exploring = False
         if not self.uses_confidence:
             return self.k
-        if self.threshold() < 1.0:
+        if self.threshold() < 1.0 and self.num_idle < IDLE_STEPS:
             return self.settings.max_k
         self.num_skipped += 1
         if self.num_skipped >= self.explore_every:
@@ -140,9 +152,20 @@ class DraftLength:
         return min(1.0, calibration * chain_prob) >= self.threshold()
 
     def update(
-        self, num_drafted: int, num_accepted: int, predicted: float, draft_s: float, num_passes: int, verify_s: float
+        self,
+        num_drafted: int,
+        num_accepted: int,
+        predicted: float,
+        draft_s: float,
+        num_passes: int,
+        verify_s: float,
+        tree_size: int = 0,
     ) -> None:
-        """After verification: the step's drafts, acceptance, summed chain probability and timings."""
+        """After verification: the step's drafts, acceptance, summed chain probability and timings.
+
+        `tree_size` is the verified tree's node count when the chain shared it with other
+        branches (0: the chain and its root alone), so the verification fit sees the real size.
+        """
         if not self.settings.adaptive:
             return
         if self.settings.schedule == "heuristic":
@@ -150,6 +173,11 @@ class DraftLength:
                 grown = self.k + 2 if num_accepted == num_drafted else self.k - 1
                 self.k = min(max(grown, 1), self.settings.max_k)
             return
+        if num_passes and not num_drafted and not self.refused_right:
+            self.num_idle += 1
+        elif num_passes:
+            self.num_idle = 0
+        self.refused_right = False
         if self.exploring and num_drafted:
             grown = self.explore_every * 2 if num_accepted == 0 else EXPLORE_EVERY
             self.explore_every = min(grown, MAX_EXPLORE_EVERY)
@@ -158,10 +186,22 @@ class DraftLength:
         self.rate_seconds = _ema(self.rate_seconds, emitted / max(draft_s + verify_s, 1e-9))
         if num_passes:
             self.pass_seconds = _ema(self.pass_seconds, draft_s / num_passes)
-        self.fit.add(num_drafted + 1, verify_s)
+        self.fit.add(tree_size or num_drafted + 1, verify_s)
         if num_drafted:
             self.observed = _ema(self.observed, num_accepted)
             self.predicted = _ema(self.predicted, predicted)
+
+
+    def learn_refused(self, chain_prob: float, accepted: bool) -> None:
+        """A first token the stop rule refused, scored against what the target emitted (greedy only).
+
+        The draft pass ran anyway, so its refused token costs nothing to check: learning
+        from it keeps the calibration honest while nothing is drafted.
+        """
+        if self.uses_confidence:
+            self.observed = _ema(self.observed, float(accepted))
+            self.predicted = _ema(self.predicted, chain_prob)
+            self.refused_right = accepted  # a pass that is teaching the calibration is not idle
 
 
 def _ema(current: float | None, value: float) -> float:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -46,7 +47,11 @@ from specdec.target import TargetModel
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
+if TYPE_CHECKING:
+    from specdec.proposers.universal import UniversalDraftProposer
+
 QUANTIZE = ("", "int8")
+TEXT_CHOICES = ("auto", "always", "never")
 # One more verified token, in units of a one-token target pass (the `cost` rule, and the prior of
 # the `timed` fit). Measured on the dev CPU in fp32: SmolLM2-135M 0.05 (52 ms for 1 token, 94 ms
 # for 16); Qwen2.5-Coder-1.5B, one thread under load, about 0.3. A middle value:
@@ -146,6 +151,7 @@ class DraftConfig:
     verify_cost: float = VERIFY_COST_PER_TOKEN
     cache_dir: str = ""  # where load_model keeps converted models ("" = its default)
     quantize: str = ""  # "" = the target's dtype; "int8" = dynamic int8 Linear layers in the draft (CPU)
+    text: str = "auto"  # drafts through text (another tokenizer): auto (when they differ) | always | never
 
     def __post_init__(self) -> None:
         self.chain_settings(0.5)  # validates k, max_k, schedule
@@ -153,27 +159,50 @@ class DraftConfig:
             raise ValueError("cost_ratio and verify_cost must be >= 0")
         if self.quantize not in QUANTIZE:
             raise ValueError(f"quantize must be empty or int8 (got {self.quantize!r})")
+        if self.text not in TEXT_CHOICES:
+            raise ValueError(f"text must be one of {', '.join(TEXT_CHOICES)} (got {self.text!r})")
 
     def chain_settings(self, cost_ratio: float) -> ChainSettings:
         cost = max((self.cost_ratio or cost_ratio) + self.verify_cost, 1e-3)
         return ChainSettings(self.k, self.max_k, self.adaptive, self.schedule, cost, self.verify_cost)
 
-    def build(self, loaded: LoadedModel) -> DraftProposer:
+    def build(self, loaded: LoadedModel) -> DraftProposer | UniversalDraftProposer:
+        """Load the draft model; a draft with another tokenizer drafts through text (`text=auto`)."""
         if not self.draft_model:
             raise ValueError("draft: give the draft model, e.g. draft:draft_model=qwen2.5-coder-0.5b")
         draft = load_model(
             self.draft_model, dtype=loaded.dtype, device=str(loaded.device), cache_dir=self.cache_dir or None
         )
-        check_same_tokenizer(draft.tokenizer, loaded.tokenizer, f"draft model {self.draft_model!r}")
-        return self.build_with(loaded, draft.model)
+        return self.build_loaded(loaded, draft)
 
-    def build_with(self, loaded: LoadedModel, draft_model: torch.nn.Module) -> DraftProposer:
-        """A proposer for an already loaded draft module (the caller vouches for its tokenizer)."""
+    def build_loaded(self, loaded: LoadedModel, draft: LoadedModel) -> DraftProposer | UniversalDraftProposer:
+        name = f"draft model {self.draft_model!r}"
+        try:
+            check_same_tokenizer(draft.tokenizer, loaded.tokenizer, name)
+            via_text = self.text == "always"
+        except TokenizerMismatchError:
+            if self.text == "never":
+                raise
+            via_text = True
+        if not via_text:
+            return self.build_with(loaded, draft.model)
+        from specdec.proposers.universal import UniversalDraftProposer  # it imports this module
+
+        inner = self.build_with(loaded, draft.model, draft.model.config.vocab_size)
+        return UniversalDraftProposer(inner, draft.tokenizer, loaded.tokenizer)
+
+    def build_with(
+        self, loaded: LoadedModel, draft_model: torch.nn.Module, vocab_size: int | None = None
+    ) -> DraftProposer:
+        """A proposer for an already loaded draft module (the caller vouches for its tokenizer).
+
+        `vocab_size`: of the drafted rows (default: the target's, which a shared tokenizer implies).
+        """
         ratio = compute_params(draft_model) / compute_params(loaded.model)
         if self.quantize == "int8":
             draft_model = quantize_int8(draft_model)
             ratio *= INT8_COST_FACTOR
-        vocab_size = loaded.model.config.vocab_size
+        vocab_size = vocab_size or loaded.model.config.vocab_size
         return DraftProposer(LastLogitsOnly(draft_model), self.chain_settings(ratio), vocab_size)
 
 
@@ -190,6 +219,7 @@ class DraftProposer:
         self.generator: torch.Generator | None = None
         self._step = (0, 0.0, 0.0, 0)  # drafted, summed chain probability, draft seconds, passes
         self._proposed_at = 0.0
+        self._refused: tuple[int, float] | None = None  # greedy: a first token the stop rule refused
 
     def begin(self, prompt_ids: list[int]) -> None:
         self.runner.reset()
@@ -254,6 +284,7 @@ class DraftProposer:
     @torch.inference_mode()
     def propose(self, ctx: ProposalContext) -> DraftTree:
         start = time.perf_counter()
+        self._refused = None
         root = ctx.token_ids[-1]
         limit = min(self.length.begin_step(ctx.sampling.greedy), ctx.max_depth)
         drafts: list[int] = []
@@ -266,6 +297,8 @@ class DraftProposer:
                 token, prob, row = self._pick(logits, ctx.sampling)
                 chain_prob *= prob
                 if not self.length.keep_going(chain_prob):
+                    if not drafts and ctx.sampling.greedy:
+                        self._refused = (token, chain_prob)
                     break
                 drafts.append(token)
                 predicted += chain_prob
@@ -282,6 +315,17 @@ class DraftProposer:
         return DraftTree.chain(root, drafts, draft_probs)
 
     def observe(self, result: VerifyResult) -> None:
+        self.record(result.num_accepted, first_token=result.tokens[0])
+
+    def record(self, num_accepted: int, tree_size: int = 0, first_token: int | None = None) -> None:
+        """Teach the length schedule how many of this step's drafts were accepted (right after verifying).
+
+        `first_token`: the target's first emitted token, when it is in the draft's vocabulary.
+        """
+        if self._refused is not None and first_token is not None:  # would the refused token have passed?
+            token, prob = self._refused
+            self.length.learn_refused(prob, first_token == token)
         verify_s = time.perf_counter() - self._proposed_at  # the engine verifies right after propose
         drafted, predicted, draft_s, passes = self._step
-        self.length.update(drafted, result.num_accepted, predicted, draft_s, passes, verify_s)
+        self._step = (0, 0.0, 0.0, 0)
+        self.length.update(drafted, num_accepted, predicted, draft_s, passes, verify_s, tree_size)
