@@ -44,6 +44,7 @@ from specdec.sampling import (
     accept_speculative_chain,
     logits_to_probs,
     make_generator,
+    point_mass_rows,
 )
 from specdec.tree import DraftTree
 
@@ -150,6 +151,7 @@ class Scenario:
     rule: Rule
     params: SamplingParams
     fixed_tokens: list[int] | None = None  # deterministic drafts; None: drawn from the draft model
+    fixed_nodes: dict[int, int] | None = None  # mixed tree: these nodes are fixed guesses, the rest drawn
     random_size: bool = False  # keep only the first 2..N nodes, at random (a chain of random length)
 
 
@@ -159,8 +161,12 @@ def draw_drafts(scenario: Scenario, models: Models, num_trials: int, gen: torch.
     if scenario.fixed_tokens is not None:
         return torch.tensor(scenario.fixed_tokens).expand(num_trials, num_nodes)
     tokens = torch.full((num_trials, num_nodes), ROOT, dtype=torch.int64)
+    fixed = scenario.fixed_nodes or {}
     for node in range(1, num_nodes):
         parent = scenario.parents[node]
+        if node in fixed:
+            tokens[:, node] = fixed[node]
+            continue
         before = tokens[:, scenario.parents[parent]] if parent > 0 else torch.full((num_trials,), CONTEXT)
         rows = models.draft_table[before, tokens[:, parent]]  # [n, V]
         tokens[:, node] = torch.multinomial(rows, 1, generator=gen).squeeze(1)
@@ -176,6 +182,8 @@ def build_step(scenario: Scenario, models: Models, tokens: list[int]) -> tuple[D
     draft_probs = None
     if scenario.fixed_tokens is None:  # row i: the distribution node i was drawn from (row 0 unused)
         draft_probs = models.draft_table[prev, tokens_t][[0, *parents[1:]]]
+        for node in scenario.fixed_nodes or {}:  # a fixed guess drafts with all mass on its token
+            draft_probs[node] = point_mass_rows(tokens_t[node : node + 1], VOCAB)[0]
     return DraftTree(tokens_t, torch.tensor(parents, dtype=torch.int64), draft_probs), target_probs
 
 
@@ -238,6 +246,17 @@ def _retrieval_tree(seed: int, params: SamplingParams) -> tuple[list[int], list[
 
 
 RETRIEVAL_PARENTS, RETRIEVAL_TOKENS = _retrieval_tree(11, PARAMS_B)
+
+
+def _mixed_guesses(seed: int, params: SamplingParams) -> dict[int, int]:
+    """Fixed guesses for nodes 1 (the target's likeliest first token) and 4 (its likeliest successor)
+    of TREE; nodes 2, 3 (siblings of the guess) and 5 (below it) are drawn from the draft model."""
+    table = Models.make(seed, params).target_table
+    first = int(table[CONTEXT, ROOT].argmax())
+    return {1: first, 4: int(table[ROOT, first].argmax())}
+
+
+MIXED_GUESSES = _mixed_guesses(14, PLAIN)
 SCENARIOS = {
     # deterministic drafts (retrieval), temperature + top-p
     "deterministic-tree": (11, Scenario(RETRIEVAL_PARENTS, accept_deterministic, PARAMS_B, RETRIEVAL_TOKENS)),
@@ -246,6 +265,8 @@ SCENARIOS = {
     "speculative-chain": (12, Scenario(CHAIN, accept_speculative_chain, PLAIN, random_size=True)),
     # a drafted tree with siblings, temperature + top-k + top-p (zeros in both target and draft rows)
     "multi-draft-tree": (13, Scenario(TREE, accept_multi_draft, PARAMS_A)),
+    # retrieval guesses (point-mass rows) and drawn drafts as siblings in one tree (the hybrid's tree)
+    "mixed-tree": (14, Scenario(TREE, accept_multi_draft, PLAIN, fixed_nodes=MIXED_GUESSES)),
 }
 
 
@@ -292,6 +313,39 @@ def test_broken_rule_fails_the_same_check(name: str) -> None:
     print(f"{name}: TV first {tv_first:.4f} > {bound_first:.4f}, first two {tv_two:.4f} > {bound_two:.4f}")
     assert tv_first > bound_first
     assert tv_two > bound_two
+
+
+def guess_kept_in_residual(tree: DraftTree, target_probs: torch.Tensor, gen: torch.Generator) -> Acceptance:
+    """BROKEN on purpose: a rejected point-mass guess is not taken out of the residual."""
+    draft, tokens, children = tree.draft_probs, tree.token_list, tree.children
+    node, path = 0, [0]
+    while True:
+        residual = target_probs[node]
+        for child in children[node]:
+            x = tokens[child]
+            if float(torch.rand((), generator=gen, dtype=torch.float64)) * float(draft[child, x]) < float(residual[x]):
+                break
+            if float(draft[child].max()) < 1.0:  # the bug: only drawn drafts shrink the residual
+                residual = _residual(residual, draft[child])
+        else:
+            final = _draw(residual, float(torch.rand((), generator=gen, dtype=torch.float64)))
+            return Acceptance(path, [tokens[i] for i in path[1:]] + [final])
+        node = child
+        path.append(node)
+
+
+def test_broken_mixed_rule_fails_the_same_check() -> None:
+    seed, scenario = SCENARIOS["mixed-tree"]
+    (tv_first, bound_first), (tv_two, bound_two) = check(dataclasses.replace(scenario, rule=guess_kept_in_residual), seed)
+    print(f"mixed, guess kept: TV first {tv_first:.4f} > {bound_first:.4f}, first two {tv_two:.4f} > {bound_two:.4f}")
+    assert tv_first > bound_first
+    assert tv_two > bound_two
+
+
+def test_point_mass_rows() -> None:
+    rows = point_mass_rows(torch.tensor([2, 0, 2]), 4)
+    assert rows.dtype == torch.float32
+    assert rows.tolist() == [[0, 0, 1, 0], [1, 0, 0, 0], [0, 0, 1, 0]]
 
 
 def test_bounds_are_what_the_docstring_says() -> None:

@@ -42,6 +42,8 @@ The rules:
   (SpecInfer, Miao et al. 2024, arXiv 2305.09781, section 4.3): the siblings
   are tried in turn against a residual that shrinks after every rejection. A
   chain is the one-child case, so both rules share one walk (`_rejection_walk`).
+  A deterministic guess among drawn drafts carries a point mass as its row
+  (`point_mass_rows`), so retrieval and draft-model branches share one tree.
 
 Cost: every rule only needs the target rows on the path it walks, so rows are
 made on first use (`_TargetRows`): at N = 64, V = 49152 on one CPU core a full
@@ -227,6 +229,18 @@ def _residual(base: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
     if mass < RESIDUAL_EPS:  # the rejection had probability < RESIDUAL_EPS: see module docstring
         return base
     return residual.div_(mass)
+
+
+def point_mass_rows(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[N, V] float32 draft rows with all mass on each node's token: a deterministic guess as a draft.
+
+    tokens: [N] int64. A tree mixing deterministic guesses (retrieval) and drawn drafts
+    carries these rows for its guesses, so the multi-draft rule verifies both at once: a
+    guess x is accepted with probability r(x), else x leaves the residual (exactly what
+    the deterministic walk does for it), and the drawn siblings are tried after.
+    """
+    rows = torch.zeros(tokens.shape[0], vocab_size, dtype=torch.float32, device=tokens.device)
+    return rows.scatter_(1, tokens[:, None], 1.0)
 
 
 def _is_chain(tree: DraftTree) -> bool:

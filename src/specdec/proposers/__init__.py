@@ -27,6 +27,7 @@ METHODS: dict[str, str] = {
     "recycle": "specdec.proposers.recycle:RecycleConfig",
     "datastore": "specdec.proposers.datastore_lookup:DatastoreConfig",
     "session": "specdec.proposers.session_store:SessionConfig",
+    "hybrid": "specdec.proposers.hybrid:HybridConfig",
 }
 
 

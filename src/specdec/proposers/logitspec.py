@@ -326,6 +326,19 @@ class LogitSpecProposer:
             )  # fmt: skip
             step.recycle_rows = rows
 
+    def own_match(self) -> int:
+        """This step: tokens of the context's end matched earlier in it by the root's retrieval (0: none)."""
+        step = self._last
+        if step is None or step.retrieval is None:
+            return 0
+        floor = step.floor_ngram if step.floor_chain else 0
+        return max(floor, step.retrieval.root_ngram if step.retrieval.root_branch else 0)
+
+    def tag_nodes(self, source: str, count: int) -> None:
+        """A caller appended `count` nodes of its own `source` to this step's tree (counted in source_stats)."""
+        if self._last is not None:
+            self._last.sources.extend([source] * count)
+
     def _chain(self, prefix: tuple, length: int, min_prob: float = MIN_NODE_PROB) -> list[float]:
         """Cumulative products rate((*prefix, 1)) * rate((*prefix, 2)) ..., stopping below `min_prob`."""
         probs, p, rate = [], 1.0, self.stats.rate

@@ -150,6 +150,13 @@ REQUEST_OPTIONS: dict[str, dict[str, Option]] = {
         "session": FlagOption(),  # the store's size is server-side (the `session` method's); datastore: a path
     },
     "draft": dict(CHAIN_OPTIONS),
+    "hybrid": {
+        "k": IntOption(0, 100),
+        "budget": IntOption(1, 64),
+        "max_k": IntOption(1, 16),
+        "schedule": ChoiceOption(SCHEDULES),
+        "when": ChoiceOption(("weak", "always")),
+    },
     "layerskip": dict(CHAIN_OPTIONS),
     "lookahead": {
         "window": IntOption(1, 8),

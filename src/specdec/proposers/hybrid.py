@@ -1,0 +1,160 @@
+"""LogitSpec's tree plus a draft model's chain: retrieval where the text repeats, a model where it does not.
+
+Why: retrieval (LogitSpec) is nearly free and excellent where the output copies
+the context, and worthless where it does not; a draft model guesses everywhere
+but costs a pass per token. Combining them is the LogitSpec authors' third open
+question. Each step LogitSpec plans its cost-aware tree first; the draft model
+then adds its chain as one more branch below the root, only when
+(`when=weak`, the default) the request's own text gave no strong match (fewer
+than `STRONG_MATCH` tokens of the context's end found earlier), and only as
+long as the draft's own length schedule (`chain_length`) expects its tokens to
+pay; `when=always` drafts every step. Tree and chain share one node budget.
+
+Verification is one pass over the whole tree:
+- greedy (or a draft that drafts through text, whose guesses carry no
+  probabilities): the chain is merged into LogitSpec's trie (a shared prefix
+  reuses its nodes), every draft is a deterministic guess, the usual rules apply;
+- sampling with a probabilistic draft: the chain is a branch of its own (never
+  merged: its tokens are draws) and every retrieval node gets a point mass as
+  its draft row (`sampling.point_mass_rows`: a deterministic guess is a draft
+  distribution with all mass on its token), so the multi-draft rule verifies
+  retrieval and model drafts in one tree, losslessly (tests/test_sampling.py).
+
+Invariants: the draft's inclusion depends only on the context and the
+retrieval (never on the drafted tokens), its length is the schedule's stopping
+time; the tree never exceeds `budget` nodes nor `ctx.max_depth` levels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specdec.engine import ProposalContext
+from specdec.models import LoadedModel
+from specdec.proposers.chain_length import SCHEDULES
+from specdec.proposers.draft import DraftConfig, DraftProposer
+from specdec.proposers.logitspec import STRONG_MATCH, LogitSpecConfig, LogitSpecProposer
+from specdec.proposers.universal import UniversalDraftProposer
+from specdec.sampling import point_mass_rows
+from specdec.tree import DraftTree
+from specdec.verify import VerifyResult
+
+WHEN = ("weak", "always")
+
+
+@dataclass(frozen=True)
+class HybridConfig:
+    """LogitSpec (adaptive) with a draft model's chain as one more source in the tree."""
+
+    draft_model: str = ""  # name or path for load_model (required); another tokenizer drafts through text
+    k: int = 60  # LogitSpec's next-next candidates
+    budget: int = 64  # nodes per tree, root and the draft's chain included
+    max_k: int = 8  # longest draft chain
+    schedule: str = "timed"  # the draft chain's length rule (see chain_length)
+    when: str = "weak"  # weak: draft only without a strong own-text match; always: every step
+    quantize: str = ""  # "int8": dynamic int8 draft (CPU)
+    cache_dir: str = ""
+    costs_dir: str = ""
+
+    def __post_init__(self) -> None:
+        if self.when not in WHEN:
+            raise ValueError(f"when must be one of {', '.join(WHEN)} (got {self.when!r})")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)} (got {self.schedule!r})")
+        self.logitspec_config()
+        self.draft_config()
+
+    def logitspec_config(self) -> LogitSpecConfig:
+        return LogitSpecConfig(k=self.k, budget=self.budget, costs_dir=self.costs_dir)
+
+    def draft_config(self) -> DraftConfig:
+        return DraftConfig(self.draft_model, k=min(4, self.max_k), max_k=self.max_k, schedule=self.schedule,
+                           cache_dir=self.cache_dir, quantize=self.quantize)  # fmt: skip
+
+    def build(self, loaded: LoadedModel) -> HybridProposer:
+        draft = self.draft_config().build(loaded)
+        return HybridProposer(self, self.logitspec_config().build(loaded), draft, loaded.model.config.vocab_size)
+
+
+class HybridProposer:
+    def __init__(
+        self,
+        config: HybridConfig,
+        logitspec: LogitSpecProposer,
+        draft: DraftProposer | UniversalDraftProposer,
+        vocab_size: int,
+    ) -> None:
+        self.config = config
+        self.logitspec = logitspec
+        self.draft = draft
+        self.vocab_size = vocab_size
+        self.source_stats = logitspec.source_stats  # "draft" joins the per-source counts
+        self._chain_nodes: list[int] = []  # tree node ids of this step's draft chain
+        self._asked = False  # the draft model was asked this step
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        self.logitspec.begin(prompt_ids)
+        self.draft.begin(prompt_ids)
+
+    def propose(self, ctx: ProposalContext) -> DraftTree:
+        tree = self.logitspec.propose(ctx)
+        self._chain_nodes, self._asked = [], False
+        room = min(self.config.budget - tree.num_nodes, ctx.max_depth)
+        if room <= 0 or (self.config.when == "weak" and self.logitspec.own_match() >= STRONG_MATCH):
+            return tree
+        self._asked = True
+        chain = self.draft.propose(ProposalContext(ctx.token_ids, ctx.last_logits, ctx.num_prompt_tokens,
+                                                   ctx.sampling, room))  # fmt: skip
+        if chain.num_nodes == 1:
+            return tree
+        if chain.draft_probs is None:
+            merged, self._chain_nodes = merge_chain(tree, chain.token_list[1:])
+        else:
+            merged, self._chain_nodes = append_sampled_chain(tree, chain, self.vocab_size)
+        self.logitspec.tag_nodes("draft", merged.num_nodes - tree.num_nodes)
+        return merged
+
+    def observe(self, result: VerifyResult) -> None:
+        self.logitspec.observe(result)
+        if self._asked:
+            on_path = set(result.path)
+            accepted = 0
+            while accepted < len(self._chain_nodes) and self._chain_nodes[accepted] in on_path:
+                accepted += 1
+            if isinstance(self.draft, UniversalDraftProposer):
+                self.draft.inner.record(self.draft.accepted_drafts(accepted), result.tree.num_nodes)
+            else:
+                self.draft.record(accepted, result.tree.num_nodes, result.tokens[0])
+
+
+def merge_chain(tree: DraftTree, chain: list[int]) -> tuple[DraftTree, list[int]]:
+    """`tree` with `chain` (tokens below the root) merged in as a trie path; the chain's node ids."""
+    tokens, parents = tree.token_list, tree.parent_list
+    children = [list(c) for c in tree.children]
+    node, ids = 0, []
+    for token in chain:
+        found = next((c for c in children[node] if tokens[c] == token), -1)
+        if found < 0:
+            found = len(tokens)
+            tokens, parents = [*tokens, token], [*parents, node]
+            children[node].append(found)
+            children.append([])
+        node = found
+        ids.append(node)
+    return DraftTree(torch.tensor(tokens), torch.tensor(parents)), ids
+
+
+def append_sampled_chain(tree: DraftTree, chain: DraftTree, vocab_size: int) -> tuple[DraftTree, list[int]]:
+    """`tree` (deterministic) plus `chain` (drawn, with draft_probs) as a separate branch below the root.
+
+    The result's draft_probs [N, V]: point masses on the retrieval nodes' tokens, the chain's own rows.
+    """
+    base = tree.num_nodes
+    tokens = [*tree.token_list, *chain.token_list[1:]]
+    parents = [*tree.parent_list, *(0 if p == 0 else p + base - 1 for p in chain.parent_list[1:])]
+    rows = point_mass_rows(tree.tokens, vocab_size)  # [base, V]
+    probs = torch.cat([rows, chain.draft_probs[1:].to(rows.device)])  # [N, V]
+    ids = list(range(base, len(tokens)))
+    return DraftTree(torch.tensor(tokens), torch.tensor(parents), probs), ids

@@ -1,0 +1,157 @@
+"""The hybrid (LogitSpec's tree plus a draft model's chain) and universal assisted generation (fp32, real model).
+
+Draft stand-ins: `small_draft` (24 of the default model's 30 layers: accepted about
+half the time) and the default model itself (a perfect draft, so misaligned rows or
+tokens show as rejections). Universal assisted generation is checked twice: the
+default model drafting through text for itself (same tokenizer, forced through text:
+its drafts should still be accepted, so the text round trip is exercised on accepted
+paths), and a tiny random model with a byte-level BPE tokenizer trained here (a
+genuinely different vocabulary: its drafts are mostly rejected, the output must not move).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from spec_prompts import plain_outputs, prompts_by_category
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from specdec.data import load_questions
+from specdec.engine import GenerationConfig
+from specdec.models import load_model
+from specdec.proposers import MethodError, parse_method
+from specdec.proposers.draft import DraftConfig
+from specdec.proposers.hybrid import HybridConfig, HybridProposer, append_sampled_chain, merge_chain
+from specdec.proposers.universal import UniversalDraftProposer
+from specdec.sampling import SamplingParams
+from specdec.tree import DraftTree
+
+NEW_TOKENS = 40
+CATEGORIES = ("mt_bench", "summarization", "math_reasoning", "rag")
+
+
+@pytest.fixture(scope="module")
+def prompts(default_model, spec_bench_subset):
+    return prompts_by_category(default_model.tokenizer, spec_bench_subset, CATEGORIES)
+
+
+@pytest.fixture(scope="module")
+def plain(engine, prompts):
+    return plain_outputs(engine, prompts, NEW_TOKENS)
+
+
+def hybrid(default_model, draft_module, **options) -> HybridProposer:
+    """A hybrid over an in-memory draft module (`heuristic` lengths in tests: the cost rules rightly find
+    that a draft as large as the target never pays, and would draft nothing)."""
+    config = HybridConfig(draft_model="in-memory", **options)
+    draft = config.draft_config().build_with(default_model, draft_module)
+    return HybridProposer(config, config.logitspec_config().build(default_model), draft, default_model.model.config.vocab_size)
+
+
+def run(engine, proposer, prompt, sampling=None, new_tokens=NEW_TOKENS):
+    return engine.generate(prompt, proposer, GenerationConfig(max_new_tokens=new_tokens, sampling=sampling or SamplingParams()))
+
+
+@pytest.mark.parametrize("when", ["weak", "always"])
+def test_hybrid_greedy_is_token_identical(engine, default_model, small_draft, prompts, plain, when):
+    proposer = hybrid(default_model, small_draft, when=when, schedule="heuristic")
+    for name, prompt in prompts.items():
+        assert run(engine, proposer, prompt).token_ids == plain[name], name
+    drafted = proposer.source_stats["draft"]
+    assert drafted["offered"] > 0 and 0 < drafted["accepted"] < drafted["offered"]
+
+
+def test_hybrid_with_a_perfect_draft_is_accepted(engine, default_model, prompts, plain):
+    proposer = hybrid(default_model, default_model.model, when="always", schedule="heuristic", max_k=4)
+    name, prompt = next(iter(prompts.items()))
+    out = run(engine, proposer, prompt)
+    assert out.token_ids == plain[name]
+    assert out.stats.mat > 3.0
+    assert proposer.source_stats["draft"]["accepted"] > 0
+
+
+def test_hybrid_sampling_is_seeded_and_accepts_a_perfect_draft(engine, default_model, prompts):
+    prompt = next(iter(prompts.values()))
+    sampling = SamplingParams(temperature=0.8, seed=5)
+    outputs = [run(engine, hybrid(default_model, default_model.model, when="always", schedule="heuristic"), prompt,
+                   sampling, 24) for _ in range(2)]  # fmt: skip
+    assert outputs[0].token_ids == outputs[1].token_ids
+    assert outputs[0].stats.mat > 2.0  # a perfect draft's draws are accepted with probability 1
+
+
+def test_merge_shares_a_prefix_and_sampled_chains_stay_apart():
+    tree = DraftTree.from_branches(5, [[1, 2], [3]])  # root 5 -> 1 -> 2, root -> 3
+    merged, ids = merge_chain(tree, [1, 4, 5])
+    assert merged.parent_list == [-1, 0, 1, 0, 1, 4] and merged.token_list == [5, 1, 2, 3, 4, 5]
+    assert ids == [1, 4, 5]
+    rows = torch.softmax(torch.randn(3, 6), -1)
+    chain = DraftTree(torch.tensor([5, 1, 4]), torch.tensor([-1, 0, 1]), rows)
+    joined, ids = append_sampled_chain(tree, chain, 6)
+    assert joined.parent_list == [-1, 0, 1, 0, 0, 4] and ids == [4, 5]
+    assert joined.draft_probs[1].tolist() == [0, 1, 0, 0, 0, 0]  # a retrieval node: all mass on its token
+    assert torch.equal(joined.draft_probs[4:], rows[1:])
+
+
+def test_hybrid_options():
+    config = parse_method("hybrid:draft_model=m,when=always,max_k=3")
+    assert (config.draft_model, config.when, config.max_k) == ("m", "always", 3)
+    with pytest.raises(MethodError, match="when"):
+        parse_method("hybrid:when=sometimes")
+    with pytest.raises(ValueError, match="draft model"):
+        HybridConfig().build(None)
+
+
+# ---------------------------------------------------------------- universal assisted generation
+def test_self_draft_through_text_is_identical_and_accepted(engine, default_model, prompts, plain):
+    proposer = DraftConfig(draft_model="self", k=4, adaptive=False, text="always").build_loaded(
+        default_model, default_model
+    )
+    assert isinstance(proposer, UniversalDraftProposer)
+    for name, prompt in prompts.items():
+        out = run(engine, proposer, prompt)
+        assert out.token_ids == plain[name], name
+        assert out.stats.mat > 2.0, name  # the text round trip lines the drafts up with the target
+
+
+@pytest.fixture(scope="module")
+def other_tokenizer_model(tmp_path_factory, spec_bench_subset):
+    """A tiny random Llama with a byte-level BPE tokenizer (512 entries) trained on Spec-Bench text."""
+    folder = tmp_path_factory.mktemp("other-tokenizer")
+    texts = [turn for q in load_questions(spec_bench_subset) for turn in q.turns]
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=special,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    backend.train_from_iterator(texts, trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>")
+    tokenizer.save_pretrained(folder)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)  # fmt: skip
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def test_draft_with_another_tokenizer_is_identical(engine, default_model, prompts, plain, other_tokenizer_model):
+    draft = load_model(str(other_tokenizer_model), dtype="fp32")
+    assert len(draft.tokenizer) != len(default_model.tokenizer)
+    proposer = DraftConfig(draft_model=str(other_tokenizer_model), k=3, adaptive=False).build_loaded(
+        default_model, draft
+    )
+    assert isinstance(proposer, UniversalDraftProposer)
+    for name, prompt in prompts.items():
+        assert run(engine, proposer, prompt).token_ids == plain[name], name
+    sampling = SamplingParams(temperature=0.9, seed=3)
+    outputs = [run(engine, proposer, prompt, sampling, 16).token_ids for _ in range(2)]
+    assert outputs[0] == outputs[1]
+
+
+def test_text_mapping_keeps_the_seam(default_model):
+    proposer = DraftConfig(draft_model="self", text="always").build_loaded(default_model, default_model)
+    tokenizer = default_model.tokenizer
+    context = tokenizer.encode("The quick brown fox jumps over the", add_special_tokens=False)
+    assert proposer.to_target(context, " lazy dog") == tokenizer.encode(" lazy dog", add_special_tokens=False)
+    assert proposer.to_draft(context) == context
