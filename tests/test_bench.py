@@ -394,3 +394,24 @@ def test_source_revision_is_unknown_outside_a_checkout_and_never_raises(tmp_path
     assert source_revision(package) == {"commit": head, "dirty": True}
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no git at all
     assert source_revision(package) == {"commit": "unknown", "dirty": None}
+
+
+def test_session_workload_asks_three_things_about_each_article(tmp_path):
+    from specdec.bench.workloads import session_questions, write_session_workload
+
+    articles = load_questions(categories=["summarization"], per_category=2)
+    rows = session_questions(2)
+    assert [r["question_id"] for r in rows] == [f"{q.question_id}-{i}" for q in articles for i in (1, 2, 3)]
+    assert {r["category"] for r in rows} == {"session"}
+    for q, first in zip(articles, rows[::3], strict=True):
+        doc = q.turns[0].removeprefix("Summarize: ")
+        assert first["turns"] == [q.turns[0]]
+    assert all(doc in r["turns"][0] for r in rows[3:6])
+    path = write_session_workload(tmp_path, 2)
+    assert [q.question_id for q in load_questions(path)] == [r["question_id"] for r in rows]
+    assert write_session_workload(tmp_path, 2) == path
+
+
+def test_session_workload_and_data_are_exclusive(tmp_path):
+    with pytest.raises(SystemExit, match="not both"):
+        main(["bench", "--workload", "session", "--data", str(tmp_path / "x.jsonl"), "--out", str(tmp_path / "o")])

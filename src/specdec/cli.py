@@ -229,6 +229,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     add_model_options(p)
     p.add_argument("--methods", default=None, help="e.g. plain,hf-greedy,hf-pld,pld,logitspec:k=60,budget=32")
     p.add_argument("--data", default=None, help="Spec-Bench-style JSONL (default: the Spec-Bench questions)")
+    p.add_argument("--workload", choices=("spec-bench", "session"), default="spec-bench",
+                   help="session: three requests about each of --per-category (default 10) Spec-Bench articles, "
+                        "one after another (context shared across requests)")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep")
     p.add_argument("--per-category", type=_positive_int, default=None, help="first N questions per category")
     p.add_argument("--limit", type=_positive_int, default=None, help="at most N questions in all")
@@ -252,11 +255,20 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     from specdec.bench import BenchConfig, run_bench, split_method_list
 
+    data, per_category = args.data, args.per_category
+    if args.workload == "session":
+        from specdec.bench.workloads import write_session_workload
+        from specdec.models.base import default_cache_dir
+
+        if data is not None:
+            raise SystemExit("specdec bench: give either --data or --workload session, not both")
+        data = str(write_session_workload(default_cache_dir() / "workloads", per_category or 10))
+        per_category = None  # it chose the articles
     config = BenchConfig(
         model=args.model, dtype=args.dtype, cache_dir=args.cache_dir,
-        methods=split_method_list(args.methods) if args.methods is not None else None, data=args.data,
+        methods=split_method_list(args.methods) if args.methods is not None else None, data=data,
         categories=tuple(c.strip() for c in args.categories.split(",") if c.strip()) if args.categories else None,
-        per_category=args.per_category, limit=args.limit, chat=not args.no_chat,
+        per_category=per_category, limit=args.limit, chat=not args.no_chat,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed, threads=args.threads,
         draft_model=args.draft_model, warmup=args.warmup, out=args.out, resume=args.resume,
         progress=not args.no_progress,
