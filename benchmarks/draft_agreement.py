@@ -86,9 +86,8 @@ def expected_tokens(flags: list[bool], k: int) -> float:
     return len(flags) / steps
 
 
-def pass_seconds(model, prefix: list[int], size: int, repeats: int) -> float:
-    runner = TargetModel(model)
-    runner.prefill(prefix)
+def pass_seconds(runner: TargetModel, prefix: list[int], size: int, repeats: int) -> float:
+    """Median seconds of one pass over a chain of `size` tokens after `prefix` (already prefilled)."""
     tree = DraftTree.chain(prefix[-1], [prefix[-1]] * (size - 1))
     times = []
     for _ in range(repeats + 1):
@@ -105,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"target {target.name}, draft {draft.name}, {target.dtype}; {machine_fingerprint(target.device)}; "
           f"threads {torch.get_num_threads()}", file=sys.stderr)  # fmt: skip
     engine = Engine(target)
+    target_runner, draft_runner = TargetModel(target.model), TargetModel(draft.model)
     by_category: dict[str, dict] = defaultdict(lambda: {"flags": [], "target": defaultdict(list), "draft": []})
     for category, turn in questions(args.coding_math, args.others):
         prompt = encode_prompt(target.tokenizer, turn, chat=True)
@@ -112,9 +112,11 @@ def main(argv: list[str] | None = None) -> None:
         row = by_category[category]
         row["flags"].append(matches(draft.model, prompt, output))
         prefix = prompt + output[:64]
+        target_runner.prefill(prefix)
         for size in range(1, MAX_K + 2):
-            row["target"][size].append(pass_seconds(target.model, prefix, size, args.repeats))
-        row["draft"].append(pass_seconds(draft.model, prefix, 1, args.repeats))
+            row["target"][size].append(pass_seconds(target_runner, prefix, size, args.repeats))
+        draft_runner.prefill(prefix)
+        row["draft"].append(pass_seconds(draft_runner, prefix, 1, args.repeats))
         print(f"{category}: {len(prompt)} prompt tokens, first-token agreement "
               f"{sum(row['flags'][-1]) / len(output):.2f}", file=sys.stderr)  # fmt: skip
     report = {}
