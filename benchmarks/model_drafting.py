@@ -7,9 +7,10 @@ draft Qwen2.5-Coder-0.5B-Instruct (same tokenizer). Methods, all in one
 hf-greedy, hf-assisted (transformers' `generate(assistant_model=...)` with its
 defaults: 20 tokens, confidence threshold 0.4), our `draft` (timed cost-aware
 length; transformers' +2/-1 heuristic for comparison; and the opt-in int8 draft)
-and `logitspec` if registered. Questions: MT-bench's coding and math questions
+`logitspec` and `hybrid` (LogitSpec's tree plus the draft's chain). Questions: MT-bench's coding and math questions
 (two turns each, or the first only) plus the first questions of the other
-Spec-Bench categories.
+Spec-Bench categories, categories taking turns. The qwen part always resumes its
+folder (OUT/qwen-DTYPE): a stopped run goes on where it stopped when started again.
 
 Part "default": the bundled SmolLM2-135M; plain, layerskip (calibrated, cached),
 lookahead, across Spec-Bench (`--per-category` questions of each category).
@@ -27,13 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from itertools import zip_longest
 from pathlib import Path
 
 from specdec.bench.config import BenchConfig
 from specdec.bench.metrics import OVERALL
 from specdec.bench.runner import run_bench
 from specdec.data import load_questions
-from specdec.proposers import METHODS
 
 QWEN_TARGET = "qwen2.5-coder-1.5b"
 QWEN_DRAFT = "qwen2.5-coder-0.5b"
@@ -42,21 +43,33 @@ KEYS = ("tokens_per_s", "speedup_vs_plain", "mat", "acceptance_rate", "exact_mat
         "wall_time_s", "num_turns")
 
 
-def qwen_methods(with_logitspec: bool, variants: bool) -> tuple[str, ...]:
-    """Baselines, our draft (and with `variants` its heuristic and int8 forms), logitspec."""
+def qwen_methods(variants: bool) -> tuple[str, ...]:
+    """Baselines, our draft (and with `variants` its heuristic and int8 forms), logitspec, the hybrid of both."""
     draft = f"draft:draft_model={QWEN_DRAFT}"
     methods = ["plain", "hf-greedy", "hf-assisted", draft]
     if variants:
         methods += [f"{draft},schedule=heuristic", f"{draft},quantize=int8"]
-    if with_logitspec:
-        methods.append("logitspec")
+    methods += ["logitspec", f"hybrid:draft_model={QWEN_DRAFT}"]
     return tuple(methods)
 
 
+def interleave(lists: list[list]) -> list:
+    """The first of every list, then the second of every list, ...; shorter lists drop out."""
+    return [item for row in zip_longest(*lists) for item in row if item is not None]
+
+
 def write_questions(path: Path, code_math: int, others: int, first_turn_only: bool) -> Path:
-    """MT-bench coding + math questions, then `others` of each other category, as a JSONL file."""
-    chosen = load_questions(categories=["coding", "math"], per_category=code_math)
-    chosen += load_questions(categories=list(OTHER_CATEGORIES), per_category=others)
+    """MT-bench coding + math questions and `others` of each other category, as a JSONL file.
+
+    Three streams take turns (coding, math, the other categories in turn), so that a run
+    stopped part-way, and resumed later, has covered them in the proportions of the whole set.
+    """
+    others_in_turn = interleave([load_questions(categories=[c], per_category=others) for c in OTHER_CATEGORIES])
+    chosen = interleave([
+        load_questions(categories=["coding"], per_category=code_math),
+        load_questions(categories=["math"], per_category=code_math),
+        others_in_turn,
+    ])
     with path.open("w", encoding="utf-8") as file:
         for q in chosen:
             turns = list(q.turns[:1] if first_turn_only else q.turns)
@@ -77,9 +90,9 @@ def run_qwen(args: argparse.Namespace, out_root: Path) -> dict:
     out_root.mkdir(parents=True, exist_ok=True)
     questions = write_questions(out_root / "qwen_questions.jsonl", args.code_math, args.others, args.first_turn_only)
     config = BenchConfig(
-        model=QWEN_TARGET, dtype=args.dtype, methods=qwen_methods("logitspec" in METHODS, not args.no_variants),
+        model=QWEN_TARGET, dtype=args.dtype, methods=qwen_methods(not args.no_variants),
         data=str(questions), max_new_tokens=args.max_new_tokens, draft_model=QWEN_DRAFT,
-        threads=args.threads, out=str(out_root / f"qwen-{args.dtype}"), warmup=1,
+        threads=args.threads, resume=str(out_root / f"qwen-{args.dtype}"), warmup=1,
     )
     summary = run_bench(config, command=" ".join(sys.argv))
     result = {"out_dir": summary.out_dir, "methods": brief(summary)}
