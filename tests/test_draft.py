@@ -272,3 +272,54 @@ def test_a_once_overconfident_draft_drafts_again_when_it_turns_right():
     back = [next(i for i, d in enumerate(run) if d >= 2) for run in (greedy, sampled)]
     assert back[0] < 60 and back[0] < back[1] < 300  # greedy learns from the refused tokens too
     assert min(greedy[back[0]:]) >= 2  # and it keeps drafting
+
+
+def _bad_patch_then_right(length, steady_only: bool, bad: int = 120, good: int = 300) -> list[int]:
+    """Drive a schedule on a simulated clock: a one-token draft pass 0.1 s, a pass over n tokens
+    n x 0.1 s (the catch-up after skipped steps), verification 0.3 s + 0.01 s per draft. First
+    `bad` steps whose drafts are all wrong, then `good` steps of a draft that is always right
+    (confidence 0.9 per token). Returns the drafts per step of the good phase."""
+    from specdec.proposers.chain_length import PassTimes
+
+    unfed, drafted_per_step = 0, []
+    for step in range(bad + good):
+        right = step >= bad
+        limit = length.begin_step(greedy=True)
+        drafted, predicted, chain_prob, passes, draft_s, steady = 0, 0.0, 1.0, 0, 0.0, PassTimes()
+        if limit:
+            fed = unfed + 1
+            draft_s, passes, unfed = 0.1 * fed, 1, 0
+            if not steady_only or fed <= length.settings.max_k + 1:  # what DraftProposer.propose counts
+                steady.add(0.1 * fed)
+            while drafted < limit:
+                chain_prob *= 0.9
+                if not length.keep_going(chain_prob):
+                    if drafted == 0:
+                        length.learn_refused(chain_prob, right)
+                    break
+                drafted, predicted = drafted + 1, predicted + chain_prob
+                if drafted < limit:
+                    draft_s, passes = draft_s + 0.1, passes + 1
+                    steady.add(0.1)
+        else:
+            unfed += 1
+        accepted = drafted if right else 0
+        length.update(drafted, accepted, predicted, draft_s, passes, 0.3 + 0.01 * drafted, 0, steady)
+        if right:
+            drafted_per_step.append(drafted)
+    return drafted_per_step
+
+
+def test_catch_up_passes_do_not_price_drafting_out():
+    """The Qwen-pair failure seen after the first fix (MAT 1.06 for whole runs): each exploring
+    step's first pass caught the draft up on every skipped token, that prefill was timed as the
+    price of one drafted token, and the schedule never found drafting worth it again. Priced by
+    its one-token passes only, a draft that turned right drafts again and keeps drafting."""
+    from specdec.proposers.chain_length import ChainSettings, DraftLength
+
+    settings = ChainSettings(schedule="timed")
+    fixed = _bad_patch_then_right(DraftLength(settings), steady_only=True)
+    old = _bad_patch_then_right(DraftLength(settings), steady_only=False)
+    back = next(i for i, d in enumerate(fixed) if d >= 2)
+    assert back < 40 and sum(d >= 2 for d in fixed[back:]) >= 0.9 * len(fixed[back:])
+    assert sum(d >= 2 for d in old) < 0.1 * len(old)  # the old pricing: stuck (the bug this guards)

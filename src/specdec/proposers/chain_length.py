@@ -23,7 +23,11 @@ timid or wasteful. The schedules:
 - `timed` (the default): the same rule with costs measured on this machine
   while decoding: seconds per draft pass (EMA) and the verification pass's
   seconds as a function of the tree size (decayed least squares, slope = the
-  cost of one more verified token). Wall-clock timings make the lengths
+  cost of one more verified token). The per-pass seconds come from steady
+  passes only (`PassTimes`: a catch-up pass over skipped tokens is a prefill,
+  not the price of a drafted token), and the rate in the bar is never below
+  plain decoding's (a draft that is slowing decoding down must not lower its
+  own bar). Wall-clock timings make the lengths
   non-reproducible, so `timed` applies to greedy decoding only (whose output
   does not depend on the lengths: it is the target's argmax chain either way);
   with sampling it behaves as `cost`.
@@ -78,6 +82,25 @@ class ChainSettings:
             raise ValueError("cost_per_token must be > 0 and verify_cost >= 0")
 
 
+@dataclass
+class PassTimes:
+    """A step's steady-state draft passes: the one-token passes of its chain, and the first pass
+    when it fed no more than a drafting step adds (accepted tokens + the root).
+
+    Why: after skipped steps the first pass catches the draft up on every token it
+    skipped; that pass is a prefill, and timed as a per-token cost it made drafting
+    look several times dearer than it is. Each exploring step added one such sample,
+    so the schedule never drafted again (the Qwen pair: MAT 1.06 for whole runs).
+    """
+
+    seconds: float = 0.0
+    count: int = 0
+
+    def add(self, seconds: float) -> None:
+        self.seconds += seconds
+        self.count += 1
+
+
 class VerifyFit:
     """Verification seconds ~ base + per_token x tree size, by decayed least squares."""
 
@@ -98,6 +121,15 @@ class VerifyFit:
         if variance < MIN_SIZE_VARIANCE:
             return self.prior_slope * mean_seconds / (1 + self.prior_slope * (mean_size - 1))
         return max((cross / weight - mean_size * mean_seconds) / variance, 0.0)
+
+    def plain_rate(self) -> float | None:
+        """Tokens per second of plain decoding: one token per one-node verification pass."""
+        weight, sizes, _, seconds, _ = self.sums
+        per_token = self.per_token()
+        if per_token is None:
+            return None
+        one = seconds / weight - per_token * (sizes / weight - 1)
+        return 1.0 / one if one > 0 else None
 
 
 class DraftLength:
@@ -127,7 +159,8 @@ class DraftLength:
         """The calibrated chain probability a drafted token needs (marginal cost x current rate)."""
         per_token = self.fit.per_token()
         if self.timed and self.pass_seconds is not None and per_token is not None and self.rate_seconds:
-            return (self.pass_seconds + per_token) * self.rate_seconds
+            # never below plain decoding's rate: a draft that lowers the rate must not lower its own bar
+            return (self.pass_seconds + per_token) * max(self.rate_seconds, self.fit.plain_rate() or 0.0)
         return self.settings.cost_per_token * (self.rate_units or 1.0)
 
     def begin_step(self, greedy: bool) -> int:
@@ -160,11 +193,14 @@ class DraftLength:
         num_passes: int,
         verify_s: float,
         tree_size: int = 0,
+        steady: PassTimes | None = None,
     ) -> None:
         """After verification: the step's drafts, acceptance, summed chain probability and timings.
 
         `tree_size` is the verified tree's node count when the chain shared it with other
         branches (0: the chain and its root alone), so the verification fit sees the real size.
+        `steady`: the step's passes that price one more drafted token (None: every pass,
+        draft_s / num_passes); a step without such a pass leaves the per-pass cost as it was.
         """
         if not self.settings.adaptive:
             return
@@ -184,8 +220,10 @@ class DraftLength:
         emitted = num_accepted + 1
         self.rate_units = _ema(self.rate_units, emitted / (1 + self.settings.cost_per_token * num_drafted))
         self.rate_seconds = _ema(self.rate_seconds, emitted / max(draft_s + verify_s, 1e-9))
-        if num_passes:
+        if steady is None and num_passes:
             self.pass_seconds = _ema(self.pass_seconds, draft_s / num_passes)
+        elif steady is not None and steady.count:
+            self.pass_seconds = _ema(self.pass_seconds, steady.seconds / steady.count)
         self.fit.add(tree_size or num_drafted + 1, verify_s)
         if num_drafted:
             self.observed = _ema(self.observed, num_accepted)

@@ -41,7 +41,7 @@ import torch
 
 from specdec.engine import ProposalContext
 from specdec.models import LoadedModel, load_model
-from specdec.proposers.chain_length import ChainSettings, DraftLength
+from specdec.proposers.chain_length import ChainSettings, DraftLength, PassTimes
 from specdec.sampling import SamplingParams, logits_to_probs
 from specdec.target import TargetModel
 from specdec.tree import DraftTree
@@ -217,7 +217,7 @@ class DraftProposer:
         self.cached: list[int] = []  # tokens whose KV the draft cache holds, in order
         self.num_checked = 0  # cached[:num_checked] is known to equal the context
         self.generator: torch.Generator | None = None
-        self._step = (0, 0.0, 0.0, 0)  # drafted, summed chain probability, draft seconds, passes
+        self._step = (0, 0.0, 0.0, 0, PassTimes())  # drafted, summed chain probability, seconds, passes, steady
         self._proposed_at = 0.0
         self._refused: tuple[int, float] | None = None  # greedy: a first token the stop rule refused
 
@@ -229,13 +229,17 @@ class DraftProposer:
             self.cached = list(prompt_ids[:-1])
             self.num_checked = len(self.cached)
 
-    def sync(self, token_ids: list[int]) -> torch.Tensor:
-        """Roll the draft cache back to the part shared with the context, feed the rest; logits [V]."""
+    def _shared_length(self, token_ids: list[int]) -> int:
+        """How much of the draft cache the context keeps (all but at least its last token)."""
         shared = self.num_checked
         limit = min(len(self.cached), len(token_ids) - 1)  # always feed at least the root
         while shared < limit and self.cached[shared] == token_ids[shared]:
             shared += 1
-        shared = min(shared, limit)
+        return min(shared, limit)
+
+    def sync(self, token_ids: list[int]) -> torch.Tensor:
+        """Roll the draft cache back to the part shared with the context, feed the rest; logits [V]."""
+        shared = self._shared_length(token_ids)
         if shared < len(self.cached):
             self.runner.trim(shared)
             del self.cached[shared:]
@@ -289,9 +293,13 @@ class DraftProposer:
         limit = min(self.length.begin_step(ctx.sampling.greedy), ctx.max_depth)
         drafts: list[int] = []
         rows: list[torch.Tensor] = []
-        predicted, passes = 0.0, 0
+        predicted, passes, steady = 0.0, 0, PassTimes()
         if limit > 0:
+            fed = len(ctx.token_ids) - self._shared_length(ctx.token_ids)
+            sync_start = time.perf_counter()
             logits = self.sync(ctx.token_ids)
+            if fed <= self.settings.max_k + 1:  # a catch-up over skipped steps is no per-token cost
+                steady.add(time.perf_counter() - sync_start)
             passes, chain_prob = 1, 1.0
             while True:
                 token, prob, row = self._pick(logits, ctx.sampling)
@@ -306,12 +314,14 @@ class DraftProposer:
                     rows.append(row)
                 if len(drafts) >= limit:
                     break
+                pass_start = time.perf_counter()
                 logits = self.runner.append([token])[-1]
+                steady.add(time.perf_counter() - pass_start)
                 self.cached.append(token)
                 passes += 1
         draft_probs = torch.stack([torch.zeros_like(rows[0]), *rows]) if rows else None  # [n + 1, V]
         self._proposed_at = time.perf_counter()
-        self._step = (len(drafts), predicted, self._proposed_at - start, passes)
+        self._step = (len(drafts), predicted, self._proposed_at - start, passes, steady)
         return DraftTree.chain(root, drafts, draft_probs)
 
     def observe(self, result: VerifyResult) -> None:
@@ -326,6 +336,6 @@ class DraftProposer:
             token, prob = self._refused
             self.length.learn_refused(prob, first_token == token)
         verify_s = time.perf_counter() - self._proposed_at  # the engine verifies right after propose
-        drafted, predicted, draft_s, passes = self._step
-        self._step = (0, 0.0, 0.0, 0)
-        self.length.update(drafted, num_accepted, predicted, draft_s, passes, verify_s, tree_size)
+        drafted, predicted, draft_s, passes, steady = self._step
+        self._step = (0, 0.0, 0.0, 0, PassTimes())
+        self.length.update(drafted, num_accepted, predicted, draft_s, passes, verify_s, tree_size, steady)
