@@ -277,8 +277,8 @@ def test_a_once_overconfident_draft_drafts_again_when_it_turns_right():
 def _bad_patch_then_right(length, steady_only: bool, bad: int = 120, good: int = 300) -> list[int]:
     """Drive a schedule on a simulated clock: a one-token draft pass 0.1 s, a pass over n tokens
     n x 0.1 s (the catch-up after skipped steps), verification 0.3 s + 0.01 s per draft. First
-    `bad` steps whose drafts are all wrong, then `good` steps of a draft that is always right
-    (confidence 0.9 per token). Returns the drafts per step of the good phase."""
+    `bad` steps whose drafts are all wrong (confidence 0.5 per token), then `good` steps of a
+    draft that is always right (confidence 0.9). Returns the drafts per step of the good phase."""
     from specdec.proposers.chain_length import PassTimes
 
     unfed, drafted_per_step = 0, []
@@ -292,7 +292,7 @@ def _bad_patch_then_right(length, steady_only: bool, bad: int = 120, good: int =
             if not steady_only or fed <= length.settings.max_k + 1:  # what DraftProposer.propose counts
                 steady.add(0.1 * fed)
             while drafted < limit:
-                chain_prob *= 0.9
+                chain_prob *= 0.9 if right else 0.5
                 if not length.keep_going(chain_prob):
                     if drafted == 0:
                         length.learn_refused(chain_prob, right)

@@ -122,15 +122,6 @@ class VerifyFit:
             return self.prior_slope * mean_seconds / (1 + self.prior_slope * (mean_size - 1))
         return max((cross / weight - mean_size * mean_seconds) / variance, 0.0)
 
-    def plain_rate(self) -> float | None:
-        """Tokens per second of plain decoding: one token per one-node verification pass."""
-        weight, sizes, _, seconds, _ = self.sums
-        per_token = self.per_token()
-        if per_token is None:
-            return None
-        one = seconds / weight - per_token * (sizes / weight - 1)
-        return 1.0 / one if one > 0 else None
-
 
 class DraftLength:
     """Per step a cap (`begin_step`), per token a stop rule (`keep_going`), then `update`."""
@@ -140,6 +131,7 @@ class DraftLength:
         self.k = settings.k
         self.rate_units: float | None = None  # EMA of tokens per unit of modelled cost
         self.rate_seconds: float | None = None  # EMA of tokens per second
+        self.plain_rate: float | None = None  # EMA of tokens per second of steps without a draft pass
         self.pass_seconds: float | None = None  # EMA of seconds per draft pass
         self.fit = VerifyFit(settings.verify_cost)
         self.observed = 1.0  # EMA of accepted tokens per step
@@ -160,7 +152,7 @@ class DraftLength:
         per_token = self.fit.per_token()
         if self.timed and self.pass_seconds is not None and per_token is not None and self.rate_seconds:
             # never below plain decoding's rate: a draft that lowers the rate must not lower its own bar
-            return (self.pass_seconds + per_token) * max(self.rate_seconds, self.fit.plain_rate() or 0.0)
+            return (self.pass_seconds + per_token) * max(self.rate_seconds, self.plain_rate or 0.0)
         return self.settings.cost_per_token * (self.rate_units or 1.0)
 
     def begin_step(self, greedy: bool) -> int:
@@ -220,6 +212,8 @@ class DraftLength:
         emitted = num_accepted + 1
         self.rate_units = _ema(self.rate_units, emitted / (1 + self.settings.cost_per_token * num_drafted))
         self.rate_seconds = _ema(self.rate_seconds, emitted / max(draft_s + verify_s, 1e-9))
+        if not num_passes:
+            self.plain_rate = _ema(self.plain_rate, 1 / max(verify_s, 1e-9))
         if steady is None and num_passes:
             self.pass_seconds = _ema(self.pass_seconds, draft_s / num_passes)
         elif steady is not None and steady.count:

@@ -38,12 +38,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from specdec.engine import ProposalContext
 from specdec.models import LoadedModel, load_model
 from specdec.proposers.chain_length import ChainSettings, DraftLength, PassTimes
 from specdec.sampling import SamplingParams, logits_to_probs
-from specdec.target import TargetModel
+from specdec.target import TargetModel, last_logits, last_row_head
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
@@ -126,16 +127,23 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
 class LastLogitsOnly(torch.nn.Module):
     """A causal LM that returns only its last position's logits (a draft never needs the others).
 
-    Saves the output head over every prompt position when the draft reads the prompt.
+    Saves the output head over every prompt position when the draft reads the prompt. Where the
+    model allows it, the head runs on the decoder's last rows itself (`target.last_logits`:
+    transformers' `logits_to_keep=1` cost ~0.7 s more per multi-token bf16 pass here).
     """
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.model = model
         self.config = model.config
+        self._last_row = last_row_head(model)
 
     def forward(self, **kwargs):
-        return self.model(**kwargs, logits_to_keep=1)
+        kwargs.pop("logits_to_keep", None)
+        if self._last_row is None:
+            return self.model(**kwargs, logits_to_keep=1)
+        decoder, head = self._last_row
+        return CausalLMOutputWithPast(logits=last_logits(head, decoder(**kwargs).last_hidden_state))
 
 
 @dataclass(frozen=True)
