@@ -266,5 +266,11 @@ class MethodSettings:
             config = make_config(name, {**self.settings.get(name, {}), **asked})
         except MethodError as error:  # options that do not fit together, e.g. k > max_k
             raise RequestRefused(str(error), "specdec.options", "invalid_value") from None
+        if getattr(config, "draft_model", None) == "":  # refused here, before a stream has started
+            raise RequestRefused(
+                f"{name}: this server has no draft model; start it with --method-config {name}:draft_model=NAME",
+                "specdec.method",
+                "method_not_available",
+            )
         visible = {key: getattr(config, key) for key in REQUEST_OPTIONS.get(name, {})}
         return Resolved(name, config, visible)
