@@ -53,30 +53,6 @@ FAST_HEAD_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 TALL_SKINNY_ROWS = 32  # up to this many rows, W @ h.T beats h @ W.T on the CPUs we measured
 
 
-def last_row_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
-    """(decoder, output head) when the last position's logits may be computed as head(decoder(...)[:, -1:]).
-
-    Why not transformers' own `logits_to_keep=1`: see `last_logits`.
-    """
-    if model.config.model_type not in FAST_HEAD_TYPES or not hasattr(model, "get_decoder"):
-        return None
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    return (model.get_decoder(), head) if isinstance(head, torch.nn.Linear) else None
-
-
-def last_logits(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """hidden [B, T, H] -> the last position's logits [B, 1, V], the head run over the last two rows.
-
-    Why two: in bf16 on the AVX-512 CPU we measured (torch 2.13), the head's product over a single
-    row of a multi-token pass took 0.55-0.9 s and over two rows 0.02 s (Qwen2.5-Coder-0.5B, vocab
-    152k); transformers' `logits_to_keep=1` takes the one-row path, so every draft catch-up and draft
-    prompt paid it (the target's own prefill measured no different, so it keeps transformers' path).
-    Used for drafts only: the kept row may differ from a one-row product in its last bits, and
-    drafts are guesses that verification keeps lossless.
-    """
-    return head(hidden[:, -2:])[:, -1:]
-
-
 def head_weight(model: torch.nn.Module) -> torch.Tensor | None:
     """The output head's weight [V, H] when `head_logits` may stand in for the model's head, else None."""
     if not hasattr(model, "get_decoder") or not hasattr(model, "get_output_embeddings"):

@@ -44,7 +44,7 @@ from specdec.engine import ProposalContext
 from specdec.models import LoadedModel, load_model
 from specdec.proposers.chain_length import ChainSettings, DraftLength, PassTimes
 from specdec.sampling import SamplingParams, logits_to_probs
-from specdec.target import TargetModel, last_logits, last_row_head
+from specdec.target import FAST_HEAD_TYPES, TargetModel
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
@@ -124,11 +124,35 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
         return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
 
+def last_row_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """(decoder, output head) when the last position's logits may be computed as head(decoder(...)[:, -1:]).
+
+    Why not transformers' own `logits_to_keep=1`: see `last_logits`.
+    """
+    if model.config.model_type not in FAST_HEAD_TYPES or not hasattr(model, "get_decoder"):
+        return None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return (model.get_decoder(), head) if isinstance(head, torch.nn.Linear) else None
+
+
+def last_logits(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """hidden [B, T, H] -> the last position's logits [B, 1, V], the head run over the last two rows.
+
+    Why two: in bf16 on the AVX-512 CPU we measured (torch 2.13), the head's product over a single
+    row of a multi-token pass took 0.55-0.9 s and over two rows 0.02 s (Qwen2.5-Coder-0.5B, vocab
+    152k); transformers' `logits_to_keep=1` takes the one-row path, so every draft catch-up and draft
+    prompt paid it (the target's own prefill measured no different, so it keeps transformers' path).
+    Used for drafts only: the kept row may differ from a one-row product in its last bits, and
+    drafts are guesses that verification keeps lossless.
+    """
+    return head(hidden[:, -2:])[:, -1:]
+
+
 class LastLogitsOnly(torch.nn.Module):
     """A causal LM that returns only its last position's logits (a draft never needs the others).
 
     Saves the output head over every prompt position when the draft reads the prompt. Where the
-    model allows it, the head runs on the decoder's last rows itself (`target.last_logits`:
+    model allows it, the head runs on the decoder's last rows itself (`last_logits`:
     transformers' `logits_to_keep=1` cost ~0.7 s more per multi-token bf16 pass here).
     """
 
@@ -237,17 +261,16 @@ class DraftProposer:
             self.cached = list(prompt_ids[:-1])
             self.num_checked = len(self.cached)
 
-    def _shared_length(self, token_ids: list[int]) -> int:
-        """How much of the draft cache the context keeps (all but at least its last token)."""
+    def sync(self, token_ids: list[int]) -> tuple[torch.Tensor, int]:
+        """Roll the draft cache back to the part shared with the context, feed the rest.
+
+        Returns the last position's logits [V] and how many tokens were fed.
+        """
         shared = self.num_checked
         limit = min(len(self.cached), len(token_ids) - 1)  # always feed at least the root
         while shared < limit and self.cached[shared] == token_ids[shared]:
             shared += 1
-        return min(shared, limit)
-
-    def sync(self, token_ids: list[int]) -> torch.Tensor:
-        """Roll the draft cache back to the part shared with the context, feed the rest; logits [V]."""
-        shared = self._shared_length(token_ids)
+        shared = min(shared, limit)
         if shared < len(self.cached):
             self.runner.trim(shared)
             del self.cached[shared:]
@@ -255,7 +278,7 @@ class DraftProposer:
         logits = self.runner.append(new)[-1]
         self.cached.extend(new)
         self.num_checked = len(token_ids)
-        return logits
+        return logits, len(new)
 
     def _generator(self, sampling: SamplingParams) -> torch.Generator:
         if self.generator is None:
@@ -303,9 +326,8 @@ class DraftProposer:
         rows: list[torch.Tensor] = []
         predicted, passes, steady = 0.0, 0, PassTimes()
         if limit > 0:
-            fed = len(ctx.token_ids) - self._shared_length(ctx.token_ids)
             sync_start = time.perf_counter()
-            logits = self.sync(ctx.token_ids)
+            logits, fed = self.sync(ctx.token_ids)
             if fed <= self.settings.max_k + 1:  # a catch-up over skipped steps is no per-token cost
                 steady.add(time.perf_counter() - sync_start)
             passes, chain_prob = 1, 1.0
