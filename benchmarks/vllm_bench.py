@@ -57,6 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kv-cache-gib", type=float, default=4.0, help="KV cache size (kv_cache_memory_bytes)")
     p.add_argument("--eager", action="store_true", help="enforce_eager (no torch.compile: faster start, slower steps)")
     p.add_argument("--no-preload", action="store_true", help="do not LD_PRELOAD the environment's libiomp5.so")
+    p.add_argument("--in-process", action="store_true",
+                   help="engine in the worker process (VLLM_ENABLE_V1_MULTIPROCESSING=0)")  # fmt: skip
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # internal: run one method, print JSON
     return p.parse_args(argv)
 
@@ -104,6 +106,19 @@ def spec_counters(llm: Any) -> dict[str, float]:
     return totals
 
 
+def _drafter_counters(worker: Any) -> dict[str, float]:
+    """Runs in the engine: our proposer's counters (steps, propose_s, ...), {} for other drafters."""
+    return dict(getattr(getattr(worker.model_runner, "drafter", None), "counters", {}))
+
+
+def proposer_counters(llm: Any) -> dict[str, float]:
+    """Our proposer's cumulative counters (warm-up included), where the engine lets us read them."""
+    try:
+        return llm.collective_rpc(_drafter_counters)[0]
+    except Exception as error:  # a multiprocess engine may refuse to ship a function: say so, go on
+        return {"unreadable": type(error).__name__}
+
+
 def time_one(args: argparse.Namespace, method: str, concurrency: int, folder: str, prompts: list[str]) -> dict:
     """One engine, one warm-up call, one timed call over all prompts."""
     from vllm import LLM, SamplingParams
@@ -119,6 +134,7 @@ def time_one(args: argparse.Namespace, method: str, concurrency: int, folder: st
     outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=args.max_tokens), use_tqdm=False)
     wall = time.perf_counter() - start
     after = spec_counters(llm)
+    ours = proposer_counters(llm)
     token_ids = [list(out.outputs[0].token_ids) for out in outputs]
     num_tokens = sum(len(ids) for ids in token_ids)
     del llm
@@ -127,6 +143,7 @@ def time_one(args: argparse.Namespace, method: str, concurrency: int, folder: st
         "method": method, "concurrency": concurrency, "num_prompts": len(prompts), "num_tokens": num_tokens,
         "wall_s": round(wall, 3), "tokens_per_s": round(num_tokens / wall, 2),
         "spec": {name.removeprefix("vllm:"): after[name] - before.get(name, 0.0) for name in after},
+        "proposer": ours,
         "token_ids": token_ids,
     }  # fmt: skip
 
@@ -147,8 +164,10 @@ def run_worker(args: argparse.Namespace) -> dict:
     return {"method": method, "rows": rows}
 
 
-def child_env(no_preload: bool) -> tuple[dict[str, str], str]:
+def child_env(no_preload: bool, in_process: bool = False) -> tuple[dict[str, str], str]:
     env = dict(os.environ)
+    if in_process:
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     iomp = Path(sys.prefix) / "lib" / "libiomp5.so"
     if no_preload or not iomp.is_file():
         return env, env.get("LD_PRELOAD", "")
@@ -186,6 +205,7 @@ def settings(args: argparse.Namespace, preload: str) -> dict:
         "vllm": vllm.__version__, "model": args.model, "dtype": args.dtype, "max_tokens": args.max_tokens,
         "num_speculative_tokens": args.num_speculative_tokens, "ngram": [args.ngram_min, args.ngram_max],
         "per_category": args.per_category, "limit": args.limit, "eager": args.eager, "ld_preload": preload,
+        "in_process": args.in_process,
         "cpu": cpu, "num_cpus": os.cpu_count(),
         "specdec_vllm_env": {k: v for k, v in os.environ.items() if k.startswith("SPECDEC_VLLM_")},
     }  # fmt: skip
@@ -197,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(run_worker(args)), flush=True)
         return 0
-    env, preload = child_env(args.no_preload)
+    env, preload = child_env(args.no_preload, args.in_process)
     rows: list[dict] = []
     for method in [m.strip() for m in args.methods.split(",") if m.strip()]:
         print(f"vllm_bench: {method} ...", file=sys.stderr, flush=True)

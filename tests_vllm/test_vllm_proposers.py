@@ -28,6 +28,7 @@ def test_proposer_drafts_per_request_and_vllm_accepts(runs, proposer):
     assert counters["errors"] == 0
     assert state["runner_found"], "vLLM's model runner was not found: request ids and logits rows are unavailable"
     assert counters["drafted"] > 0 and counters["accepted"] > 0, counters
+    assert 0 < counters["propose_s"] < 60, counters  # timed: the per-step cost of drafting is measurable
     # States are keyed by vLLM request id; the batch's requests were dropped once they left.
     assert len(state["request_keys"]) <= 1 and all(isinstance(key, str) for key in state["request_keys"])
 
