@@ -218,10 +218,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_worker(args)), flush=True)
         return 0
     env, preload = child_env(args.no_preload, args.in_process)
+    # In-process, a second engine in one process can fail (vLLM's ngram: "'_lib_fn_wrapper' object has
+    # no attribute 'get'"): then each concurrency gets a child process of its own.
+    levels = args.concurrency.split(",") if args.in_process else [args.concurrency]
     rows: list[dict] = []
     for method in [m.strip() for m in args.methods.split(",") if m.strip()]:
         print(f"vllm_bench: {method} ...", file=sys.stderr, flush=True)
-        rows.extend(run_method(method, argv, env))
+        for level in levels:
+            rows.extend(run_method(method, [*argv, "--concurrency", level], env))
     mark_exact_matches(rows)
     for row in rows:
         shown = row.get("error") or f"{row['tokens_per_s']:>8.1f} tokens/s  exact {row.get('exact_match', '-')}"
