@@ -19,7 +19,9 @@ needs the `arctic-inference` package) records the exact error and the others go 
     .venv-vllm/bin/python benchmarks/vllm_bench.py                          # the full run: alone on the machine
     .venv-vllm/bin/python benchmarks/vllm_bench.py --limit 2 --max-tokens 8 --concurrency 1,2 --eager  # smoke
 
-Every number is a wall-clock time: run it alone. The last stdout line is one
+`--in-process` keeps each engine in its child process (VLLM_ENABLE_V1_MULTIPROCESSING=0; one
+child per concurrency): on 2 cores vLLM's default second engine process made every method ~1.5x
+slower and far noisier. Every number is a wall-clock time: run it alone. The last stdout line is one
 JSON document (settings and every row); a table goes to stderr.
 """
 
