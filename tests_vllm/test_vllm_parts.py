@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from specdec.integrations.chain import chain_prior, choose_chain, learn
+from specdec.integrations.step_cost import StepCost
 from specdec.integrations.vllm_options import (
     CONFIG_ENV,
     LogitSpecOptions,
@@ -33,6 +35,7 @@ def test_options_file_then_environment_then_defaults(tmp_path):
         ({"SPECDEC_VLLM_K": "many"}, "SPECDEC_VLLM_K: option 'k' must be a int"),
         ({"SPECDEC_VLLM_PREFER": "newest"}, "prefer must be one of"),
         ({"SPECDEC_VLLM_NODE_COST": "1.5"}, "node_cost must be in [0, 1)"),
+        ({"SPECDEC_VLLM_MEASURE_COST": "maybe"}, "option 'measure_cost' must be a bool"),
         ({CONFIG_ENV: "/no/such/options.json"}, "cannot read a JSON object"),
     ],
 )
@@ -40,6 +43,14 @@ def test_bad_options_stop_the_build(environ, message):
     with pytest.raises(ValueError) as error:
         read_options(LogitSpecOptions, environ)
     assert message in str(error.value)
+
+
+def test_boolean_options_read_words_not_truthiness(tmp_path):
+    assert read_options(LogitSpecOptions, {"SPECDEC_VLLM_MEASURE_COST": "false"}).measure_cost is False
+    assert read_options(LogitSpecOptions, {"SPECDEC_VLLM_MEASURE_COST": "0"}).measure_cost is False
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps({"measure_cost": False}))
+    assert read_options(LogitSpecOptions, {CONFIG_ENV: str(path), "SPECDEC_VLLM_MEASURE_COST": "yes"}).measure_cost
 
 
 def test_unknown_option_in_the_file_is_an_error(tmp_path):
@@ -80,3 +91,29 @@ def test_learning_moves_the_choice_to_what_was_emitted():
         learn(stats, retrieval, 0, [20, 21, 22, 5])
     assert stats.rate(("root", 1, 0, 1)) < 0.1 and stats.rate(("cand", 1, 2)) > 0.8
     assert choose_chain(retrieval, stats, 0, 5, 0.05) == [20, 21, 22]
+
+
+def test_step_cost_finds_the_price_of_a_carried_token():
+    """Steps of 40 ms + 2 ms per carried token, +-10% noise, 2 tokens emitted per step."""
+    rng = np.random.default_rng(0)
+    cost = StepCost(min_steps=30)
+    for step in range(200):
+        tokens = int(rng.integers(1, 7))
+        cost.observe(tokens, (0.040 + 0.002 * tokens) * rng.uniform(0.9, 1.1), emitted=2)
+        if step < 29:
+            assert cost.price() is None  # too few steps: the caller keeps its configured price
+    assert abs(cost.per_token() - 0.002) < 0.0007
+    # 2 tokens per ~47 ms step: ~42.5 tokens/s; one more carried token's 2 ms would have produced ~0.085
+    assert 0.055 < cost.price() < 0.115
+
+
+def test_step_cost_needs_spread_and_ignores_idle_gaps():
+    cost = StepCost(min_steps=5)
+    for _ in range(50):
+        cost.observe(6, 0.05, emitted=3)  # always the same tokens carried: no slope to read
+    assert cost.per_token() is None and cost.price() is None
+    cost.observe(1, 60.0, emitted=1)  # the engine idled between two generate calls: not a step
+    assert cost.steps == 50
+    for tokens in (1, 6) * 20:  # more tokens, no more time: drafts are free; the price is zero, never negative
+        cost.observe(tokens, 0.05 - 0.001 * tokens, emitted=2)
+    assert cost.price() == 0.0

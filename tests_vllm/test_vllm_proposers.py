@@ -39,6 +39,7 @@ def test_logitspec_reads_the_logits_rows_vllm_sampled_from(runs):
     assert counters["layout_missing"] == 0, "no logits tensor had the expected number of rows"
     assert counters["layout_checked"] >= NUM_PROMPTS
     assert counters["layout_mismatched"] == 0, counters
+    assert counters["cost_steps"] > 0, counters  # decode steps were timed for the draft price
 
 
 @pytest.mark.parametrize("proposer", PROPOSERS)

@@ -23,7 +23,11 @@ vLLM verifies chains (not trees) and keeps the output lossless whatever is propo
   `compute_logits` (`vllm_runner.LogitsTap`), and each request's row is found
   from vLLM's layout (`vllm_runner.root_rows`). For greedy requests the row's
   argmax must be the token vLLM emitted: `counters["layout_mismatched"]` counts
-  rows where it was not (the tests require zero).
+  rows where it was not (the tests require zero). A draft token is kept while
+  its chance of acceptance beats its price, which `step_cost.StepCost` measures
+  from the engine's own decode steps (seconds per carried token, at the current
+  tokens per second): on a CPU one request's step carries five drafts almost for
+  free, a full batch's does not, so chains grow or shrink with the batch.
 
 Options: `vllm_options` (SPECDEC_VLLM_* variables or a JSON file in
 SPECDEC_VLLM_CONFIG); the draft length is vLLM's `num_speculative_tokens`.
@@ -49,6 +53,7 @@ import numpy as np
 import torch
 
 from specdec.integrations.chain import chain_prior, choose_chain, learn
+from specdec.integrations.step_cost import StepCost
 from specdec.integrations.vllm_options import LogitSpecOptions, PromptLookupOptions, read_options
 from specdec.integrations.vllm_runner import LogitsTap, RunnerView, root_rows
 from specdec.proposers.budget import AcceptanceStats
@@ -98,6 +103,7 @@ class _SpecdecProposer:
         # propose_s: wall seconds inside `propose`, to tell our per-step cost from vLLM's own
         self.counters = {"steps": 0, "drafted": 0, "accepted": 0, "errors": 0, "propose_s": 0.0}
         self._warned: set[str] = set()
+        self._last_end: float | None = None  # when `propose` last returned: the time since is the engine's step
 
     def load_model(self, target_model: torch.nn.Module) -> None:
         self.runner = RunnerView.find(self)
@@ -122,7 +128,8 @@ class _SpecdecProposer:
                 logger.exception("specdec proposer failed; no drafts this step (logged once)")
             return [[] for _ in sampled_token_ids]
         finally:
-            self.counters["propose_s"] += time.perf_counter() - start
+            self._last_end = time.perf_counter()
+            self.counters["propose_s"] += self._last_end - start
 
     def _propose(
         self, sampled: Sequence[Sequence[int]], num_tokens: np.ndarray, token_ids: np.ndarray
@@ -130,7 +137,7 @@ class _SpecdecProposer:
         num_rows = len(sampled)
         keys: list[Hashable] = list(self.runner.req_ids(num_rows)) if self.runner else list(range(num_rows))
         self._forget(keys, num_rows)
-        self._begin_step(sampled)
+        self._begin_step(sampled, keys)
         self.counters["steps"] += 1
         drafts: list[list[int]] = []
         for row in range(num_rows):
@@ -173,8 +180,8 @@ class _SpecdecProposer:
             self._warned.add(key)
             logger.warning("%s (logged once)", message)
 
-    def _begin_step(self, sampled: Sequence[Sequence[int]]) -> None:
-        """Per-step preparation before the rows are drafted (LogitSpec: the logits rows)."""
+    def _begin_step(self, sampled: Sequence[Sequence[int]], keys: list[Hashable]) -> None:
+        """Per-step preparation before the rows are drafted (LogitSpec: the step's price, the logits rows)."""
 
     def _draft(self, state: RequestState, row: int, emitted: list[int], room: int) -> list[int]:
         raise NotImplementedError
@@ -200,19 +207,23 @@ class LogitSpecProposer(_SpecdecProposer):
         self.stats = AcceptanceStats(chain_prior(self.options.k))
         self.tap: LogitsTap | None = None
         self.counters.update(layout_checked=0, layout_mismatched=0, layout_missing=0)
+        self.counters.update(cost_steps=0, priced_steps=0, price_sum=0.0)  # price_sum / priced_steps: mean price
         self._rows: dict[int, torch.Tensor] = {}  # batch row -> [V] logits its last token was drawn from
+        self.cost = StepCost()
+        self._node_cost = self.options.node_cost  # this step's price of a draft token
 
     def load_model(self, target_model: torch.nn.Module) -> None:
         super().load_model(target_model)
         if self.runner is not None and self.options.k > 0:
             self.tap = LogitsTap(target_model)
 
-    def _begin_step(self, sampled: Sequence[Sequence[int]]) -> None:
+    def _begin_step(self, sampled: Sequence[Sequence[int]], keys: list[Hashable]) -> None:
         self._rows = {}
+        num_rows = len(sampled)
+        num_drafts = self.runner.scheduled_drafts(num_rows) if self.runner else []
+        self._price_step(sampled, keys, num_drafts)
         if self.tap is None or self.runner is None:
             return
-        num_rows = len(sampled)
-        num_drafts = self.runner.scheduled_drafts(num_rows)
         logits = self.tap.take(sum(num_drafts) + num_rows)  # [rows, V]
         if logits is None:
             self.counters["layout_missing"] += 1
@@ -226,6 +237,19 @@ class LogitSpecProposer(_SpecdecProposer):
         picked = logits.index_select(0, index).float().cpu()  # [R, V]: one copy off the accelerator
         self._rows = dict(zip(batch_rows, picked, strict=True))
         self._check_layout(batch_rows, picked, sampled)
+
+    def _price_step(self, sampled: Sequence[Sequence[int]], keys: list[Hashable], num_drafts: list[int]) -> None:
+        """Time the step just run into `self.cost` (pure decode steps only) and set this step's draft price."""
+        decode_only = all(sampled) and all(key in self.requests for key in keys)  # no prefill, no new request
+        if self.runner is not None and self._last_end is not None and decode_only:
+            seconds = time.perf_counter() - self._last_end
+            self.cost.observe(sum(num_drafts) + len(keys), seconds, sum(len(tokens) for tokens in sampled))
+            self.counters["cost_steps"] = self.cost.steps
+        price = self.cost.price() if self.options.measure_cost else None
+        self._node_cost = self.options.node_cost if price is None else price
+        if price is not None:
+            self.counters["priced_steps"] += 1
+            self.counters["price_sum"] += price
 
     def _check_layout(self, batch_rows: list[int], picked: torch.Tensor, sampled: Sequence[Sequence[int]]) -> None:
         """For greedy requests, the row's argmax must be the token vLLM emitted; count rows where it is not."""
@@ -248,4 +272,4 @@ class LogitSpecProposer(_SpecdecProposer):
         tokens = state.index.tokens
         retrieval = retrieve(state.index, tokens, NO_LOGITS if logits is None else logits, k, room, room - 1, True)
         state.retrieval, state.heat = retrieval, heat
-        return choose_chain(retrieval, self.stats, heat, room, self.options.node_cost)
+        return choose_chain(retrieval, self.stats, heat, room, self._node_cost)

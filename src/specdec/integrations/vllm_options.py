@@ -45,13 +45,18 @@ class LogitSpecOptions:
     prefer: which earlier occurrence a match continues, "latest" or "earliest";
     node_cost: what one more draft token costs, as a share of a decoding step's
       expected gain of one token: a chain keeps a token while its chance of being
-      accepted exceeds this (0 = the longest most promising chain).
+      accepted exceeds this (0 = the longest most promising chain);
+    measure_cost: price draft tokens by the engine's measured steps
+      (`step_cost.StepCost`: the seconds a carried token adds, at the current
+      tokens per second) once enough steps are seen; node_cost until then, and
+      always when false.
     """
 
     k: int = 60
     max_ngram: int = 3
     prefer: str = "latest"
     node_cost: float = 0.05
+    measure_cost: bool = True
 
     def __post_init__(self) -> None:
         LogitSpecConfig(k=self.k, max_ngram=self.max_ngram, prefer=self.prefer)  # the same checks
@@ -85,6 +90,8 @@ def _known_fields() -> dict[str, Any]:
 def _typed(name: str, value: Any, default: Any, source: str) -> Any:
     """`value` converted to the type of `default`; ValueError naming `source` otherwise."""
     kind = type(default)
+    if kind is bool:
+        return _boolean(name, value, source)
     try:
         if isinstance(value, str) and kind is not str:
             return kind(value.strip())
@@ -95,6 +102,16 @@ def _typed(name: str, value: Any, default: Any, source: str) -> Any:
     except ValueError:
         pass
     raise ValueError(f"{source}: option {name!r} must be a {kind.__name__}, got {value!r}")
+
+
+def _boolean(name: str, value: Any, source: str) -> bool:
+    """A JSON boolean, or a word such as "1", "true", "no" (bool("false") would be True)."""
+    if isinstance(value, bool):
+        return value
+    words = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+    if isinstance(value, str) and value.strip().lower() in words:
+        return words[value.strip().lower()]
+    raise ValueError(f"{source}: option {name!r} must be a bool (true/false, 1/0), got {value!r}")
 
 
 def _from_file(path: str, known: Mapping[str, Any]) -> dict[str, Any]:
