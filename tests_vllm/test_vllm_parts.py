@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from specdec.integrations.chain import chain_prior, choose_chain, learn
+from specdec.integrations.chain import chain_prior, choose_chain, learn, retrieve_chain
 from specdec.integrations.step_cost import StepCost
 from specdec.integrations.vllm_options import (
     CONFIG_ENV,
@@ -117,3 +117,34 @@ def test_step_cost_needs_spread_and_ignores_idle_gaps():
     for tokens in (1, 6) * 20:  # more tokens, no more time: drafts are free; the price is zero, never negative
         cost.observe(tokens, 0.05 - 0.001 * tokens, emitted=2)
     assert cost.price() == 0.0
+
+
+def test_retrieve_chain_picks_what_the_full_retrieval_would_and_looks_up_less():
+    """On repetitive random text, with rates learned as the proposer learns them, at several prices."""
+    import torch
+
+    from specdec.proposers.logitspec import retrieve
+    from specdec.proposers.ngram_index import NGramIndex
+
+    rng = np.random.default_rng(1)
+    phrases = [list(rng.integers(0, 40, size=int(rng.integers(3, 9)))) for _ in range(12)]
+    text: list[int] = []
+    while len(text) < 600:  # phrases repeat, with random tokens between them: partial, uncertain matches
+        text += phrases[int(rng.integers(len(phrases)))] + list(rng.integers(0, 40, size=int(rng.integers(0, 3))))
+    text = [int(t) for t in text]
+    index = NGramIndex(3, "latest")
+    stats = AcceptanceStats(chain_prior(k=20))
+    generator = torch.Generator().manual_seed(0)
+    looked_up = full = 0
+    for end in range(50, len(text) - 6):
+        index.extend(text[len(index) : end])
+        logits = torch.randn(40, generator=generator)
+        logits[text[end]] += 3.0  # the true next-next token is often among the top candidates
+        reference = retrieve(index, index.tokens, logits, 20, 5, 4, True)
+        for price in (0.0, 0.03, 0.2):
+            retrieval, chain = retrieve_chain(index, logits, 20, 5, stats, 1, price)
+            assert chain == choose_chain(reference, stats, 1, 5, price), (end, price)
+            assert set(retrieval.cand_tokens) <= set(reference.cand_tokens)
+        looked_up, full = looked_up + len(retrieval.cand_tokens), full + len(reference.cand_tokens)
+        learn(stats, reference, 1, text[end : end + 6])
+    assert looked_up < full / 2, (looked_up, full)  # most candidates could not win: not looked up

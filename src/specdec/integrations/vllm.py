@@ -18,8 +18,8 @@ vLLM verifies chains (not trees) and keeps the output lossless whatever is propo
 - `LogitSpecProposer`: LogitSpec in chain mode. Per request, the retrieval of
   `specdec.proposers.logitspec.retrieve` (the root's continuation and, for each
   top-k candidate of the logits the root was drawn from, the candidate and its
-  continuation), of which `chain.choose_chain` keeps the single most promising
-  branch prefix. The logits come from the target itself: `load_model` wraps its
+  continuation), of which the single most promising branch prefix is kept
+  (`chain.retrieve_chain`: candidates that cannot win are not looked up). The logits come from the target itself: `load_model` wraps its
   `compute_logits` (`vllm_runner.LogitsTap`), and each request's row is found
   from vLLM's layout (`vllm_runner.root_rows`). For greedy requests the row's
   argmax must be the token vLLM emitted: `counters["layout_mismatched"]` counts
@@ -52,12 +52,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from specdec.integrations.chain import chain_prior, choose_chain, learn
+from specdec.integrations.chain import chain_prior, learn, retrieve_chain
 from specdec.integrations.step_cost import StepCost
 from specdec.integrations.vllm_options import LogitSpecOptions, PromptLookupOptions, read_options
 from specdec.integrations.vllm_runner import LogitsTap, RunnerView, root_rows
 from specdec.proposers.budget import AcceptanceStats
-from specdec.proposers.logitspec import MAX_HEAT, Retrieval, retrieve
+from specdec.proposers.logitspec import MAX_HEAT, Retrieval
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.pld import cut_after_eos
 
@@ -269,7 +269,8 @@ class LogitSpecProposer(_SpecdecProposer):
         heat = min(len(emitted) - 1, MAX_HEAT)
         logits = self._rows.get(row)
         k = self.options.k if logits is not None else 0
-        tokens = state.index.tokens
-        retrieval = retrieve(state.index, tokens, NO_LOGITS if logits is None else logits, k, room, room - 1, True)
+        retrieval, chain = retrieve_chain(
+            state.index, NO_LOGITS if logits is None else logits, k, room, self.stats, heat, self._node_cost
+        )
         state.retrieval, state.heat = retrieval, heat
-        return choose_chain(retrieval, self.stats, heat, room, self._node_cost)
+        return chain
