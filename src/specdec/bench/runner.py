@@ -62,7 +62,9 @@ class SpecdecContender:
 
     def __init__(self, engine: Engine, spec: MethodSpec, settings: GenerationConfig) -> None:
         self.engine = engine
-        self.proposer = spec.config.build(engine.loaded)
+        # A scope of its own: state learned across requests (session store, recycle table) comes
+        # from this method's earlier requests only, never from another method's run of the same prompt.
+        self.proposer = spec.config.build(dataclasses.replace(engine.loaded, state_scope=spec.label))
         self.settings = settings
 
     def run(self, prompt_ids: list[int]) -> RunResult:

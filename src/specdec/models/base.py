@@ -29,6 +29,10 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     name: str
+    # Proposers built on the same model and scope share what they learn across requests (the
+    # session store, the recycle table: `proposers.per_model`); the bench gives each method its own
+    # scope, so one method never drafts from another method's output for the same prompt.
+    state_scope: str = ""
 
     @property
     def device(self) -> torch.device:

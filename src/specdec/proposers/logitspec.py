@@ -164,7 +164,7 @@ class LogitSpecConfig:
 
     def assemble(self, loaded: LoadedModel, costs: CostModel | None, datastore: Datastore | None) -> LogitSpecProposer:
         """A proposer from parts made beforehand (the server prepares costs and the datastore at startup)."""
-        sources = Sources.for_model(loaded.model, self.recycle, self.session, datastore)
+        sources = Sources.for_model(loaded.model, self.recycle, self.session, datastore, loaded.state_scope)
         return LogitSpecProposer(self, costs, loaded.eos_token_ids, sources)
 
 

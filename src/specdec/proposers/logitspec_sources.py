@@ -61,13 +61,15 @@ class Sources:
     datastore: Datastore | None = None
 
     @classmethod
-    def for_model(cls, model: Any, recycle: bool, session: bool, datastore: Datastore | None) -> Sources:
-        """The recycle table and session store kept for `model` (shared with the `recycle` and `session`
-        methods' defaults), and an opened datastore."""
+    def for_model(
+        cls, model: Any, recycle: bool, session: bool, datastore: Datastore | None, scope: str = ""
+    ) -> Sources:
+        """The recycle table and session store kept for `model` and `scope` (shared with the `recycle`
+        and `session` methods' defaults in the same scope), and an opened datastore."""
         store_config = SessionConfig()
         return cls(
-            RecycleTable.for_model(model, RECYCLE_K) if recycle else None,
-            SessionStore.for_model(model, store_config.max_tokens, store_config.max_ngram) if session else None,
+            RecycleTable.for_model(model, RECYCLE_K, scope) if recycle else None,
+            SessionStore.for_model(model, store_config.max_tokens, store_config.max_ngram, scope) if session else None,
             datastore,
         )
 

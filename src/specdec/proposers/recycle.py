@@ -121,9 +121,9 @@ class RecycleTable:
         self._shapes: dict[tuple[int, int], Shape] = {}
 
     @classmethod
-    def for_model(cls, model: Any, k: int) -> RecycleTable:
-        """The table kept for `model` (an nn.Module) and width `k`, made empty on first use."""
-        return shared(model, ("recycle", k), lambda: cls(output_vocab_size(model), k))
+    def for_model(cls, model: Any, k: int, scope: str = "") -> RecycleTable:
+        """The table kept for `model` (an nn.Module), width `k` and `scope`, made empty on first use."""
+        return shared(model, ("recycle", k, scope), lambda: cls(output_vocab_size(model), k))
 
     def update(self, tokens: torch.Tensor, logits: torch.Tensor) -> None:
         """Row tokens[i] := top-k of logits[i]. tokens: [N] int64; logits: [N, V] (any float dtype, any device)."""
@@ -228,7 +228,7 @@ class RecycleConfig:
             raise ValueError(f"max_depth must be >= 1, got {self.max_depth}")
 
     def build(self, loaded: LoadedModel) -> RecycleProposer:
-        return RecycleProposer(self, RecycleTable.for_model(loaded.model, self.k), loaded.eos_token_ids)
+        return RecycleProposer(self, RecycleTable.for_model(loaded.model, self.k, loaded.state_scope), loaded.eos_token_ids)
 
 
 class RecycleProposer:

@@ -77,9 +77,9 @@ class SessionStore:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_model(cls, model: Any, max_tokens: int = 1_000_000, max_ngram: int = 4) -> SessionStore:
-        """The store kept for `model` (an nn.Module) with these bounds, made empty on first use."""
-        return shared(model, ("session", max_tokens, max_ngram), lambda: cls(max_tokens, max_ngram))
+    def for_model(cls, model: Any, max_tokens: int = 1_000_000, max_ngram: int = 4, scope: str = "") -> SessionStore:
+        """The store kept for `model` (an nn.Module), these bounds and `scope`, made empty on first use."""
+        return shared(model, ("session", max_tokens, max_ngram, scope), lambda: cls(max_tokens, max_ngram))
 
     # -------------------------------------------------------------- bookkeeping
     @property
@@ -210,7 +210,7 @@ class SessionConfig:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
 
     def build(self, loaded: LoadedModel) -> SessionProposer:
-        store = SessionStore.for_model(loaded.model, self.max_tokens, self.max_ngram)
+        store = SessionStore.for_model(loaded.model, self.max_tokens, self.max_ngram, loaded.state_scope)
         return SessionProposer(self, store, loaded.eos_token_ids)
 
 
