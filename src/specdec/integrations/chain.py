@@ -35,7 +35,7 @@ import torch
 
 from specdec.proposers.budget import AcceptanceStats
 from specdec.proposers.logitspec import Retrieval, rank_bucket
-from specdec.proposers.logitspec_retrieval import SELF_RANK, continue_match
+from specdec.proposers.logitspec_retrieval import continue_match, ranked_candidates
 from specdec.proposers.ngram_index import NGramIndex
 
 PRIOR_STRENGTH = 2.0  # a prior weighs as much as two observations: data takes over within steps
@@ -157,12 +157,7 @@ def retrieve_chain(
     num = min(k, last_logits.shape[-1])
     top = torch.topk(last_logits, num).indices.tolist() if num else []
     tokens, ranks, conts, ngrams = [], [], [], []
-    next_rank = 0
-    for token in top:
-        if token == root:
-            rank = SELF_RANK
-        else:
-            rank, next_rank = next_rank, next_rank + 1
+    for token, rank in ranked_candidates(top, root, keep_self=True):
         if token == covered or not chooser.can_win(rank):
             continue
         cont, m = continue_match(index, (token,), max_len - 1)

@@ -19,7 +19,8 @@ vLLM verifies chains (not trees) and keeps the output lossless whatever is propo
   `specdec.proposers.logitspec.retrieve` (the root's continuation and, for each
   top-k candidate of the logits the root was drawn from, the candidate and its
   continuation), of which the single most promising branch prefix is kept
-  (`chain.retrieve_chain`: candidates that cannot win are not looked up). The logits come from the target itself: `load_model` wraps its
+  (`chain.retrieve_chain`: candidates that cannot win are not looked up). The
+  logits come from the target itself: `load_model` wraps its
   `compute_logits` (`vllm_runner.LogitsTap`), and each request's row is found
   from vLLM's layout (`vllm_runner.root_rows`). For greedy requests the row's
   argmax must be the token vLLM emitted: `counters["layout_mismatched"]` counts

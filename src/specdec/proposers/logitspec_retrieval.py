@@ -45,7 +45,7 @@ The paper mode (`adaptive=false`), compared with the authors' code
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -89,6 +89,18 @@ def continue_match(index: NGramIndex, extra: Sequence[int], length: int) -> tupl
     return periodic_continuation(index.tokens, extra, pos, length), m
 
 
+def ranked_candidates(top: Sequence[int], root: int, keep_self: bool) -> Iterator[tuple[int, int]]:
+    """(token, rank) for the top tokens of the last logits, best first: ranks count the tokens other
+    than the root; the root token itself (SELF_RANK) only with `keep_self`."""
+    rank = 0
+    for token in top:
+        if token != root:
+            yield token, rank
+            rank += 1
+        elif keep_self:
+            yield token, SELF_RANK
+
+
 @dataclass(frozen=True)
 class Retrieval:
     """One step's retrieval: the root branch and every next-next candidate with its continuation."""
@@ -123,14 +135,7 @@ def retrieve(
     num = min(k, last_logits.shape[-1])
     top = torch.topk(last_logits, num).indices.tolist() if num else []
     tokens, ranks, conts, ngrams = [], [], [], []
-    rank = 0
-    for token in top:
-        if token == root:
-            if not keep_self:
-                continue
-            token_rank = SELF_RANK
-        else:
-            token_rank, rank = rank, rank + 1
+    for token, token_rank in ranked_candidates(top, root, keep_self):
         if token in covered:
             continue
         cont, m = continue_match(index, (token,), cand_continuation)
