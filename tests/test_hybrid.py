@@ -23,6 +23,7 @@ from specdec.models import load_model
 from specdec.proposers import MethodError, parse_method
 from specdec.proposers.draft import DraftConfig
 from specdec.proposers.hybrid import HybridConfig, HybridProposer, append_sampled_chain, merge_chain
+from specdec.proposers.hybrid_gate import EXPLORE_EVERY, MIN_ASKS, AskGate
 from specdec.proposers.universal import UniversalDraftProposer
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
@@ -155,3 +156,39 @@ def test_text_mapping_keeps_the_seam(default_model):
     context = tokenizer.encode("The quick brown fox jumps over the", add_special_tokens=False)
     assert proposer.to_target(context, " lazy dog") == tokenizer.encode(" lazy dog", add_special_tokens=False)
     assert proposer.to_draft(context) == context
+
+
+def test_ask_gate_closes_on_losing_asks_and_explores():
+    gate = AskGate()
+    for _ in range(20):
+        gate.step(emitted=2, seconds=0.1)  # the method alone: 20 tokens/s
+    for _ in range(MIN_ASKS):
+        assert gate.should_ask()
+        gate.asked(gain=1, cost_s=0.1)  # one extra token for 0.1 s (2 tokens at 20/s): a loss
+        gate.step(emitted=3, seconds=0.2)
+    decisions = [gate.should_ask() for _ in range(EXPLORE_EVERY)]
+    assert decisions == [False] * (EXPLORE_EVERY - 1) + [True]  # closed, then one exploring ask
+    gate.asked(gain=0, cost_s=0.1)  # the exploring ask lost too: explore half as often
+    assert gate.records[0].explore_every == 2 * EXPLORE_EVERY and gate.skipped == EXPLORE_EVERY - 1
+    assert gate.should_ask(key=1)  # another kind of step has its own record: asked until judged
+
+
+def test_ask_gate_stays_open_while_asks_pay():
+    gate = AskGate()
+    for _ in range(30):
+        assert gate.should_ask()
+        gate.asked(gain=4, cost_s=0.1)  # 4 extra tokens for 0.1 s at ~20 tokens/s: a win
+        gate.step(emitted=6, seconds=0.3)
+    assert gate.skipped == 0 and gate.rate() == pytest.approx(20.0)
+
+
+def test_hybrid_gate_stops_asking_a_draft_that_never_pays(engine, default_model, prompts, plain):
+    """A random draft sharing the vocabulary is never right: the gate closes after MIN_ASKS, output unchanged."""
+    config = LlamaConfig(vocab_size=default_model.model.config.vocab_size, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    torch.manual_seed(0)
+    proposer = hybrid(default_model, LlamaForCausalLM(config).eval(), schedule="timed")
+    for name, prompt in list(prompts.items())[:2]:
+        assert run(engine, proposer, prompt).token_ids == plain[name], name
+    assert proposer.gate.asks >= MIN_ASKS and proposer.gate.skipped > proposer.gate.asks
+    assert proposer.source_stats.get("draft", {}).get("accepted", 0) == 0

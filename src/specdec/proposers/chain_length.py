@@ -132,6 +132,7 @@ class DraftLength:
         self.rate_units: float | None = None  # EMA of tokens per unit of modelled cost
         self.rate_seconds: float | None = None  # EMA of tokens per second
         self.plain_rate: float | None = None  # EMA of tokens per second of steps without a draft pass
+        self.rate_floor: float | None = None  # tokens per second the caller reaches without this draft (hybrid)
         self.pass_seconds: float | None = None  # EMA of seconds per draft pass
         self.fit = VerifyFit(settings.verify_cost)
         self.observed = 1.0  # EMA of accepted tokens per step
@@ -151,8 +152,10 @@ class DraftLength:
         """The calibrated chain probability a drafted token needs (marginal cost x current rate)."""
         per_token = self.fit.per_token()
         if self.timed and self.pass_seconds is not None and per_token is not None and self.rate_seconds:
-            # never below plain decoding's rate: a draft that lowers the rate must not lower its own bar
-            return (self.pass_seconds + per_token) * max(self.rate_seconds, self.plain_rate or 0.0)
+            # never below plain decoding's rate (a draft that lowers the rate must not lower its own bar),
+            # nor below the rate of the method the draft serves in (the hybrid: LogitSpec's steps too)
+            rate = max(self.rate_seconds, self.plain_rate or 0.0, self.rate_floor or 0.0)
+            return (self.pass_seconds + per_token) * rate
         return self.settings.cost_per_token * (self.rate_units or 1.0)
 
     def begin_step(self, greedy: bool) -> int:

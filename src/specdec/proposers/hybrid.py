@@ -9,6 +9,10 @@ then adds its chain as one more branch below the root, only when
 than `STRONG_MATCH` tokens of the context's end found earlier), and only as
 long as the draft's own length schedule (`chain_length`) expects its tokens to
 pay; `when=always` drafts every step. Tree and chain share one node budget.
+Greedy with the `timed` schedule, a gate (`hybrid_gate.AskGate`) also asks
+the draft only while asking has paid: each ask is scored against what
+LogitSpec's tree alone would have emitted that step, and its seconds against
+the method's own rate (which is also the draft's per-token bar).
 
 Verification is one pass over the whole tree:
 - greedy (or a draft that drafts through text, whose guesses carry no
@@ -27,14 +31,16 @@ time; the tree never exceeds `budget` nodes nor `ctx.max_depth` levels.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
 
 from specdec.engine import ProposalContext
 from specdec.models import LoadedModel
-from specdec.proposers.chain_length import SCHEDULES
+from specdec.proposers.chain_length import SCHEDULES, DraftLength
 from specdec.proposers.draft import DraftConfig, DraftProposer
+from specdec.proposers.hybrid_gate import AskGate
 from specdec.proposers.logitspec import STRONG_MATCH, LogitSpecConfig, LogitSpecProposer
 from specdec.proposers.universal import UniversalDraftProposer
 from specdec.sampling import point_mass_rows
@@ -93,20 +99,40 @@ class HybridProposer:
         self.source_stats = logitspec.source_stats  # "draft" joins the per-source counts
         self._chain_nodes: list[int] = []  # tree node ids of this step's draft chain
         self._asked = False  # the draft model was asked this step
+        self.gate = AskGate()
+        self._gated = False  # this step's ask is scored by the gate
+        self._key = 0  # the gate's kind of step: own-text match length (capped)
+        self._started = 0.0  # when this step's propose began
+        self._draft_s = 0.0  # seconds of this step's draft passes
+        self._base_nodes = 0  # LogitSpec's own nodes in this step's tree (ids below it are LogitSpec's)
+
+    @property
+    def length(self) -> DraftLength:
+        """The draft chain's length schedule."""
+        return self.draft.inner.length if isinstance(self.draft, UniversalDraftProposer) else self.draft.length
 
     def begin(self, prompt_ids: list[int]) -> None:
         self.logitspec.begin(prompt_ids)
         self.draft.begin(prompt_ids)
 
     def propose(self, ctx: ProposalContext) -> DraftTree:
+        self._started = time.perf_counter()
         tree = self.logitspec.propose(ctx)
-        self._chain_nodes, self._asked = [], False
+        self._chain_nodes, self._asked, self._base_nodes = [], False, tree.num_nodes
         room = min(self.config.budget - tree.num_nodes, ctx.max_depth)
-        if room <= 0 or (self.config.when == "weak" and self.logitspec.own_match() >= STRONG_MATCH):
+        match = self.logitspec.own_match()
+        if room <= 0 or (self.config.when == "weak" and match >= STRONG_MATCH):
+            return tree
+        self._gated = ctx.sampling.greedy and self.config.schedule == "timed"  # wall-clock rules: greedy only
+        self._key = min(match, STRONG_MATCH)
+        if self._gated and not self.gate.should_ask(self._key):
             return tree
         self._asked = True
+        self.length.rate_floor = self.gate.rate() if self._gated else None
+        start = time.perf_counter()
         chain = self.draft.propose(ProposalContext(ctx.token_ids, ctx.last_logits, ctx.num_prompt_tokens,
                                                    ctx.sampling, room))  # fmt: skip
+        self._draft_s = time.perf_counter() - start
         if chain.num_nodes == 1:
             return tree
         if chain.draft_probs is None:
@@ -118,6 +144,12 @@ class HybridProposer:
 
     def observe(self, result: VerifyResult) -> None:
         self.logitspec.observe(result)
+        self.gate.step(len(result.tokens), time.perf_counter() - self._started)
+        if self._asked and self._gated:
+            alone = sum(1 for node in result.path[1:] if node < self._base_nodes)  # LogitSpec's tree alone
+            added = result.tree.num_nodes - self._base_nodes
+            cost = self._draft_s + added * (self.length.fit.per_token() or 0.0)
+            self.gate.asked(result.num_accepted - alone, cost, self._key)
         if self._asked:
             on_path = set(result.path)
             accepted = 0
