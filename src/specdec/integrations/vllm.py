@@ -234,8 +234,11 @@ class LogitSpecProposer(_SpecdecProposer):
         batch_rows = [i for i, r in enumerate(rows) if r >= 0]
         if not batch_rows:
             return
-        index = torch.tensor([rows[i] for i in batch_rows], device=logits.device)
-        picked = logits.index_select(0, index).float().cpu()  # [R, V]: one copy off the accelerator
+        if logits.device.type == "cpu" and logits.dtype == torch.float32:
+            picked = [logits[rows[i]] for i in batch_rows]  # views: copying [V] rows cost more than using them
+        else:
+            index = torch.tensor([rows[i] for i in batch_rows], device=logits.device)
+            picked = list(logits.index_select(0, index).float().cpu())  # one copy off the accelerator
         self._rows = dict(zip(batch_rows, picked, strict=True))
         self._check_layout(batch_rows, picked, sampled)
 
@@ -252,15 +255,19 @@ class LogitSpecProposer(_SpecdecProposer):
             self.counters["priced_steps"] += 1
             self.counters["price_sum"] += price
 
-    def _check_layout(self, batch_rows: list[int], picked: torch.Tensor, sampled: Sequence[Sequence[int]]) -> None:
-        """For greedy requests, the row's argmax must be the token vLLM emitted; count rows where it is not."""
+    def _check_layout(
+        self, batch_rows: list[int], picked: list[torch.Tensor], sampled: Sequence[Sequence[int]]
+    ) -> None:
+        """For greedy requests, the token vLLM emitted must be a maximum of the row; count rows where it is not.
+
+        (A maximum, not the argmax: ties are the argmax's to break; and a max costs ~7x less here.)
+        """
         greedy = self.runner.greedy() if self.runner else set()
         req_ids = self.runner.req_ids(len(sampled)) if self.runner else []
-        argmax = picked.argmax(dim=-1).tolist()
-        for j, row in enumerate(batch_rows):
+        for row, logits in zip(batch_rows, picked, strict=True):
             if req_ids[row] in greedy:
                 self.counters["layout_checked"] += 1
-                if argmax[j] != sampled[row][-1]:
+                if logits[sampled[row][-1]] < logits.max():
                     self.counters["layout_mismatched"] += 1
                     self._warn("layout", "a greedy request's logits row disagrees with its token: vLLM's layout changed?")
 
