@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(VENV)/bin/specdec demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests tests_vllm benchmarks/vllm_bench.py benchmarks/vllm_serve_client.py
+	$(VENV)/bin/ruff check src tests tests_vllm benchmarks/vllm_bench.py benchmarks/vllm_profile.py benchmarks/vllm_serve_client.py
 
 test: lint
 	$(PY) -m pytest -q
