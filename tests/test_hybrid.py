@@ -160,26 +160,29 @@ def test_text_mapping_keeps_the_seam(default_model):
 
 def test_ask_gate_closes_on_losing_asks_and_explores():
     gate = AskGate()
-    for _ in range(20):
-        gate.step(emitted=2, seconds=0.1)  # the method alone: 20 tokens/s
     for _ in range(MIN_ASKS):
         assert gate.should_ask()
-        gate.asked(gain=1, cost_s=0.1)  # one extra token for 0.1 s (2 tokens at 20/s): a loss
-        gate.step(emitted=3, seconds=0.2)
-    decisions = [gate.should_ask() for _ in range(EXPLORE_EVERY)]
+        gate.step(0, tokens=2, seconds=0.1)  # LogitSpec alone on these steps: 20 tokens/s
+        gate.asked(0, gain=1, cost_s=0.1)  # one extra token for 0.1 s (2 tokens at 20/s): a loss
+    decisions = []
+    for _ in range(EXPLORE_EVERY):
+        decisions.append(gate.should_ask())
+        gate.step(0, tokens=2, seconds=0.1)
     assert decisions == [False] * (EXPLORE_EVERY - 1) + [True]  # closed, then one exploring ask
-    gate.asked(gain=0, cost_s=0.1)  # the exploring ask lost too: explore half as often
-    assert gate.records[0].explore_every == 2 * EXPLORE_EVERY and gate.skipped == EXPLORE_EVERY - 1
+    gate.asked(0, gain=0, cost_s=0.1)  # the exploring ask lost too: explore half as often
+    assert gate.kinds[0].explore_every == 2 * EXPLORE_EVERY and gate.skipped == EXPLORE_EVERY - 1
     assert gate.should_ask(key=1)  # another kind of step has its own record: asked until judged
 
 
-def test_ask_gate_stays_open_while_asks_pay():
+def test_ask_gate_judges_against_logitspecs_own_rate_on_that_kind_of_step():
     gate = AskGate()
     for _ in range(30):
-        assert gate.should_ask()
-        gate.asked(gain=4, cost_s=0.1)  # 4 extra tokens for 0.1 s at ~20 tokens/s: a win
-        gate.step(emitted=6, seconds=0.3)
-    assert gate.skipped == 0 and gate.rate() == pytest.approx(20.0)
+        for key, rate in ((0, 5.0), (1, 40.0)):  # weak retrieval: 5 tokens/s alone; richer: 40
+            assert gate.should_ask(key) or key == 1
+            gate.step(key, tokens=1, seconds=1 / rate)
+            gate.asked(key, gain=2, cost_s=0.1)  # 2 extra tokens for 0.1 s: 20 tokens/s
+    assert gate.rate(0) == pytest.approx(5.0) and gate.rate(1) == pytest.approx(40.0)
+    assert gate.should_ask(0) and not gate.should_ask(1)  # pays where LogitSpec alone is slow, not where it is fast
 
 
 def test_hybrid_gate_stops_asking_a_draft_that_never_pays(engine, default_model, prompts, plain):

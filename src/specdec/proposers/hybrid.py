@@ -12,7 +12,7 @@ pay; `when=always` drafts every step. Tree and chain share one node budget.
 Greedy with the `timed` schedule, a gate (`hybrid_gate.AskGate`) also asks
 the draft only while asking has paid: each ask is scored against what
 LogitSpec's tree alone would have emitted that step, and its seconds against
-the method's own rate (which is also the draft's per-token bar).
+the rate LogitSpec alone reaches on such steps (also the draft's per-token bar).
 
 Verification is one pass over the whole tree:
 - greedy (or a draft that drafts through text, whose guesses carry no
@@ -118,7 +118,8 @@ class HybridProposer:
     def propose(self, ctx: ProposalContext) -> DraftTree:
         self._started = time.perf_counter()
         tree = self.logitspec.propose(ctx)
-        self._chain_nodes, self._asked, self._base_nodes = [], False, tree.num_nodes
+        self._chain_nodes, self._asked, self._gated, self._base_nodes = [], False, False, tree.num_nodes
+        self._draft_s = 0.0
         room = min(self.config.budget - tree.num_nodes, ctx.max_depth)
         match = self.logitspec.own_match()
         if room <= 0 or (self.config.when == "weak" and match >= STRONG_MATCH):
@@ -128,7 +129,7 @@ class HybridProposer:
         if self._gated and not self.gate.should_ask(self._key):
             return tree
         self._asked = True
-        self.length.rate_floor = self.gate.rate() if self._gated else None
+        self.length.rate_floor = self.gate.rate(self._key) if self._gated else None
         start = time.perf_counter()
         chain = self.draft.propose(ProposalContext(ctx.token_ids, ctx.last_logits, ctx.num_prompt_tokens,
                                                    ctx.sampling, room))  # fmt: skip
@@ -144,12 +145,8 @@ class HybridProposer:
 
     def observe(self, result: VerifyResult) -> None:
         self.logitspec.observe(result)
-        self.gate.step(len(result.tokens), time.perf_counter() - self._started)
-        if self._asked and self._gated:
-            alone = sum(1 for node in result.path[1:] if node < self._base_nodes)  # LogitSpec's tree alone
-            added = result.tree.num_nodes - self._base_nodes
-            cost = self._draft_s + added * (self.length.fit.per_token() or 0.0)
-            self.gate.asked(result.num_accepted - alone, cost, self._key)
+        if self._gated:
+            self._score(result)
         if self._asked:
             on_path = set(result.path)
             accepted = 0
@@ -159,6 +156,16 @@ class HybridProposer:
                 self.draft.inner.record(self.draft.accepted_drafts(accepted), result.tree.num_nodes)
             else:
                 self.draft.record(accepted, result.tree.num_nodes, result.tokens[0])
+
+    def _score(self, result: VerifyResult) -> None:
+        """Teach the gate this step: LogitSpec's own tokens and seconds, and the ask's gain and cost."""
+        seconds = time.perf_counter() - self._started
+        alone = sum(1 for node in result.path[1:] if node < self._base_nodes)  # LogitSpec's tree alone
+        added = result.tree.num_nodes - self._base_nodes
+        cost = self._draft_s + added * (self.length.fit.per_token() or 0.0) if self._asked else 0.0
+        self.gate.step(self._key, alone + 1, seconds - cost)
+        if self._asked:
+            self.gate.asked(self._key, result.num_accepted - alone, cost)
 
 
 def merge_chain(tree: DraftTree, chain: list[int]) -> tuple[DraftTree, list[int]]:
