@@ -195,3 +195,12 @@ def test_hybrid_gate_stops_asking_a_draft_that_never_pays(engine, default_model,
         assert run(engine, proposer, prompt).token_ids == plain[name], name
     assert proposer.gate.asks >= MIN_ASKS and proposer.gate.skipped > proposer.gate.asks
     assert proposer.source_stats.get("draft", {}).get("accepted", 0) == 0
+
+
+def test_hybrid_draft_reads_the_context_only_at_its_first_ask(engine, default_model, small_draft, prompts, plain):
+    proposer = hybrid(default_model, small_draft, when="always", schedule="heuristic")
+    proposer.begin(list(range(1, 50)))
+    assert proposer.draft.cached == []  # no prefill for a request the draft may never be asked about
+    name, prompt = next(iter(prompts.items()))
+    out = run(engine, proposer, prompt)
+    assert out.token_ids == plain[name] and len(proposer.draft.cached) > out.stats.num_prompt_tokens
