@@ -22,8 +22,8 @@ vLLM verifies chains (not trees) and keeps the output lossless whatever is propo
   (`chain.retrieve_chain`: candidates that cannot win are not looked up). The
   logits come from the target itself: `load_model` wraps its
   `compute_logits` (`vllm_runner.LogitsTap`), and each request's row is found
-  from vLLM's layout (`vllm_runner.root_rows`). For greedy requests the row's
-  argmax must be the token vLLM emitted: `counters["layout_mismatched"]` counts
+  from vLLM's layout (`vllm_runner.root_rows`). For greedy requests the token
+  vLLM emitted must be a maximum of its row: `counters["layout_mismatched"]` counts
   rows where it was not (the tests require zero). A draft token is kept while
   its chance of acceptance beats its price, which `step_cost.StepCost` measures
   from the engine's own decode steps (seconds per carried token, at the current
