@@ -99,6 +99,8 @@ def test_hybrid_options():
     assert (config.draft_model, config.when, config.max_k) == ("m", "always", 3)
     with pytest.raises(MethodError, match="when"):
         parse_method("hybrid:when=sometimes")
+    with pytest.raises(MethodError, match="rate"):
+        parse_method("hybrid:rate=sometimes")
     with pytest.raises(ValueError, match="draft model"):
         HybridConfig().build(None)
 
@@ -183,6 +185,16 @@ def test_ask_gate_judges_against_logitspecs_own_rate_on_that_kind_of_step():
             gate.asked(key, gain=2, cost_s=0.1)  # 2 extra tokens for 0.1 s: 20 tokens/s
     assert gate.rate(0) == pytest.approx(5.0) and gate.rate(1) == pytest.approx(40.0)
     assert gate.should_ask(0) and not gate.should_ask(1)  # pays where LogitSpec alone is slow, not where it is fast
+    # one extra token per 0.1 s (10 tokens/s): beats LogitSpec's 5 on weak steps, not its 12 over all steps
+    kind, cautious = AskGate(), AskGate(per_kind=False)
+    for gate in (kind, cautious):
+        for _ in range(30):
+            for key, rate in ((0, 5.0), (1, 40.0), (2, 40.0)):
+                gate.should_ask(key)
+                gate.step(key, tokens=1, seconds=1 / rate)
+                gate.asked(key, gain=1, cost_s=0.1)
+    assert cautious.rate(0) == pytest.approx(12.0)  # every kind's tokens over every kind's seconds
+    assert kind.should_ask(0) and not cautious.should_ask(0)
 
 
 def test_hybrid_gate_stops_asking_a_draft_that_never_pays(engine, default_model, prompts, plain):

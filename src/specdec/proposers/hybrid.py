@@ -12,7 +12,8 @@ pay; `when=always` drafts every step. Tree and chain share one node budget.
 Greedy with the `timed` schedule, a gate (`hybrid_gate.AskGate`) also asks
 the draft only while asking has paid: each ask is scored against what
 LogitSpec's tree alone would have emitted that step, and its seconds against
-the rate LogitSpec alone reaches on such steps (also the draft's per-token bar).
+the rate LogitSpec alone reaches on such steps (`rate=kind`) or on all steps
+(`rate=overall`, the cautious valuation); that rate is also the draft's per-token bar.
 The draft model reads the request's context (its prefill) only at its first
 ask, so a request where it is never asked does not pay for it (on the Qwen pair
 the draft's prefill cost 0.8-1.8 s of a 13-35 s MT-bench turn).
@@ -51,6 +52,7 @@ from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
 WHEN = ("weak", "always")
+RATES = ("kind", "overall")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class HybridConfig:
     max_k: int = 8  # longest draft chain
     schedule: str = "timed"  # the draft chain's length rule (see chain_length)
     when: str = "weak"  # weak: draft only without a strong own-text match; always: every step
+    rate: str = "kind"  # the gate values an ask's extra tokens at LogitSpec's own rate: on that kind of step, or overall
     quantize: str = ""  # "int8": dynamic int8 draft (CPU)
     cache_dir: str = ""
     costs_dir: str = ""
@@ -72,6 +75,8 @@ class HybridConfig:
             raise ValueError(f"when must be one of {', '.join(WHEN)} (got {self.when!r})")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)} (got {self.schedule!r})")
+        if self.rate not in RATES:
+            raise ValueError(f"rate must be one of {', '.join(RATES)} (got {self.rate!r})")
         self.logitspec_config()
         self.draft_config()
 
@@ -102,7 +107,7 @@ class HybridProposer:
         self.source_stats = logitspec.source_stats  # "draft" joins the per-source counts
         self._chain_nodes: list[int] = []  # tree node ids of this step's draft chain
         self._asked = False  # the draft model was asked this step
-        self.gate = AskGate()
+        self.gate = AskGate(per_kind=config.rate == "kind")
         self._gated = False  # this step's ask is scored by the gate
         self._key = 0  # the gate's kind of step: own-text match length (capped)
         self._started = 0.0  # when this step's propose began
@@ -123,14 +128,14 @@ class HybridProposer:
     def propose(self, ctx: ProposalContext) -> DraftTree:
         self._started = time.perf_counter()
         tree = self.logitspec.propose(ctx)
-        self._chain_nodes, self._asked, self._gated, self._base_nodes = [], False, False, tree.num_nodes
+        self._chain_nodes, self._asked, self._base_nodes = [], False, tree.num_nodes
         self._draft_s = 0.0
+        self._gated = ctx.sampling.greedy and self.config.schedule == "timed"  # wall-clock rules: greedy only
         room = min(self.config.budget - tree.num_nodes, ctx.max_depth)
         match = self.logitspec.own_match()
+        self._key = min(match, STRONG_MATCH)
         if room <= 0 or (self.config.when == "weak" and match >= STRONG_MATCH):
             return tree
-        self._gated = ctx.sampling.greedy and self.config.schedule == "timed"  # wall-clock rules: greedy only
-        self._key = min(match, STRONG_MATCH)
         if self._gated and not self.gate.should_ask(self._key):
             return tree
         self._asked = True

@@ -17,7 +17,9 @@ seconds with the ask's part taken out). That rate, not the method's average:
 where retrieval is weak the steps an ask replaces are the slow ones (on the Qwen
 pair two thirds of LogitSpec's steps accepted nothing). Kinds of step are the
 caller's key (the hybrid's: how many tokens of the context's end its own text
-matched, 0 or 1). While closed it asks every `explore_every`-th step of the
+matched, 0 or 1). `per_kind=False` values an ask's tokens at LogitSpec's rate over all
+steps instead (every kind's, strong matches included): the cautious choice, since the steps an
+ask displaces are not all slow ones. While closed it asks every `explore_every`-th step of the
 kind anyway (doubling after a losing ask, up to `MAX_EXPLORE_EVERY`), so a
 passage where the draft shines is noticed.
 
@@ -52,8 +54,7 @@ class _Kind:
     def rate(self) -> float | None:
         return self.tokens / self.seconds if self.seconds > 0 else None
 
-    def pays(self) -> bool:
-        rate = self.rate()
+    def pays(self, rate: float | None) -> bool:
         return self.asks < MIN_ASKS or rate is None or self.gain >= self.cost * rate
 
 
@@ -61,21 +62,25 @@ class _Kind:
 class AskGate:
     """Per kind of step (the caller's key), whether asking the draft has been paying."""
 
+    per_kind: bool = True  # value extra tokens at LogitSpec's rate on that kind of step (False: over all steps)
     kinds: dict[int, _Kind] = field(default_factory=dict)
     asks: int = 0
     skipped: int = 0  # steps the gate refused (counted for reports and tests)
     _exploring: bool = False
 
     def rate(self, key: int = 0) -> float | None:
-        """Tokens per second LogitSpec alone emits on this kind of step (None before any)."""
-        kind = self.kinds.get(key)
-        return kind.rate() if kind else None
+        """Tokens per second LogitSpec alone emits on this kind of step, or on all (None before any)."""
+        if self.per_kind:
+            kind = self.kinds.get(key)
+            return kind.rate() if kind else None
+        seconds = sum(kind.seconds for kind in self.kinds.values())
+        return sum(kind.tokens for kind in self.kinds.values()) / seconds if seconds > 0 else None
 
     def should_ask(self, key: int = 0) -> bool:
         """Decide for one step of this kind (then `step`, and `asked` if it asked)."""
         kind = self.kinds.setdefault(key, _Kind())
         self._exploring = False
-        if kind.pays():
+        if kind.pays(self.rate(key)):
             return True
         kind.since += 1
         if kind.since >= kind.explore_every:
@@ -85,7 +90,8 @@ class AskGate:
         return False
 
     def step(self, key: int, tokens: int, seconds: float) -> None:
-        """Every step of this kind, asked or not: what LogitSpec's own tree emitted, in its own seconds."""
+        """Every step (each kind, strong matches too), asked or not: what LogitSpec's own tree emitted,
+        in its own seconds."""
         kind = self.kinds.setdefault(key, _Kind())
         kind.tokens = DECAY * kind.tokens + tokens
         kind.seconds = DECAY * kind.seconds + max(seconds, 0.0)
@@ -100,5 +106,5 @@ class AskGate:
         kind.since = 0
         self.asks += 1
         if self._exploring:
-            lost = gain < cost_s * (kind.rate() or 0.0)
+            lost = gain < cost_s * (self.rate(key) or 0.0)
             kind.explore_every = min(kind.explore_every * 2, MAX_EXPLORE_EVERY) if lost else EXPLORE_EVERY
