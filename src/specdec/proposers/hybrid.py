@@ -114,6 +114,7 @@ class HybridProposer:
         self._key = 0  # the gate's kind of step: own-text match length (capped)
         self._started = 0.0  # when this step's propose began
         self._draft_s = 0.0  # seconds of this step's draft passes
+        self._prime_s = 0.0  # seconds of this step's draft prefill (the request's first ask)
         self._base_nodes = 0  # LogitSpec's own nodes in this step's tree (ids below it are LogitSpec's)
         self._primed = False  # the draft has read this request's context
 
@@ -131,7 +132,7 @@ class HybridProposer:
         self._started = time.perf_counter()
         tree = self.logitspec.propose(ctx)
         self._chain_nodes, self._asked, self._base_nodes = [], False, tree.num_nodes
-        self._draft_s = 0.0
+        self._draft_s = self._prime_s = 0.0
         self._gated = ctx.sampling.greedy and self.config.schedule == "timed"  # wall-clock rules: greedy only
         room = min(self.config.budget - tree.num_nodes, ctx.max_depth)
         match = self.logitspec.own_match()
@@ -142,10 +143,11 @@ class HybridProposer:
             return tree
         self._asked = True
         self.length.rate_floor = self.gate.rate(self._key) if self._gated else None
+        start = time.perf_counter()
         if not self._primed:  # the request's one prefill of the draft: not the price of this ask's tokens
             self.draft.begin(ctx.token_ids)
-            self._primed = True
-        start = time.perf_counter()
+            self._primed, self._prime_s = True, time.perf_counter() - start
+            start += self._prime_s
         chain = self.draft.propose(ProposalContext(ctx.token_ids, ctx.last_logits, ctx.num_prompt_tokens,
                                                    ctx.sampling, room))  # fmt: skip
         self._draft_s = time.perf_counter() - start
@@ -174,7 +176,7 @@ class HybridProposer:
 
     def _score(self, result: VerifyResult) -> None:
         """Teach the gate this step: LogitSpec's own tokens and seconds, and the ask's gain and cost."""
-        seconds = time.perf_counter() - self._started
+        seconds = time.perf_counter() - self._started - self._prime_s  # nor LogitSpec's
         alone = sum(1 for node in result.path[1:] if node < self._base_nodes)  # LogitSpec's tree alone
         added = result.tree.num_nodes - self._base_nodes
         cost = self._draft_s + added * (self.length.fit.per_token() or 0.0) if self._asked else 0.0
