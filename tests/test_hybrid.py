@@ -161,7 +161,7 @@ def test_text_mapping_keeps_the_seam(default_model):
 
 
 def test_ask_gate_closes_on_losing_asks_and_explores():
-    gate = AskGate()
+    gate = AskGate(per_kind=True)
     for _ in range(MIN_ASKS):
         assert gate.should_ask()
         gate.step(0, tokens=2, seconds=0.1)  # LogitSpec alone on these steps: 20 tokens/s
@@ -177,7 +177,7 @@ def test_ask_gate_closes_on_losing_asks_and_explores():
 
 
 def test_ask_gate_judges_against_logitspecs_own_rate_on_that_kind_of_step():
-    gate = AskGate()
+    gate = AskGate(per_kind=True)
     for _ in range(30):
         for key, rate in ((0, 5.0), (1, 40.0)):  # weak retrieval: 5 tokens/s alone; richer: 40
             assert gate.should_ask(key) or key == 1
@@ -186,7 +186,7 @@ def test_ask_gate_judges_against_logitspecs_own_rate_on_that_kind_of_step():
     assert gate.rate(0) == pytest.approx(5.0) and gate.rate(1) == pytest.approx(40.0)
     assert gate.should_ask(0) and not gate.should_ask(1)  # pays where LogitSpec alone is slow, not where it is fast
     # one extra token per 0.1 s (10 tokens/s): beats LogitSpec's 5 on weak steps, not its 12 over all steps
-    kind, cautious = AskGate(), AskGate(per_kind=False)
+    kind, cautious = AskGate(per_kind=True), AskGate(per_kind=False)
     for gate in (kind, cautious):
         for _ in range(30):
             for key, rate in ((0, 5.0), (1, 40.0), (2, 40.0)):

@@ -11,15 +11,14 @@ counterfactually, after verification:
     gain = tokens the step emitted - tokens LogitSpec's tree alone would have emitted
     cost = seconds of the draft's passes + the verification seconds its nodes added
 
-and keeps asking only while the average gain beats the average cost at the
-rate LogitSpec alone reaches on this kind of step (its emitted tokens and
-seconds with the ask's part taken out). That rate, not the method's average:
-where retrieval is weak the steps an ask replaces are the slow ones (on the Qwen
-pair two thirds of LogitSpec's steps accepted nothing). Kinds of step are the
-caller's key (the hybrid's: how many tokens of the context's end its own text
-matched, 0 or 1). `per_kind=False` values an ask's tokens at LogitSpec's rate over all
-steps instead (every kind's, strong matches included): the cautious choice, since the steps an
-ask displaces are not all slow ones. While closed it asks every `explore_every`-th step of the
+and keeps asking a kind of step (the caller's key; the hybrid's: how many tokens
+of the context's end its own text matched, 0 or 1) only while the average gain
+beats the average cost at LogitSpec's own rate (its emitted tokens and seconds,
+the ask's part taken out). Which rate: over all steps (`per_kind=False`, the
+hybrid's default, the cautious choice), or on steps of that kind only
+(`per_kind=True`: where retrieval is weak the steps an ask displaces may be the
+slow ones; on the Qwen pair two thirds of LogitSpec's steps accepted nothing,
+yet this valuation asked too often and lost). While closed it asks every `explore_every`-th step of the
 kind anyway (doubling after a losing ask, up to `MAX_EXPLORE_EVERY`), so a
 passage where the draft shines is noticed.
 
@@ -62,7 +61,7 @@ class _Kind:
 class AskGate:
     """Per kind of step (the caller's key), whether asking the draft has been paying."""
 
-    per_kind: bool = True  # value extra tokens at LogitSpec's rate on that kind of step (False: over all steps)
+    per_kind: bool = False  # value extra tokens at LogitSpec's rate on that kind of step (False: over all steps)
     kinds: dict[int, _Kind] = field(default_factory=dict)
     asks: int = 0
     skipped: int = 0  # steps the gate refused (counted for reports and tests)
@@ -73,7 +72,7 @@ class AskGate:
         if self.per_kind:
             kind = self.kinds.get(key)
             return kind.rate() if kind else None
-        seconds = sum(kind.seconds for kind in self.kinds.values())
+        seconds = sum(kind.seconds for kind in self.kinds.values())  # every kind's own decayed sums
         return sum(kind.tokens for kind in self.kinds.values()) / seconds if seconds > 0 else None
 
     def should_ask(self, key: int = 0) -> bool:
