@@ -23,7 +23,14 @@ from specdec.engine import Engine, GenerationConfig, ProposalContext
 from specdec.models import LoadedModel
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
-from specdec.proposers.draft import DraftConfig, DraftProposer, TokenizerMismatchError, check_same_tokenizer
+from specdec.proposers.draft import (
+    DraftConfig,
+    DraftProposer,
+    TokenizerMismatchError,
+    check_same_tokenizer,
+    compute_params,
+    wants_int8,
+)
 from specdec.proposers.plain import PlainProposer
 from specdec.proposers.universal import TokenizerRoundTripError
 from specdec.sampling import SamplingParams
@@ -198,6 +205,14 @@ def test_int8_draft_runs_beside_a_bf16_target(default_model, prompts):
     out = run(Engine(bf16, attention="sdpa"), proposer, prompts[0])
     assert len(out.token_ids) == NEW_TOKENS
     assert out.stats.acceptance_rate > 0.4  # measured 0.71: int8 costs a 135M model some agreement
+
+
+def test_auto_quantize_picks_int8_for_large_drafts_on_cpu(default_model, small_draft):
+    assert not wants_int8("auto", small_draft)  # ~180M in compute_params: below AUTO_INT8_PARAMS
+    assert wants_int8("auto", small_draft, min_params=compute_params(small_draft))
+    assert wants_int8("int8", small_draft) and not wants_int8("none", default_model.model, min_params=0)
+    with pytest.raises(ValueError, match="auto, none, int8"):
+        DraftConfig(quantize="int4")
 
 
 def test_tokenizer_check_compares_size_and_mapping(default_model):

@@ -68,7 +68,7 @@ class HybridConfig:
     schedule: str = "timed"  # the draft chain's length rule (see chain_length)
     when: str = "weak"  # weak: draft only without a strong own-text match; always: every step
     rate: str = "overall"  # the gate values an ask's extra tokens at LogitSpec's own rate: over all steps, or that kind's
-    quantize: str = ""  # "int8": dynamic int8 draft (CPU)
+    quantize: str = "auto"  # the draft's: none | int8 | auto (int8 for large drafts on CPU; see draft.py)
     cache_dir: str = ""
     costs_dir: str = ""
 
