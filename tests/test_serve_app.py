@@ -144,6 +144,17 @@ def test_seeded_sampling_is_reproducible(client):
     assert ask() == ask()
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [{"frequency_penalty": False}, {"temperature": True}, {"max_tokens": True}, {"top_k": False},
+     {"seed": True}, {"prompt": [True, 2]}],  # fmt: skip
+)
+def test_booleans_are_not_numbers(http, extra):
+    """The schema says number / integer; pydantic's lax mode would read true as 1 (found by the fuzz test)."""
+    error = error_of(complete(http, None, **extra))
+    assert error["type"] == "invalid_request_error"
+
+
 # ------------------------------------------------------------------ method options from requests
 @pytest.mark.parametrize(
     ("specdec", "option", "param"),

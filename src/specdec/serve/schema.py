@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 MAX_STOP_STRINGS = 4
 MAX_STOP_CHARS = 256
@@ -36,6 +36,10 @@ MIN_SEED = -(2**63)
 NonEmptyText = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
 OptionValue = str | int | float | bool
 PromptText = Annotated[str, Field(pattern=r"\S", description="not blank")]
+# Numbers are strict: pydantic's lax mode reads `true` as 1 and `false` as 0, which the schema
+# (type number / integer) says is invalid (found by the schema fuzz test: `"frequency_penalty": false`).
+Num = Annotated[float, Strict()]
+Int = Annotated[int, Strict()]
 OnePrompt = Annotated[list[PromptText], Field(min_length=1, max_length=1)]
 
 
@@ -83,24 +87,24 @@ class SchemaLimits:
 
 def request_models(limits: SchemaLimits) -> tuple[type[BaseModel], type[BaseModel]]:
     """The (chat, completion) request models for one server, with its limits in the schema."""
-    MaxTokens = Annotated[int, Field(ge=1, le=limits.max_tokens)] | None
+    MaxTokens = Annotated[Int, Field(ge=1, le=limits.max_tokens)] | None
     model_field = Field(None, json_schema_extra={"enum": [limits.model_name]}, description="the served model")
-    TokenId = Annotated[int, Field(ge=0, lt=limits.vocab_size)]
+    TokenId = Annotated[Int, Field(ge=0, lt=limits.vocab_size)]
 
     class CommonRequest(_Body):
         model: str | None = model_field
         max_tokens: MaxTokens = None
-        temperature: float = Field(1.0, ge=0.0, le=2.0, description="0 = greedy (so is < 1e-5)")
-        top_p: float = Field(1.0, gt=0.0, le=1.0)
-        top_k: int = Field(0, ge=0, le=limits.vocab_size, description="0 = off (extension)")
-        seed: int | None = Field(None, ge=MIN_SEED, le=MAX_SEED)
+        temperature: Num = Field(1.0, ge=0.0, le=2.0, description="0 = greedy (so is < 1e-5)")
+        top_p: Num = Field(1.0, gt=0.0, le=1.0)
+        top_k: Int = Field(0, ge=0, le=limits.vocab_size, description="0 = off (extension)")
+        seed: Int | None = Field(None, ge=MIN_SEED, le=MAX_SEED)
         stop: NonEmptyText | Annotated[list[NonEmptyText], Field(max_length=MAX_STOP_STRINGS)] | None = None
-        n: int | None = Field(None, ge=1, le=1, description="only 1 is supported")
+        n: Int | None = Field(None, ge=1, le=1, description="only 1 is supported")
         stream: bool = False
         stream_options: StreamOptions | None = None
-        presence_penalty: float | None = Field(None, ge=0.0, le=0.0, description="not supported: 0 only")
-        frequency_penalty: float | None = Field(None, ge=0.0, le=0.0, description="not supported: 0 only")
-        logit_bias: dict[str, float] | None = Field(None, max_length=0, description="not supported")
+        presence_penalty: Num | None = Field(None, ge=0.0, le=0.0, description="not supported: 0 only")
+        frequency_penalty: Num | None = Field(None, ge=0.0, le=0.0, description="not supported: 0 only")
+        logit_bias: dict[str, Num] | None = Field(None, max_length=0, description="not supported")
         user: str | None = None
         specdec: SpecdecRequest | None = None
 
@@ -116,7 +120,7 @@ def request_models(limits: SchemaLimits) -> tuple[type[BaseModel], type[BaseMode
         )
         logprobs: Literal[0] | None = Field(None, description="not supported")
         echo: Literal[False] = False
-        best_of: int | None = Field(None, ge=1, le=1)
+        best_of: Int | None = Field(None, ge=1, le=1)
         suffix: Literal[""] | None = None
 
     return ChatCompletionRequest, CompletionRequest
