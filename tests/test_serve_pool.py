@@ -105,9 +105,25 @@ def test_unprepared_real_recipes_are_refused_with_their_reason(default_model):
     pool.check(make_config("layerskip", {"skip": "3+4"}))  # a fixed skip set needs no calibration
 
 
+def test_an_int8_draft_is_quantized_once_and_shared(default_model, engine):
+    """The server prepares the int8 copy at startup; each concurrent request's proposer shares it."""
+    draft = dataclasses.replace(RECIPES["draft"], prepare=lambda loaded, config: config.prepare(loaded, loaded.model))
+    pool = ProposerPool(default_model, recipes={**RECIPES, "draft": draft})
+    config = make_config("draft", {"draft_model": "stand-in", "k": 2, "adaptive": False, "quantize": "int8"})
+    pool.prepare(config)
+    first, second = pool.acquire(config), pool.acquire(config)
+    assert first is not second and first.runner.model.model is second.runner.model.model
+    assert first.runner.model.model is not default_model.model  # a quantized copy, the target untouched
+    prompt = encode_prompt(default_model.tokenizer, "1, 2, 3, 4,")
+    settings = GenerationConfig(max_new_tokens=4, sampling=SamplingParams(temperature=0.0))
+    plain = engine.generate(prompt, make_config("plain").build(default_model), settings)
+    assert engine.generate(prompt, second, settings).token_ids == plain.token_ids
+    assert pool.stats().prepared == 1 and pool.stats().builds == 2
+
+
 def test_real_recipes_assemble_working_proposers(default_model, engine):
     """draft with the target itself as its (stand-in) draft module; layerskip with a fixed skip set."""
-    draft = dataclasses.replace(RECIPES["draft"], prepare=lambda loaded, config: loaded.model)
+    draft = dataclasses.replace(RECIPES["draft"], prepare=lambda loaded, config: config.prepare(loaded, loaded.model))
     pool = ProposerPool(default_model, recipes={**RECIPES, "draft": draft})
     config = make_config("draft", {"draft_model": "stand-in", "k": 2, "max_k": 2, "adaptive": False})
     pool.prepare(config)

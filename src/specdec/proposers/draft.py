@@ -250,12 +250,34 @@ class DraftConfig:
 
         `vocab_size`: of the drafted rows (default: the target's, which a shared tokenizer implies).
         """
+        return self.build_prepared(loaded, self.prepare(loaded, draft_model), vocab_size)
+
+    def prepare(self, loaded: LoadedModel, draft_model: torch.nn.Module) -> PreparedDraft:
+        """The draft module as it will run (int8 when `quantize` asks for it) and its cost ratio.
+
+        The server prepares once and builds a proposer per concurrent request from it, so the
+        int8 copy (seconds, and a float32 copy of the draft's weights on the way) is made once.
+        """
         ratio = compute_params(draft_model) / compute_params(loaded.model)
         if wants_int8(self.quantize, draft_model):
             draft_model = quantize_int8(draft_model)
             ratio *= INT8_COST_FACTOR.get(loaded.dtype, 0.32)
+        return PreparedDraft(draft_model, ratio)
+
+    def build_prepared(
+        self, loaded: LoadedModel, prepared: PreparedDraft, vocab_size: int | None = None
+    ) -> DraftProposer:
+        """A proposer (its own KV cache and schedule) around a prepared draft module, which it may share."""
         vocab_size = vocab_size or loaded.model.config.vocab_size
-        return DraftProposer(LastLogitsOnly(draft_model), self.chain_settings(ratio), vocab_size)
+        return DraftProposer(LastLogitsOnly(prepared.module), self.chain_settings(prepared.cost_ratio), vocab_size)
+
+
+@dataclass(frozen=True)
+class PreparedDraft:
+    """A draft module ready to run (maybe an int8 copy) and its pass cost relative to the target's."""
+
+    module: torch.nn.Module
+    cost_ratio: float
 
 
 class DraftProposer:

@@ -57,7 +57,7 @@ def _logitspec_assemble(loaded: LoadedModel, config: Any, parts: Any) -> Any:
 
 # ------------------------------------------------------------------ draft: the draft model
 def _draft_needs(config: Any) -> Hashable:
-    return ("draft", config.draft_model, config.cache_dir)
+    return ("draft", config.draft_model, config.cache_dir, config.quantize)
 
 
 def _draft_prepare(loaded: LoadedModel, config: Any) -> Any:
@@ -71,11 +71,11 @@ def _draft_prepare(loaded: LoadedModel, config: Any) -> Any:
     cache_dir = config.cache_dir or None
     draft = load_model(config.draft_model, dtype=loaded.dtype, device=str(loaded.device), cache_dir=cache_dir)
     check_same_tokenizer(draft.tokenizer, loaded.tokenizer, f"draft model {config.draft_model!r}")
-    return draft.model
+    return config.prepare(loaded, draft.model)  # quantized here, once, when `quantize` asks for it
 
 
-def _draft_assemble(loaded: LoadedModel, config: Any, draft_model: Any) -> Any:
-    return config.build_with(loaded, draft_model)
+def _draft_assemble(loaded: LoadedModel, config: Any, prepared: Any) -> Any:
+    return config.build_prepared(loaded, prepared)
 
 
 # ------------------------------------------------------------------ layerskip: the calibrated skip set
