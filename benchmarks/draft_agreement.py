@@ -36,6 +36,7 @@ from specdec.data import default_questions_path, load_questions
 from specdec.engine import Engine, GenerationConfig
 from specdec.models import load_model, machine_fingerprint
 from specdec.prompts import encode_prompt
+from specdec.proposers.draft import QUANTIZE, DraftConfig
 from specdec.proposers.plain import PlainProposer
 from specdec.target import TargetModel
 from specdec.tree import DraftTree
@@ -48,6 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--target", default="qwen2.5-coder-1.5b")
     p.add_argument("--draft", default="qwen2.5-coder-0.5b")
     p.add_argument("--dtype", default="auto")
+    p.add_argument("--quantize", default="auto", choices=QUANTIZE, help="the draft's, as `draft:quantize=`")
     p.add_argument("--coding-math", type=int, default=10, help="MT-bench coding and math questions, each")
     p.add_argument("--others", type=int, default=2, help="questions of every other Spec-Bench category")
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -104,13 +106,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"target {target.name}, draft {draft.name}, {target.dtype}; {machine_fingerprint(target.device)}; "
           f"threads {torch.get_num_threads()}", file=sys.stderr)  # fmt: skip
     engine = Engine(target)
-    target_runner, draft_runner = TargetModel(target.model), TargetModel(draft.model)
+    draft_model = DraftConfig(quantize=args.quantize).prepare(target, draft.model).module  # as `draft` runs it
+    target_runner, draft_runner = TargetModel(target.model), TargetModel(draft_model)
     by_category: dict[str, dict] = defaultdict(lambda: {"flags": [], "target": defaultdict(list), "draft": []})
     for category, turn in questions(args.coding_math, args.others):
         prompt = encode_prompt(target.tokenizer, turn, chat=True)
         output = engine.generate(prompt, PlainProposer(), GenerationConfig(max_new_tokens=args.max_new_tokens)).token_ids
         row = by_category[category]
-        row["flags"].append(matches(draft.model, prompt, output))
+        row["flags"].append(matches(draft_model, prompt, output))
         prefix = prompt + output[:64]
         target_runner.prefill(prefix)
         for size in range(1, MAX_K + 2):
@@ -138,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{t[1] * 1e3:.0f}/{t[2] * 1e3:.0f}/{t[5] * 1e3:.0f}/{t[9] * 1e3:.0f} ms  draft {d * 1e3:.0f} ms  "
               f"best k {best}: {per_k[best]['tokens_per_step']} tokens/step, predicted "
               f"{per_k[best]['predicted_speedup']}x", file=sys.stderr)  # fmt: skip
-    print(json.dumps({"target": args.target, "draft": args.draft, "dtype": str(target.dtype),
+    print(json.dumps({"target": args.target, "draft": args.draft, "dtype": str(target.dtype), "quantize": args.quantize,
                       "max_new_tokens": args.max_new_tokens, "categories": report}))  # fmt: skip
 
 
