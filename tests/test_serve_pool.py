@@ -134,6 +134,8 @@ def test_real_recipes_assemble_working_proposers(default_model, engine):
     plain = engine.generate(prompt, make_config("plain").build(default_model), settings)
     for _ in range(2):  # a pooled proposer serves a second generation from a clean start
         assert engine.generate(prompt, pool.get(config), settings).token_ids == plain.token_ids
+    paper = make_config("logitspec", {"adaptive": False})  # needs no prepared part (was a 500 in the server)
+    assert engine.generate(prompt, pool.get(paper), settings).token_ids == plain.token_ids
     skip = make_config("layerskip", {"skip": "10+20", "k": 1, "adaptive": False})
     assert engine.generate(prompt, pool.get(skip), settings).token_ids == plain.token_ids
-    assert pool.stats().builds == 2 and pool.stats().prepared == 1
+    assert pool.stats().builds == 3 and pool.stats().prepared == 1

@@ -51,7 +51,7 @@ def _logitspec_prepare(loaded: LoadedModel, config: Any) -> Any:
 
 
 def _logitspec_assemble(loaded: LoadedModel, config: Any, parts: Any) -> Any:
-    costs, datastore = parts
+    costs, datastore = parts or (None, None)  # None: nothing to prepare (the paper's tree, no datastore)
     return config.assemble(loaded, costs, datastore)  # LogitSpecConfig.build, with its parts made once
 
 
