@@ -8,6 +8,7 @@ attention, cache handling and the rest.
 
     .venv/bin/python benchmarks/step_cost.py                       # bundled model, --dtype auto
     .venv/bin/python benchmarks/step_cost.py --contexts 128,2048 --sizes 1,16 --attn auto,sdpa,eager
+    .venv/bin/python benchmarks/step_cost.py --dtype bf16 --pack off,on   # prepacked Linear weights or not
 
 Run it alone: every number is a wall-clock time. The last stdout line is one
 JSON document with every row.
@@ -31,10 +32,12 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from specdec.models import load_model, machine_fingerprint  # noqa: E402
+from specdec.packed import packed_view  # noqa: E402
 from specdec.target import TargetModel  # noqa: E402
 from specdec.tree import DraftTree  # noqa: E402
 
-MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::baddbmm")
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::baddbmm",
+              "mkldnn::_linear_pointwise")
 ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "aten::_softmax", "aten::softmax")
 CACHE_OPS = ("aten::cat", "aten::index", "aten::index_put", "aten::copy_", "aten::slice", "aten::narrow")
 BANDWIDTH_BYTES = 1 << 29  # 512 MiB: far beyond any cache level
@@ -102,14 +105,16 @@ def run(args: argparse.Namespace) -> list[dict]:
           f"{bandwidth / 1e9:.1f} GB/s; floor {floor_ms:.1f} ms", file=sys.stderr)
     vocab = loaded.model.config.vocab_size
     rows = []
-    for attn in args.attn:
+    views = {"off": loaded.model, "on": packed_view(loaded.model)} if "on" in args.pack else {"off": loaded.model}
+    for pack, attn in [(pack, attn) for pack in args.pack for attn in args.attn]:
+        model = views[pack]
         if attn == "auto":  # the engine's per-shape plan (specdec.attention)
             from specdec.attention import load_or_measure_plan
 
-            target = TargetModel(loaded.model, attention=load_or_measure_plan(loaded))
+            target = TargetModel(model, attention=load_or_measure_plan(loaded))
         else:
-            loaded.model.set_attn_implementation(attn)
-            target = TargetModel(loaded.model)
+            model.set_attn_implementation(attn)
+            target = TargetModel(model)
         for context in args.contexts:
             prompt = torch.randint(0, vocab, (context,), generator=torch.Generator().manual_seed(context))
             target.prefill(prompt)
@@ -117,18 +122,19 @@ def run(args: argparse.Namespace) -> list[dict]:
                 tree = tree_of(size)
                 time_pass(target, tree, 2)  # warm-up
                 ms = time_pass(target, tree, args.repeats) * 1000
-                row = {"attn": attn, "context": context, "nodes": size, "ms": round(ms, 2),
+                row = {"pack": pack, "attn": attn, "context": context, "nodes": size, "ms": round(ms, 2),
                        "floor_ms": round(floor_ms, 2), "ratio": round(ms / floor_ms, 2)}
                 if not args.no_profile:
                     row.update(breakdown(target, tree))
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr)
-    loaded.model.set_attn_implementation("sdpa")
+    for model in views.values():
+        model.set_attn_implementation("sdpa")
     return rows
 
 
 def print_table(rows: list[dict]) -> None:
-    keys = [k for k in ("attn", "context", "nodes", "ms", "floor_ms", "ratio", "matmul", "attention", "cache", "other")
+    keys = [k for k in ("pack", "attn", "context", "nodes", "ms", "floor_ms", "ratio", "matmul", "attention", "cache", "other")
             if k in rows[0]]
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))
@@ -143,6 +149,7 @@ def main() -> None:
     parser.add_argument("--contexts", default="128,512,2048", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--sizes", default="1,4,16,64", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--attn", default="sdpa", type=lambda s: s.split(","), help="sdpa, eager, auto (the engine's per-shape plan); comma list")
+    parser.add_argument("--pack", default="off", type=lambda s: s.split(","), help="off, on (specdec.packed); comma list")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--no-profile", action="store_true")
     args = parser.parse_args()

@@ -1,0 +1,86 @@
+"""Prepacked Linear layers (specdec.packed): exact where `auto` packs, lossless where `on` packs.
+
+bf16 on CPU: the packed view's logits must equal the original model's bit for bit
+(prefill, a chain, a tree; SmolLM2 and a tiny Qwen2 whose q/k/v carry biases).
+fp32 with `pack="on"`: not bit-identical (another summation order), so what the
+contract asks is checked instead: every method's greedy output equals plain
+decoding on the same packed engine.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from spec_prompts import plain_outputs, prompts_by_category
+from test_target import tiny_qwen2
+
+from specdec.engine import Engine, GenerationConfig
+from specdec.models import LoadedModel
+from specdec.packed import PackedLinear, can_pack, packed_view, wants_packing
+from specdec.proposers import parse_method
+from specdec.target import TargetModel
+
+needs_bf16 = pytest.mark.skipif(not can_pack(torch.bfloat16, torch.device("cpu")), reason="no oneDNN bf16 here")
+
+
+def _passes(model: torch.nn.Module, prompt: list[int]) -> list[torch.Tensor]:
+    """Logits of a prefill, then a 5-token chain, then a 6-node tree below it."""
+    target = TargetModel(model)
+    out = [target.prefill(prompt)]
+    out.append(target.forward_tree(torch.tensor([5, 6, 7, 8, 9]), torch.arange(-1, 4)))
+    target.commit([0, 1, 2])
+    out.append(target.forward_tree(torch.tensor([3, 4, 5, 6, 7, 8]), torch.tensor([-1, 0, 0, 1, 2, 2])))
+    return out
+
+
+@needs_bf16
+@pytest.mark.parametrize("arch", ["smollm2", "qwen2"])
+def test_bf16_packed_view_is_bit_identical(arch, default_model):
+    model = copy.deepcopy(default_model.model if arch == "smollm2" else tiny_qwen2()).to(torch.bfloat16)
+    assert wants_packing("auto", model)
+    view = packed_view(model)
+    packed = [m for m in view.modules() if isinstance(m, PackedLinear)]
+    assert len(packed) == 7 * model.config.num_hidden_layers  # q k v o gate up down; never the head
+    assert type(view.get_output_embeddings()) is torch.nn.Linear
+    if arch == "qwen2":
+        assert any(m.bias is not None for m in packed)
+    prompt = list(range(20, 60))
+    for mine, theirs in zip(_passes(view, prompt), _passes(model, prompt), strict=True):
+        assert torch.equal(mine, theirs)
+
+
+def test_the_original_model_is_left_alone(default_model):
+    model = default_model.model
+    before = {name: type(m) for name, m in model.named_modules()}
+    view = packed_view(model)
+    assert {name: type(m) for name, m in model.named_modules()} == before
+    # Everything but the packed Linear weights is shared, not copied.
+    assert view.get_input_embeddings().weight is model.get_input_embeddings().weight
+    assert view.model.norm.weight is model.model.norm.weight
+    assert view.config is not model.config  # the engine switches attention on its own view
+
+
+def test_auto_leaves_fp32_alone_and_bad_values_are_refused(default_model):
+    model = default_model.model
+    assert not wants_packing("auto", model) and not wants_packing("off", model)
+    assert wants_packing("on", model) == can_pack(torch.float32, torch.device("cpu"))
+    with pytest.raises(ValueError, match="pack must be one of"):
+        wants_packing("yes", model)
+    assert Engine(default_model).target.model is model
+
+
+@pytest.mark.skipif(not can_pack(torch.float32, torch.device("cpu")), reason="no oneDNN here")
+def test_fp32_packed_engine_is_lossless(default_model, spec_bench_subset):
+    loaded = LoadedModel(default_model.model, default_model.tokenizer, default_model.name, state_scope="packed")
+    engine = Engine(loaded, pack="on")
+    assert engine.target.model is not default_model.model
+    assert Engine(loaded, pack="on").target.model is engine.target.model  # one view per model
+    prompts = prompts_by_category(default_model.tokenizer, spec_bench_subset)
+    plain = plain_outputs(engine, prompts, 32)
+    config = GenerationConfig(max_new_tokens=32)
+    for method in ("pld", "logitspec"):
+        for name, prompt in prompts.items():
+            got = engine.generate(prompt, parse_method(method).build(loaded), config).token_ids
+            assert got == plain[name], (method, name)
