@@ -10,6 +10,7 @@ decoding on the same packed engine.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -17,9 +18,8 @@ from spec_prompts import plain_outputs, prompts_by_category
 from test_target import tiny_qwen2
 
 from specdec.engine import Engine, GenerationConfig
-from specdec.models import LoadedModel
 from specdec.packed import PackedLinear, can_pack, packed_view, wants_packing
-from specdec.proposers import parse_method
+from specdec.proposers import budget, parse_method
 from specdec.target import TargetModel
 
 needs_bf16 = pytest.mark.skipif(not can_pack(torch.bfloat16, torch.device("cpu")), reason="no oneDNN bf16 here")
@@ -73,10 +73,11 @@ def test_auto_leaves_fp32_alone_and_bad_values_are_refused(default_model):
 
 @pytest.mark.skipif(not can_pack(torch.float32, torch.device("cpu")), reason="no oneDNN here")
 def test_fp32_packed_engine_is_lossless(default_model, spec_bench_subset):
-    loaded = LoadedModel(default_model.model, default_model.tokenizer, default_model.name, state_scope="packed")
-    engine = Engine(loaded, pack="on")
+    loaded = dataclasses.replace(default_model, state_scope="packed", pack="on")
+    engine = Engine(loaded)
     assert engine.target.model is not default_model.model
-    assert Engine(loaded, pack="on").target.model is engine.target.model  # one view per model
+    assert Engine(loaded).target.model is engine.target.model  # one view per model
+    assert budget.cost_key(loaded, (1,), 8)["packed"] and not budget.cost_key(default_model, (1,), 8)["packed"]
     prompts = prompts_by_category(default_model.tokenizer, spec_bench_subset)
     plain = plain_outputs(engine, prompts, 32)
     config = GenerationConfig(max_new_tokens=32)
@@ -84,3 +85,16 @@ def test_fp32_packed_engine_is_lossless(default_model, spec_bench_subset):
         for name, prompt in prompts.items():
             got = engine.generate(prompt, parse_method(method).build(loaded), config).token_ids
             assert got == plain[name], (method, name)
+
+
+@needs_bf16
+def test_a_bf16_draft_is_packed_once_like_its_target(default_model):
+    from specdec.packed import verify_model
+    from specdec.proposers.draft import DraftConfig
+
+    model = copy.deepcopy(default_model.model).to(torch.bfloat16)
+    loaded = dataclasses.replace(default_model, model=model)
+    prepared = DraftConfig("self", quantize="none").prepare(loaded, model)
+    assert prepared.module is verify_model(loaded)  # the target drafting for itself: one view
+    assert any(isinstance(m, PackedLinear) for m in prepared.module.modules())
+    assert DraftConfig("self", quantize="none").prepare(default_model, default_model.model).module is default_model.model

@@ -31,8 +31,7 @@ import torch
 
 from specdec.attention import AttentionPlan, resolve_plan
 from specdec.models import LoadedModel
-from specdec.packed import packed_view, wants_packing
-from specdec.proposers.per_model import shared
+from specdec.packed import verify_model
 from specdec.sampling import SamplingParams, logits_to_probs, make_generator
 from specdec.target import TargetModel
 from specdec.text import TextStream
@@ -160,17 +159,13 @@ def draw_token(logits: torch.Tensor, sampling: SamplingParams, generator: torch.
 class Engine:
     """Runs the decode loop of any proposer against one loaded target model."""
 
-    def __init__(self, loaded: LoadedModel, attention: str | AttentionPlan = "auto", pack: str = "auto") -> None:
+    def __init__(self, loaded: LoadedModel, attention: str | AttentionPlan = "auto") -> None:
         """attention: "auto" (the plan measured once per machine, see `specdec.attention`), an
-        implementation name for every pass ("sdpa", "eager"), or an `AttentionPlan`.
-        pack: verify on a view of the model with prepacked Linear weights (`specdec.packed`):
-        "auto" where that changes no output bit (bf16 on CPU), "on" also in fp32, "off" never."""
+        implementation name for every pass ("sdpa", "eager"), or an `AttentionPlan`. Verification
+        runs on `specdec.packed.verify_model(loaded)`: prepacked Linear weights as `loaded.pack` says."""
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
-        model = loaded.model
-        if wants_packing(pack, model):  # one view per model, shared by every engine on it
-            model = shared(model, "packed_view", lambda: packed_view(loaded.model))
-        self.target = TargetModel(model, attention=resolve_plan(loaded, attention))
+        self.target = TargetModel(verify_model(loaded), attention=resolve_plan(loaded, attention))
         self.eos_token_ids = frozenset(loaded.eos_token_ids)
 
     def generate(

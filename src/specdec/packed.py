@@ -22,7 +22,7 @@ Invariants:
   oneDNN, which sum in another order (logits differ by ~1e-5): still lossless,
   since plain decoding and every method verify on the same packed view, but no
   longer token-identical to transformers' `generate` by construction, so fp32
-  packs only when asked (`pack="on"`);
+  packs only when asked (`LoadedModel.pack == "on"`);
 - the output head is never packed (it may be tied to the input embedding, and
   `target.head_logits` has its own fast path);
 - CPU only; a Linear on any other device, or a dtype oneDNN cannot pack on this
@@ -32,8 +32,14 @@ Invariants:
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 import torch
+
+from specdec.proposers.per_model import shared
+
+if TYPE_CHECKING:
+    from specdec.models import LoadedModel
 
 PACK = ("auto", "on", "off")
 _EXACT_DTYPES = (torch.bfloat16, torch.float16)  # packing changes no bit of the output (see above)
@@ -93,3 +99,15 @@ def packed_view(model: torch.nn.Module) -> torch.nn.Module:
                 setattr(parent, name, PackedLinear(child))
     view.eval()
     return view
+
+
+def maybe_packed(model: torch.nn.Module, pack: str) -> torch.nn.Module:
+    """`model`'s one packed view (made once per model, shared) when `pack` wants it here, else `model`."""
+    if not wants_packing(pack, model):
+        return model
+    return shared(model, "packed_view", lambda: packed_view(model))
+
+
+def verify_model(loaded: LoadedModel) -> torch.nn.Module:
+    """The module the engine verifies on (and cost curves time): `loaded.model` or its packed view."""
+    return maybe_packed(loaded.model, loaded.pack)

@@ -33,6 +33,10 @@ class LoadedModel:
     # session store, the recycle table: `proposers.per_model`); the bench gives each method its own
     # scope, so one method never drafts from another method's output for the same prompt.
     state_scope: str = ""
+    # How the engine verifies on this model: with prepacked Linear weights where that is exact
+    # ("auto"), also in fp32 ("on"), or never ("off"): `specdec.packed.verify_model`. Carried here,
+    # not by the engine, so the cost curves that size the drafts time the same model the engine runs.
+    pack: str = "auto"
 
     @property
     def device(self) -> torch.device:

@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 
 from specdec.models import LoadedModel, default_cache_dir, machine_fingerprint
+from specdec.packed import verify_model
 from specdec.target import TargetModel
 
 DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -163,6 +164,7 @@ def cost_key(loaded: LoadedModel, sizes: Sequence[int], context_len: int) -> dic
         "source": str(getattr(model.config, "_name_or_path", "")),
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "dtype": str(loaded.dtype).removeprefix("torch."),
+        "packed": verify_model(loaded) is not loaded.model,  # the engine times what it runs
         "device": loaded.device.type,
         "machine": machine_fingerprint(loaded.device),
         "threads": torch.get_num_threads(),
@@ -197,7 +199,7 @@ def load_or_measure(
     cached = None if remeasure else load_costs(folder, key)
     if cached is not None:
         return cached
-    costs, cpu_share = _measure(loaded.model, sizes, repeats, context_len)
+    costs, cpu_share = _measure(verify_model(loaded), sizes, repeats, context_len)
     if loaded.device.type == "cpu" and is_busy(cpu_share):
         return costs  # timed while other work held the cores: good for this run, not for every later one
     save_costs(folder, key, costs)

@@ -22,7 +22,8 @@ Invariants:
 - all randomness comes from the proposer's own `torch.Generator`, seeded from
   the sampling seed through a fixed mixing step so its stream differs from the
   verifier's (the draft draws must be independent of the acceptance draws);
-- the draft's dtype and device are the target's; `quantize=int8` swaps the
+- the draft's dtype and device are the target's, and its Linear weights are
+  prepacked as the target's are (`specdec.packed`); `quantize=int8` swaps the
   draft's Linear layers for dynamic int8 ones (CPU): a cheaper, slightly worse
   guesser, and still lossless since only the draft changes. `quantize=auto`
   (the default) does so on CPU for drafts of at least `AUTO_INT8_PARAMS`
@@ -47,6 +48,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from specdec.engine import ProposalContext
 from specdec.models import LoadedModel, load_model
+from specdec.packed import maybe_packed
 from specdec.proposers.chain_length import ChainSettings, DraftLength, PassTimes
 from specdec.sampling import SamplingParams, logits_to_probs
 from specdec.target import FAST_HEAD_TYPES, TargetModel
@@ -262,6 +264,8 @@ class DraftConfig:
         if wants_int8(self.quantize, draft_model):
             draft_model = quantize_int8(draft_model)
             ratio *= INT8_COST_FACTOR.get(loaded.dtype, 0.32)
+        else:  # packed as the target is, so the cost ratio still holds
+            draft_model = maybe_packed(draft_model, loaded.pack)
         return PreparedDraft(draft_model, ratio)
 
     def build_prepared(
