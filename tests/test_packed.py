@@ -98,3 +98,16 @@ def test_a_bf16_draft_is_packed_once_like_its_target(default_model):
     assert prepared.module is verify_model(loaded)  # the target drafting for itself: one view
     assert any(isinstance(m, PackedLinear) for m in prepared.module.modules())
     assert DraftConfig("self", quantize="none").prepare(default_model, default_model.model).module is default_model.model
+
+
+def test_a_bad_pack_setting_is_refused_before_any_work():
+    from specdec.bench.config import BenchConfig, BenchConfigError
+    from specdec.models import load_model
+    from specdec.serve.app import ServerConfig
+
+    with pytest.raises(ValueError, match="pack must be one of"):
+        load_model("no-such-model", pack="always")  # refused before the missing model is looked for
+    with pytest.raises(BenchConfigError, match="pack must be one of"):
+        BenchConfig(pack="yes")
+    with pytest.raises(ValueError, match="pack must be one of"):
+        ServerConfig(pack="1")

@@ -34,6 +34,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL, help="bundled name, HF folder, .gguf file or hub id")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 where the CPU has AMX/avx512_bf16), fp32, bf16")
     parser.add_argument("--cache-dir", default=None, help="where converted models are kept (~/.cache/specdec)")
+    parser.add_argument("--pack", default="auto", choices=["auto", "on", "off"],
+                        help="verify with prepacked Linear weights: auto (bf16 on CPU, bit-identical), on (fp32 too), off")
 
 
 def add_sampling_options(parser: argparse.ArgumentParser) -> None:
@@ -81,7 +83,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not prompt.strip():
         raise ValueError("the prompt is empty")
-    loaded = load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir)
+    loaded = load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack)
     engine = Engine(loaded)
     prompt_ids = encode_prompt(loaded.tokenizer, prompt, chat=args.chat)
     on_text = None if args.json else _print_flush
@@ -107,7 +109,7 @@ def _generate_batch(args: argparse.Namespace, settings, method) -> int:
     from specdec.models import load_model
 
     requests = read_requests(args.batch, settings, chat=args.chat)  # every line checked before loading
-    engine = Engine(load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir))
+    engine = Engine(load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack))
     failed = generate_file(engine, requests, method, args.max_batch, sys.stdout)
     if failed:
         print(f"{failed} of {len(requests)} requests failed (see their 'error')", file=sys.stderr)
@@ -129,7 +131,7 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from specdec.demo import run_demo
 
-    run_demo(args.model, dtype=args.dtype, cache_dir=args.cache_dir, max_new_tokens=args.max_new_tokens)
+    run_demo(args.model, dtype=args.dtype, cache_dir=args.cache_dir, max_new_tokens=args.max_new_tokens, pack=args.pack)
     return 0
 
 
@@ -215,7 +217,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         model=args.model, method=args.method, method_configs=tuple(args.method_config), host=args.host,
         port=args.port, api_key=args.api_key,
         max_queue=args.max_queue, max_batch=args.max_batch, max_tokens_limit=args.max_tokens_limit, dtype=args.dtype,
-        cache_dir=args.cache_dir, shutdown_timeout_s=args.shutdown_timeout, log_level=args.log_level,
+        pack=args.pack, cache_dir=args.cache_dir, shutdown_timeout_s=args.shutdown_timeout, log_level=args.log_level,
     )
     serve(config)
     return 0
@@ -265,7 +267,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         data = str(write_session_workload(default_cache_dir() / "workloads", per_category or 10))
         per_category = None  # it chose the articles
     config = BenchConfig(
-        model=args.model, dtype=args.dtype, cache_dir=args.cache_dir,
+        model=args.model, dtype=args.dtype, pack=args.pack, cache_dir=args.cache_dir,
         methods=split_method_list(args.methods) if args.methods is not None else None, data=data,
         categories=tuple(c.strip() for c in args.categories.split(",") if c.strip()) if args.categories else None,
         per_category=per_category, limit=args.limit, chat=not args.no_chat,
@@ -309,7 +311,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     if out.exists():
         raise ValueError(f"output folder {out} exists already: choose another --out")
     config = AnalyzeConfig(args.max_new_tokens, args.k, chat=not args.no_chat)
-    engine = Engine(load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir))
+    engine = Engine(load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack))
     table = run_analysis(engine, questions, config, out)
     print(markdown_table(table))
     print(f"wrote {out}/analysis.md, analysis.json, analysis.png", file=sys.stderr)

@@ -33,8 +33,10 @@ def demo_prompt() -> str:
         return FALLBACK_PROMPT
 
 
-def run_demo(model: str, dtype: str | None = "auto", cache_dir: str | None = None, max_new_tokens: int = 128) -> None:
-    loaded = load_model(model, dtype=dtype, cache_dir=cache_dir)
+def run_demo(
+    model: str, dtype: str | None = "auto", cache_dir: str | None = None, max_new_tokens: int = 128, pack: str = "auto"
+) -> None:
+    loaded = load_model(model, dtype=dtype, cache_dir=cache_dir, pack=pack)
     engine = Engine(loaded)
     prompt = demo_prompt()
     prompt_ids = encode_prompt(loaded.tokenizer, prompt, chat=True)

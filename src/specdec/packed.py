@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from specdec.models.base import PACK
 from specdec.proposers.per_model import shared
 
 if TYPE_CHECKING:
     from specdec.models import LoadedModel
 
-PACK = ("auto", "on", "off")
 _EXACT_DTYPES = (torch.bfloat16, torch.float16)  # packing changes no bit of the output (see above)
 
 

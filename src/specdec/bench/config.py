@@ -27,6 +27,7 @@ from typing import Any
 
 from specdec.data import DataError, Question, default_questions_path, load_questions
 from specdec.models import default_device, resolve_dtype
+from specdec.models.base import PACK
 from specdec.proposers import METHODS, MethodError, make_config, split_method
 
 # Shown when --methods is not given; names that are not registered yet are left out.
@@ -72,6 +73,7 @@ class BenchConfig:
 
     model: str = "smollm2-135m"
     dtype: str = "auto"
+    pack: str = "auto"  # our methods' verification (LoadedModel.pack); transformers' baselines run the model as loaded
     device: str | None = None
     cache_dir: str | None = None
     methods: tuple[str, ...] | None = None  # None: DEFAULT_METHODS that exist
@@ -97,6 +99,8 @@ class BenchConfig:
         for name, value in positive.items():
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise BenchConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.pack not in PACK:
+            raise BenchConfigError(f"pack must be one of {', '.join(PACK)} (got {self.pack!r})")
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise BenchConfigError(f"warmup must be an integer >= 0, got {self.warmup!r}")
         if not self.temperature >= 0:

@@ -21,6 +21,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from specdec.errors import ModelLoadError, UnsupportedModelError
 
 SHA_PREFIX_CHARS = 12
+PACK = ("auto", "on", "off")  # LoadedModel.pack
 
 @dataclass(frozen=True)
 class LoadedModel:

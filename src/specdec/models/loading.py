@@ -20,6 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -27,6 +28,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from specdec.models import gguf, pulled
 from specdec.models.base import (
+    PACK,
     LoadedModel,
     ModelLoadError,
     UnsupportedModelError,
@@ -88,13 +90,23 @@ def load_model(
     dtype: str | torch.dtype | None = None,
     device: str | None = None,
     cache_dir: str | Path | None = None,
+    pack: str = "auto",
 ) -> LoadedModel:
     """Load the bundled default, a `.gguf` file, a local HF folder or a hub id as a LoadedModel.
 
     dtype: "auto"/None (see `default_dtype`), "fp32", "bf16", "fp16" (or long names) or a torch.dtype.
     device: None means "cuda" if available, else "cpu".
     cache_dir: parent folder of converted GGUF models (default ~/.cache/specdec).
+    pack: "auto" | "on" | "off": verify with prepacked Linear weights (`LoadedModel.pack`, `specdec.packed`).
     """
+    if pack not in PACK:
+        raise ValueError(f"pack must be one of {', '.join(PACK)} (got {pack!r})")
+    return replace(_load(name_or_path, dtype, device, cache_dir), pack=pack)
+
+
+def _load(
+    name_or_path: str, dtype: str | torch.dtype | None, device: str | None, cache_dir: str | Path | None
+) -> LoadedModel:
     device = device or default_device()
     torch_dtype = resolve_dtype(dtype, device)
     cache_root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()

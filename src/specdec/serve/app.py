@@ -56,6 +56,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from specdec.engine import Engine, GenerationConfig
 from specdec.models import DEFAULT_MODEL, LoadedModel
+from specdec.models.base import PACK
 from specdec.prompts import encode_prompt
 from specdec.proposers import MethodError
 from specdec.proposers.budget import load_or_measure
@@ -111,6 +112,7 @@ class ServerConfig:
     max_tokens_limit: int = 1024  # largest max_tokens a request may ask for
     max_body_bytes: int = 1 << 20
     dtype: str = "auto"
+    pack: str = "auto"  # LoadedModel.pack
     cache_dir: str | None = None
     shutdown_timeout_s: float = 30.0
     log_level: str = "info"
@@ -126,6 +128,8 @@ class ServerConfig:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
         if self.pool_capacity < 1:
             raise ValueError(f"pool_capacity must be >= 1, got {self.pool_capacity}")
+        if self.pack not in PACK:
+            raise ValueError(f"pack must be one of {', '.join(PACK)} (got {self.pack!r})")
         self.method_settings()  # a bad method spec fails at startup, not per request
 
     def method_settings(self) -> MethodSettings:
@@ -366,7 +370,7 @@ def serve(config: ServerConfig) -> None:
 
     from specdec.models import load_model
 
-    loaded = load_model(config.model, dtype=config.dtype, cache_dir=config.cache_dir)
+    loaded = load_model(config.model, dtype=config.dtype, cache_dir=config.cache_dir, pack=config.pack)
     app = create_app(config, loaded)  # prepares the configured methods (measure, load, calibrate)
     if config.api_key is None and config.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without --api-key: anyone who can reach it can use it", config.host)
