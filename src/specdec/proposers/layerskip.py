@@ -51,6 +51,7 @@ import torch
 from transformers import DynamicCache
 
 from specdec.models import LoadedModel, default_cache_dir
+from specdec.packed import verify_model
 from specdec.proposers.chain_length import ChainSettings
 from specdec.proposers.draft import (
     LAYER_OVERHEAD_PARAMS,
@@ -167,7 +168,7 @@ class LayerSkipConfig:
                 stacklevel=2,
             )
             return PlainProposer()
-        view = SkipLayerModel(loaded.model, skip)
+        view = SkipLayerModel(verify_model(loaded), skip)  # packed layers where the engine's are
         cost = cost_ratio(loaded.model, len(view.layer_ids)) + self.verify_cost
         settings = ChainSettings(self.k, self.max_k, self.adaptive, self.schedule, cost, self.verify_cost)
         return DraftProposer(view, settings, loaded.model.config.vocab_size)
@@ -187,7 +188,7 @@ def _calibration_text(loaded: LoadedModel) -> list[tuple[list[int], int]]:
     from specdec.prompts import encode_prompt
 
     chat = bool(getattr(loaded.tokenizer, "chat_template", None))
-    target = TargetModel(loaded.model)
+    target = TargetModel(verify_model(loaded))  # the text the engine's own target would write
     texts = []
     for prompt in CALIBRATION_PROMPTS:
         ids = encode_prompt(loaded.tokenizer, prompt, chat=chat)
