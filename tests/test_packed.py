@@ -42,13 +42,17 @@ def test_bf16_packed_view_is_bit_identical(arch, default_model):
     assert wants_packing("auto", model)
     view = packed_view(model)
     packed = [m for m in view.modules() if isinstance(m, PackedLinear)]
-    assert len(packed) == 7 * model.config.num_hidden_layers  # q k v o gate up down; never the head
-    assert type(view.get_output_embeddings()) is torch.nn.Linear
+    assert len(packed) == 7 * model.config.num_hidden_layers + 1  # q k v o gate up down, and the head
+    assert isinstance(view.get_output_embeddings(), PackedLinear)
+    assert type(view.get_input_embeddings()) is torch.nn.Embedding
     if arch == "qwen2":
         assert any(m.bias is not None for m in packed)
     prompt = list(range(20, 60))
     for mine, theirs in zip(_passes(view, prompt), _passes(model, prompt), strict=True):
         assert torch.equal(mine, theirs)
+    rows = torch.tensor([prompt[:12], prompt[12:24]])  # [2, 12]: the batched engine's padded rows
+    with torch.inference_mode():
+        assert torch.equal(view(input_ids=rows).logits, model(input_ids=rows).logits)
 
 
 def test_the_original_model_is_left_alone(default_model):
@@ -76,6 +80,7 @@ def test_fp32_packed_engine_is_lossless(default_model, spec_bench_subset):
     loaded = dataclasses.replace(default_model, state_scope="packed", pack="on")
     engine = Engine(loaded)
     assert engine.target.model is not default_model.model
+    assert type(engine.target.model.get_output_embeddings()) is torch.nn.Linear  # fp32: the target's own head path
     assert Engine(loaded).target.model is engine.target.model  # one view per model
     assert budget.cost_key(loaded, (1,), 8)["packed"] and not budget.cost_key(default_model, (1,), 8)["packed"]
     prompts = prompts_by_category(default_model.tokenizer, spec_bench_subset)
@@ -90,13 +95,20 @@ def test_fp32_packed_engine_is_lossless(default_model, spec_bench_subset):
 @needs_bf16
 def test_a_bf16_draft_is_packed_once_like_its_target(default_model):
     from specdec.packed import verify_model
-    from specdec.proposers.draft import DraftConfig
+    from specdec.proposers.draft import DraftConfig, last_row_head
 
     model = copy.deepcopy(default_model.model).to(torch.bfloat16)
     loaded = dataclasses.replace(default_model, model=model)
     prepared = DraftConfig("self", quantize="none").prepare(loaded, model)
     assert prepared.module is verify_model(loaded)  # the target drafting for itself: one view
     assert any(isinstance(m, PackedLinear) for m in prepared.module.modules())
+    assert last_row_head(prepared.module) is not None  # the draft's last-row head path takes the packed head
+    # The packed self-draft drafts and is accepted (bf16: identity to plain is the fp32 suite's check).
+    engine = Engine(loaded, attention="sdpa")
+    prompt = default_model.tokenizer("def fibonacci(n):").input_ids
+    proposer = DraftConfig("self", quantize="none", k=3, adaptive=False).build_prepared(loaded, prepared)  # a fixed chain: a self-draft never pays
+    out = engine.generate(prompt, proposer, GenerationConfig(max_new_tokens=24))
+    assert len(out.token_ids) == 24 and out.stats.mat > 2
     assert DraftConfig("self", quantize="none").prepare(default_model, default_model.model).module is default_model.model
 
 

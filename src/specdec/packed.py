@@ -23,8 +23,10 @@ Invariants:
   since plain decoding and every method verify on the same packed view, but no
   longer token-identical to transformers' `generate` by construction, so fp32
   packs only when asked (`LoadedModel.pack == "on"`);
-- the output head is never packed (it may be tied to the input embedding, and
-  `target.head_logits` has its own fast path);
+- the output head is packed in bf16 / fp16 only (a packed copy: the input embedding,
+  maybe tied to it, keeps the original weight); in fp32 `target.head_logits` has its
+  own path, faster than a packed head for the few rows of most passes (SmolLM2's
+  head, one row: 3.3 ms vs 4.5 ms packed; bf16: 3.2 ms unpacked, 2.1 ms packed);
 - CPU only; a Linear on any other device, or a dtype oneDNN cannot pack on this
   CPU, is left as it was.
 """
@@ -88,7 +90,7 @@ def wants_packing(pack: str, model: torch.nn.Module) -> bool:
 
 
 def packed_view(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy of `model` sharing its tensors, with the decoder's Linear layers packed (see the module doc)."""
+    """A copy of `model` sharing its tensors, with the decoder's Linear layers (and a bf16 head) packed."""
     shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
     view = copy.deepcopy(model, shared)  # modules and configs copied, tensors shared
     decoder = view.get_decoder() if hasattr(view, "get_decoder") else view
@@ -97,6 +99,8 @@ def packed_view(model: torch.nn.Module) -> torch.nn.Module:
         for name, child in list(parent.named_children()):
             if type(child) is torch.nn.Linear and child is not head and can_pack(child.weight.dtype, child.weight.device):
                 setattr(parent, name, PackedLinear(child))
+    if type(head) is torch.nn.Linear and head.weight.dtype in _EXACT_DTYPES and can_pack(head.weight.dtype, head.weight.device):
+        view.set_output_embeddings(PackedLinear(head))
     view.eval()
     return view
 

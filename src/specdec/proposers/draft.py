@@ -48,7 +48,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from specdec.engine import ProposalContext
 from specdec.models import LoadedModel, load_model
-from specdec.packed import maybe_packed
+from specdec.packed import PackedLinear, maybe_packed
 from specdec.proposers.chain_length import ChainSettings, DraftLength, PassTimes
 from specdec.sampling import SamplingParams, logits_to_probs
 from specdec.target import FAST_HEAD_TYPES, TargetModel
@@ -154,7 +154,7 @@ def last_row_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Mod
     if model.config.model_type not in FAST_HEAD_TYPES or not hasattr(model, "get_decoder"):
         return None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    return (model.get_decoder(), head) if isinstance(head, torch.nn.Linear) else None
+    return (model.get_decoder(), head) if isinstance(head, (torch.nn.Linear, PackedLinear)) else None
 
 
 def last_logits(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
