@@ -12,8 +12,8 @@ on a 2-core AVX-512 CPU (bf16, one call): 1536x576 weight 34 us packed vs 80 us,
 `packed_view(model)` is a copy of the model's module tree that shares every
 tensor with the original except the decoder's Linear weights, which it holds
 packed (so it costs one more copy of those weights). The original stays as it
-was: transformers' own `generate` (the benchmarks' baselines) and the draft
-views keep using it.
+was, and transformers' own `generate` (the benchmarks' baselines) keeps using it;
+drafts in the target's dtype get a packed view of their own (`draft.py`).
 
 Invariants:
 - only what `auto` packs is bit-identical to the unpacked layer: in bf16 / fp16
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specdec.models.base import PACK
+from specdec.models.base import check_pack
 from specdec.proposers.per_model import shared
 
 if TYPE_CHECKING:
@@ -81,8 +81,7 @@ def can_pack(dtype: torch.dtype, device: torch.device) -> bool:
 
 def wants_packing(pack: str, model: torch.nn.Module) -> bool:
     """`auto`: where packing is exact (bf16 / fp16 on CPU); `on`: wherever oneDNN can; `off`: never."""
-    if pack not in PACK:
-        raise ValueError(f"pack must be one of {', '.join(PACK)} (got {pack!r})")
+    check_pack(pack)
     weight = next(model.parameters())
     if pack == "off" or not can_pack(weight.dtype, weight.device):
         return False
@@ -91,8 +90,8 @@ def wants_packing(pack: str, model: torch.nn.Module) -> bool:
 
 def packed_view(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of `model` sharing its tensors, with the decoder's Linear layers (and a bf16 head) packed."""
-    shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
-    view = copy.deepcopy(model, shared)  # modules and configs copied, tensors shared
+    tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    view = copy.deepcopy(model, tensors)  # modules and configs copied, tensors shared
     decoder = view.get_decoder() if hasattr(view, "get_decoder") else view
     head = view.get_output_embeddings() if hasattr(view, "get_output_embeddings") else None
     for parent in list(decoder.modules()):

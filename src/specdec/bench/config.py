@@ -27,7 +27,7 @@ from typing import Any
 
 from specdec.data import DataError, Question, default_questions_path, load_questions
 from specdec.models import default_device, resolve_dtype
-from specdec.models.base import PACK
+from specdec.models.base import check_pack
 from specdec.proposers import METHODS, MethodError, make_config, split_method
 
 # Shown when --methods is not given; names that are not registered yet are left out.
@@ -99,8 +99,10 @@ class BenchConfig:
         for name, value in positive.items():
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise BenchConfigError(f"{name} must be a positive integer, got {value!r}")
-        if self.pack not in PACK:
-            raise BenchConfigError(f"pack must be one of {', '.join(PACK)} (got {self.pack!r})")
+        try:
+            check_pack(self.pack)
+        except ValueError as error:
+            raise BenchConfigError(str(error)) from None
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise BenchConfigError(f"warmup must be an integer >= 0, got {self.warmup!r}")
         if not self.temperature >= 0:

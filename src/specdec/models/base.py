@@ -23,6 +23,12 @@ from specdec.errors import ModelLoadError, UnsupportedModelError
 SHA_PREFIX_CHARS = 12
 PACK = ("auto", "on", "off")  # LoadedModel.pack
 
+
+def check_pack(pack: str) -> None:
+    """Raise ValueError unless `pack` is one of PACK (one message for every entry point)."""
+    if pack not in PACK:
+        raise ValueError(f"pack must be one of {', '.join(PACK)} (got {pack!r})")
+
 @dataclass(frozen=True)
 class LoadedModel:
     """A model in eval mode, its tokenizer, and the name it was loaded by."""

@@ -28,10 +28,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from specdec.models import gguf, pulled
 from specdec.models.base import (
-    PACK,
     LoadedModel,
     ModelLoadError,
     UnsupportedModelError,
+    check_pack,
     default_cache_dir,
     one_line,
     sha256_file,
@@ -99,8 +99,7 @@ def load_model(
     cache_dir: parent folder of converted GGUF models (default ~/.cache/specdec).
     pack: "auto" | "on" | "off": verify with prepacked Linear weights (`LoadedModel.pack`, `specdec.packed`).
     """
-    if pack not in PACK:
-        raise ValueError(f"pack must be one of {', '.join(PACK)} (got {pack!r})")
+    check_pack(pack)
     return replace(_load(name_or_path, dtype, device, cache_dir), pack=pack)
 
 

@@ -56,7 +56,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from specdec.engine import Engine, GenerationConfig
 from specdec.models import DEFAULT_MODEL, LoadedModel
-from specdec.models.base import PACK
+from specdec.models.base import check_pack
 from specdec.prompts import encode_prompt
 from specdec.proposers import MethodError
 from specdec.proposers.budget import load_or_measure
@@ -128,8 +128,7 @@ class ServerConfig:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
         if self.pool_capacity < 1:
             raise ValueError(f"pool_capacity must be >= 1, got {self.pool_capacity}")
-        if self.pack not in PACK:
-            raise ValueError(f"pack must be one of {', '.join(PACK)} (got {self.pack!r})")
+        check_pack(self.pack)
         self.method_settings()  # a bad method spec fails at startup, not per request
 
     def method_settings(self) -> MethodSettings:
