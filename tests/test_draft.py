@@ -155,29 +155,43 @@ def _tiny_llama(seed: int, vocab: int = 16) -> LlamaForCausalLM:
     return model
 
 
+def _repeating_llama(seed: int) -> LlamaForCausalLM:
+    """A tiny model whose head is its input embedding (scaled): it tends to repeat its last token,
+    so prompt lookup's guesses agree with its draws often enough for the chain to copy."""
+    model = _tiny_llama(seed)
+    model.lm_head.weight.copy_(model.model.embed_tokens.weight * 10.0)
+    return model
+
+
+@pytest.mark.parametrize("prompt,jump", [([3, 5, 7], 0), ([3, 5, 3, 5, 3], 1)], ids=["draft", "jump"])
 @torch.inference_mode()
-def test_sampling_is_lossless_in_distribution():
-    """Tokens 2 and 3 (the first speculative step drafts both) are distributed as the target's own."""
-    vocab, prompt, runs = 16, [3, 5, 7], 3000
-    target = LoadedModel(_tiny_llama(0), _word_tokenizer([f"w{i}" for i in range(vocab)]), "tiny")
+def test_sampling_is_lossless_in_distribution(prompt, jump):
+    """The two tokens after the first (the first speculative step drafts both) are distributed as the
+    target's own; with `jump` the chain also copies point-mass guesses from the repetitive prompt."""
+    vocab, n, runs = 16, len(prompt), 3000
+    make = _repeating_llama if jump else _tiny_llama
+    target = LoadedModel(make(0), _word_tokenizer([f"w{i}" for i in range(vocab)]), "tiny")
     engine = Engine(target)
-    settings = DraftConfig(k=2, adaptive=False)
-    counts = torch.zeros(2, vocab)
+    settings = DraftConfig(k=2, adaptive=False, jump=jump)
+    counts, copied = torch.zeros(2, vocab), 0
     for seed in range(runs):
         config = GenerationConfig(4, SamplingParams(temperature=1.0, seed=seed), ignore_eos=True)
-        tokens = engine.generate(prompt, settings.build_with(target, _tiny_llama(1)), config).token_ids
+        proposer = settings.build_with(target, make(1))
+        tokens = engine.generate(prompt, proposer, config).token_ids
+        copied += proposer.source_stats["lookup"]["offered"] if jump else 0
         counts[0, tokens[1]] += 1
         counts[1, tokens[2]] += 1
     grid = torch.cartesian_prod(torch.arange(vocab), torch.arange(vocab))  # every (t1, t2)
-    probs = target.model(torch.cat([torch.tensor(prompt).expand(len(grid), 3), grid], 1)).logits.softmax(-1)
-    first = probs[0, 2]  # [V] p(t1)
-    second = probs[::vocab, 3]  # [V, V] p(t2 | t1)
+    probs = target.model(torch.cat([torch.tensor(prompt).expand(len(grid), n), grid], 1)).logits.softmax(-1)
+    first = probs[0, n - 1]  # [V] p(t1)
+    second = probs[::vocab, n]  # [V, V] p(t2 | t1)
     joint = first[:, None] * second  # p(t1, t2)
-    third = (joint[..., None] * probs[:, 4].reshape(vocab, vocab, vocab)).sum((0, 1))
+    third = (joint[..., None] * probs[:, n + 1].reshape(vocab, vocab, vocab)).sum((0, 1))
     expected = torch.stack([joint.sum(0), third])
     distance = 0.5 * (counts / runs - expected).abs().sum(-1)
     assert bool((distance < 0.06).all()), distance
     assert counts[1].max() < runs * 0.9  # not a degenerate distribution
+    assert copied > runs // 5 if jump else True  # the chains did copy (measured: ~0.7 tokens per run)
 
 
 def _word_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:

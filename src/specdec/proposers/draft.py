@@ -50,7 +50,8 @@ from specdec.engine import ProposalContext
 from specdec.models import LoadedModel, load_model
 from specdec.packed import PackedLinear, maybe_packed
 from specdec.proposers.chain_length import ChainSettings, DraftLength, PassTimes
-from specdec.sampling import SamplingParams, logits_to_probs
+from specdec.proposers.draft_jump import RetrievalJump
+from specdec.sampling import SamplingParams, logits_to_probs, point_mass_rows
 from specdec.target import FAST_HEAD_TYPES, TargetModel
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
@@ -206,6 +207,8 @@ class DraftConfig:
     cache_dir: str = ""  # where load_model keeps converted models ("" = its default)
     quantize: str = "auto"  # none: the target's dtype; int8: dynamic int8 Linear layers (CPU); auto: int8 for large drafts on CPU
     text: str = "auto"  # drafts through text (another tokenizer): auto (when they differ) | always | never
+    jump: int = 0  # >0: copy the text where a match of >= this many tokens agrees with the draft (draft_jump)
+    jump_length: int = 10  # most tokens one jump copies
 
     def __post_init__(self) -> None:
         self.chain_settings(0.5)  # validates k, max_k, schedule
@@ -215,6 +218,8 @@ class DraftConfig:
             raise ValueError(f"quantize must be one of {', '.join(QUANTIZE)} (got {self.quantize!r})")
         if self.text not in TEXT_CHOICES:
             raise ValueError(f"text must be one of {', '.join(TEXT_CHOICES)} (got {self.text!r})")
+        if self.jump:
+            RetrievalJump(self.jump, self.jump_length)  # validates both
 
     def chain_settings(self, cost_ratio: float) -> ChainSettings:
         cost = max((self.cost_ratio or cost_ratio) + self.verify_cost, 1e-3)
@@ -273,7 +278,9 @@ class DraftConfig:
     ) -> DraftProposer:
         """A proposer (its own KV cache and schedule) around a prepared draft module, which it may share."""
         vocab_size = vocab_size or loaded.model.config.vocab_size
-        return DraftProposer(LastLogitsOnly(prepared.module), self.chain_settings(prepared.cost_ratio), vocab_size)
+        jump = RetrievalJump(self.jump, self.jump_length, loaded.eos_token_ids) if self.jump else None
+        settings = self.chain_settings(prepared.cost_ratio)
+        return DraftProposer(LastLogitsOnly(prepared.module), settings, vocab_size, jump)
 
 
 @dataclass(frozen=True)
@@ -287,8 +294,14 @@ class PreparedDraft:
 class DraftProposer:
     """Drafts a chain with any causal LM (a separate draft model or a layer-skipping view)."""
 
-    def __init__(self, draft_model: torch.nn.Module, settings: ChainSettings, vocab_size: int) -> None:
+    def __init__(
+        self, draft_model: torch.nn.Module, settings: ChainSettings, vocab_size: int, jump: RetrievalJump | None = None
+    ) -> None:
         self.runner = TargetModel(draft_model)  # the draft's own KV cache
+        self.jump = jump
+        # with a jump, the chain has two sources (counted for bench's per-source table)
+        self.source_stats = {s: {"offered": 0, "accepted": 0} for s in ("draft", "lookup")} if jump else None
+        self._copied = 0  # tokens this step's chain copied from the text (after the draft's own)
         self.settings = settings
         self.vocab_size = vocab_size
         self.length = DraftLength(settings)
@@ -301,6 +314,8 @@ class DraftProposer:
 
     def begin(self, prompt_ids: list[int]) -> None:
         self.runner.reset()
+        if self.jump is not None:
+            self.jump.begin()
         self.cached, self.num_checked, self.generator = [], 0, None
         if len(prompt_ids) > 1:  # the prompt's last token is fed with the first root
             self.runner.append(prompt_ids[:-1])
@@ -369,9 +384,12 @@ class DraftProposer:
         root = ctx.token_ids[-1]
         limit = min(self.length.begin_step(ctx.sampling.greedy), ctx.max_depth)
         drafts: list[int] = []
+        copied: list[int] = []  # from the text, after the draft's tokens (`jump`)
         rows: list[torch.Tensor] = []
         predicted, passes, steady = 0.0, 0, PassTimes()
         if limit > 0:
+            if self.jump is not None:
+                self.jump.sync(ctx.token_ids)
             sync_start = time.perf_counter()
             logits, fed = self.sync(ctx.token_ids)
             if fed <= self.settings.max_k + 1:  # a catch-up over skipped steps is no per-token cost
@@ -388,17 +406,22 @@ class DraftProposer:
                 predicted += chain_prob
                 if row is not None:
                     rows.append(row)
-                if len(drafts) >= limit:
+                if self.jump is not None:
+                    copied = self.jump.after(drafts, ctx.max_depth - len(drafts))
+                if copied or len(drafts) >= limit:
                     break
                 pass_start = time.perf_counter()
                 logits = self.runner.append([token])[-1]
                 steady.add(time.perf_counter() - pass_start)
                 self.cached.append(token)
                 passes += 1
+        if copied and rows:  # deterministic guesses: point-mass draft rows
+            rows.extend(point_mass_rows(torch.tensor(copied, device=rows[0].device), self.vocab_size).unbind(0))
         draft_probs = torch.stack([torch.zeros_like(rows[0]), *rows]) if rows else None  # [n + 1, V]
         self._proposed_at = time.perf_counter()
+        self._copied = len(copied)
         self._step = (len(drafts), predicted, self._proposed_at - start, passes, steady)
-        return DraftTree.chain(root, drafts, draft_probs)
+        return DraftTree.chain(root, drafts + copied, draft_probs)
 
     def observe(self, result: VerifyResult) -> None:
         self.record(result.num_accepted, first_token=result.tokens[0])
@@ -414,4 +437,12 @@ class DraftProposer:
         verify_s = time.perf_counter() - self._proposed_at  # the engine verifies right after propose
         drafted, predicted, draft_s, passes, steady = self._step
         self._step = (0, 0.0, 0.0, 0, PassTimes())
+        if self.source_stats is not None:
+            for source, offered, accepted in (("draft", drafted, min(num_accepted, drafted)),
+                                              ("lookup", self._copied, max(num_accepted - drafted, 0))):  # fmt: skip
+                self.source_stats[source]["offered"] += offered
+                self.source_stats[source]["accepted"] += accepted
+        if self._copied:  # the schedule learns the draft's own tokens; verification priced at the chain's size
+            tree_size = tree_size or drafted + self._copied + 1
+            num_accepted = min(num_accepted, drafted)
         self.length.update(drafted, num_accepted, predicted, draft_s, passes, verify_s, tree_size, steady)
