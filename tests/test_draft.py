@@ -23,9 +23,8 @@ from specdec.engine import Engine, GenerationConfig, ProposalContext
 from specdec.models import LoadedModel
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
-from specdec.proposers.draft import (
-    DraftConfig,
-    DraftProposer,
+from specdec.proposers.draft import DraftConfig, DraftProposer
+from specdec.proposers.draft_module import (
     TokenizerMismatchError,
     check_same_tokenizer,
     compute_params,
@@ -167,7 +166,7 @@ def _repeating_llama(seed: int) -> LlamaForCausalLM:
 @torch.inference_mode()
 def test_sampling_is_lossless_in_distribution(prompt, jump):
     """The two tokens after the first (the first speculative step drafts both) are distributed as the
-    target's own; with `jump` the chain also copies point-mass guesses from the repetitive prompt."""
+    target's own; with `jump` the draft also runs passes over the repetitive prompt's continuation."""
     vocab, n, runs = 16, len(prompt), 3000
     make = _repeating_llama if jump else _tiny_llama
     target = LoadedModel(make(0), _word_tokenizer([f"w{i}" for i in range(vocab)]), "tiny")
@@ -178,7 +177,7 @@ def test_sampling_is_lossless_in_distribution(prompt, jump):
         config = GenerationConfig(4, SamplingParams(temperature=1.0, seed=seed), ignore_eos=True)
         proposer = settings.build_with(target, make(1))
         tokens = engine.generate(prompt, proposer, config).token_ids
-        copied += proposer.source_stats["lookup"]["offered"] if jump else 0
+        copied += proposer.jump.saved if jump else 0
         counts[0, tokens[1]] += 1
         counts[1, tokens[2]] += 1
     grid = torch.cartesian_prod(torch.arange(vocab), torch.arange(vocab))  # every (t1, t2)
@@ -191,7 +190,7 @@ def test_sampling_is_lossless_in_distribution(prompt, jump):
     distance = 0.5 * (counts / runs - expected).abs().sum(-1)
     assert bool((distance < 0.06).all()), distance
     assert counts[1].max() < runs * 0.9  # not a degenerate distribution
-    assert copied > runs // 5 if jump else True  # the chains did copy (measured: ~0.7 tokens per run)
+    assert copied > runs // 10 if jump else True  # passes over copied tokens did serve picks
 
 
 def _word_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:

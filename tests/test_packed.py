@@ -95,7 +95,8 @@ def test_fp32_packed_engine_is_lossless(default_model, spec_bench_subset):
 @needs_bf16
 def test_a_bf16_draft_is_packed_once_like_its_target(default_model):
     from specdec.packed import verify_model
-    from specdec.proposers.draft import DraftConfig, last_row_head
+    from specdec.proposers.draft import DraftConfig
+    from specdec.proposers.draft_module import last_row_head
 
     model = copy.deepcopy(default_model.model).to(torch.bfloat16)
     loaded = dataclasses.replace(default_model, model=model)

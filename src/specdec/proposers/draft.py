@@ -26,33 +26,43 @@ Invariants:
   prepacked as the target's are (`specdec.packed`); `quantize=int8` swaps the
   draft's Linear layers for dynamic int8 ones (CPU): a cheaper, slightly worse
   guesser, and still lossless since only the draft changes. `quantize=auto`
-  (the default) does so on CPU for drafts of at least `AUTO_INT8_PARAMS`
+  (the default) does so on CPU for drafts of at least `draft_module.AUTO_INT8_PARAMS`
   (measured on Qwen2.5-Coder-1.5B with its 0.5B draft, bf16: `draft` 1.60x
   faster with the int8 draft, same run); a smaller draft loses more agreement
   than its cheaper pass buys (SmolLM2-135M as its own int8 draft: 43-74%).
 
 The chain's length (fixed `k`, transformers' heuristic, or the cost-aware
-`cost` / `timed` rules) is decided by `specdec.proposers.chain_length`.
+`cost` / `timed` rules) is decided by `specdec.proposers.chain_length`; which
+module drafts and what its pass costs, by `specdec.proposers.draft_module`.
+With `jump=N` prompt lookup joins the chain (`specdec.proposers.draft_jump`):
+where a match of at least N tokens predicts the draft's own token, the chain
+copies the rest of the match instead of making more draft passes; the length
+schedule then learns from the draft's own tokens only.
 """
 
 from __future__ import annotations
 
-import copy
 import time
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from specdec.engine import ProposalContext
 from specdec.models import LoadedModel, load_model
-from specdec.packed import PackedLinear, maybe_packed
+from specdec.packed import maybe_packed
 from specdec.proposers.chain_length import ChainSettings, DraftLength, PassTimes
 from specdec.proposers.draft_jump import RetrievalJump
-from specdec.sampling import SamplingParams, logits_to_probs, point_mass_rows
-from specdec.target import FAST_HEAD_TYPES, TargetModel
+from specdec.proposers.draft_module import (
+    LastLogitsOnly,
+    TokenizerMismatchError,
+    check_same_tokenizer,
+    compute_params,
+    quantize_int8,
+    wants_int8,
+)
+from specdec.sampling import SamplingParams, logits_to_probs
+from specdec.target import TargetModel
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
@@ -60,137 +70,16 @@ if TYPE_CHECKING:
     from specdec.proposers.universal import UniversalDraftProposer
 
 QUANTIZE = ("auto", "none", "int8")
-AUTO_INT8_PARAMS = 300e6  # `compute_params` from which `quantize=auto` picks int8 on CPU
 TEXT_CHOICES = ("auto", "always", "never")
 # One more verified token, in units of a one-token target pass (the `cost` rule, and the prior of
 # the `timed` fit). Measured on the dev CPU in fp32: SmolLM2-135M 0.05 (52 ms for 1 token, 94 ms
 # for 16); Qwen2.5-Coder-1.5B, one thread under load, about 0.3. A middle value:
 VERIFY_COST_PER_TOKEN = 0.1
-# A transformers decoder layer costs some fixed Python/dispatch time on top of its
-# matmuls; on the dev CPU (fp32, 1 token) that is about as much as 2M parameters' worth.
-LAYER_OVERHEAD_PARAMS = 2_000_000
 # An int8 draft's pass against the same draft in the target's dtype (the cost ratio's prior; the
 # `timed` schedule then measures). Qwen2.5-Coder-0.5B, one decode pass at 300 tokens of context,
 # 2-core AVX-512 CPU: int8 30 ms, bf16 95 ms, fp32 169 ms.
 INT8_COST_FACTOR = {torch.float32: 0.18, torch.bfloat16: 0.32, torch.float16: 0.32}
-SAMPLE_SIZE = 512  # token -> id pairs compared between tokenizers
 _SEED_MIX = 0x9E3779B97F4A7C15
-
-
-class TokenizerMismatchError(ValueError):
-    """The draft model's tokenizer does not map tokens to the same ids as the target's."""
-
-
-def compute_params(model: torch.nn.Module, num_layers: int | None = None) -> float:
-    """Cost of one 1-token pass in parameter units: matmul weights plus a per-layer overhead.
-
-    The input embedding is a lookup, not a matmul, so it counts only when it is tied to
-    the output head (then it *is* the head). `num_layers` defaults to the config's.
-    """
-    total = sum(p.numel() for p in model.parameters())  # shared (tied) tensors count once
-    embedding = model.get_input_embeddings().weight
-    head = model.get_output_embeddings()
-    if head is None or head.weight is not embedding:
-        total -= embedding.numel()
-    layers = model.config.num_hidden_layers if num_layers is None else num_layers
-    return float(total + LAYER_OVERHEAD_PARAMS * layers)
-
-
-def check_same_tokenizer(draft_tokenizer, target_tokenizer, draft_name: str = "the draft") -> None:
-    """Raise TokenizerMismatchError unless both tokenizers have the same size and token -> id map.
-
-    Compares the sizes and an evenly spaced sample of SAMPLE_SIZE vocabulary entries
-    (plus the special tokens), which catches a different tokenizer in practice while
-    staying cheap for 150k-entry vocabularies.
-    """
-    draft_size, target_size = len(draft_tokenizer), len(target_tokenizer)
-    if draft_size != target_size:
-        raise TokenizerMismatchError(
-            f"{draft_name} has a tokenizer of {draft_size} tokens but the target's has {target_size}: "
-            "a draft model must share the target's tokenizer"
-        )
-    draft_vocab, target_vocab = draft_tokenizer.get_vocab(), target_tokenizer.get_vocab()
-    entries = sorted(target_vocab.items(), key=lambda item: item[1])
-    step = max(1, len(entries) // SAMPLE_SIZE)
-    sample = entries[::step] + [(t, target_vocab[t]) for t in target_tokenizer.all_special_tokens]
-    for token, token_id in sample:
-        if draft_vocab.get(token) != token_id:
-            raise TokenizerMismatchError(
-                f"{draft_name}'s tokenizer maps {token!r} to {draft_vocab.get(token)} but the target's "
-                f"maps it to {token_id}: a draft model must share the target's tokenizer"
-            )
-
-
-def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
-    """A float32 copy of `model` with dynamic int8 Linear layers (weights int8, activations quantized per pass).
-
-    Only ever applied to a *draft*: its guesses get a little worse, the output stays
-    lossless because the target verifies every token. CPU only (fbgemm / onednn kernels).
-    The dynamic int8 kernels take float32 activations only, so a bf16 draft (the target's
-    dtype) is copied to float32 first; the rest of the draft (embeddings, norms,
-    attention) then runs in float32 too. Measured on a 2-core AVX-512 CPU, one decode
-    pass of Qwen2.5-Coder-0.5B at 300 tokens of context: bf16 95 ms, int8 30 ms.
-    """
-    if next(model.parameters()).device.type != "cpu":
-        raise ValueError("quantize=int8 runs on CPU only")
-    model = copy.deepcopy(model).float()  # the caller's module (maybe the target itself) stays as it was
-    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
-        warnings.simplefilter("ignore")
-        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
-
-
-def wants_int8(quantize: str, draft_model: torch.nn.Module, min_params: float = AUTO_INT8_PARAMS) -> bool:
-    """Whether the draft runs with int8 Linear layers: asked for, or `auto` with a large draft on CPU."""
-    if quantize != "auto":
-        return quantize == "int8"
-    on_cpu = next(draft_model.parameters()).device.type == "cpu"
-    return on_cpu and compute_params(draft_model) >= min_params
-
-
-def last_row_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
-    """(decoder, output head) when the last position's logits may be computed as head(decoder(...)[:, -1:]).
-
-    Why not transformers' own `logits_to_keep=1`: see `last_logits`.
-    """
-    if model.config.model_type not in FAST_HEAD_TYPES or not hasattr(model, "get_decoder"):
-        return None
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    return (model.get_decoder(), head) if isinstance(head, (torch.nn.Linear, PackedLinear)) else None
-
-
-def last_logits(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """hidden [B, T, H] -> the last position's logits [B, 1, V], the head run over the last two rows.
-
-    Why two: in bf16 on the AVX-512 CPU we measured (torch 2.13), the head's product over a single
-    row of a multi-token pass took 0.55-0.9 s and over two rows 0.02 s (Qwen2.5-Coder-0.5B, vocab
-    152k); transformers' `logits_to_keep=1` takes the one-row path, so every draft catch-up and draft
-    prompt paid it (the target's own prefill measured no different, so it keeps transformers' path).
-    Used for drafts only: the kept row may differ from a one-row product in its last bits, and
-    drafts are guesses that verification keeps lossless.
-    """
-    return head(hidden[:, -2:])[:, -1:]
-
-
-class LastLogitsOnly(torch.nn.Module):
-    """A causal LM that returns only its last position's logits (a draft never needs the others).
-
-    Saves the output head over every prompt position when the draft reads the prompt. Where the
-    model allows it, the head runs on the decoder's last rows itself (`last_logits`:
-    transformers' `logits_to_keep=1` cost ~0.7 s more per multi-token bf16 pass here).
-    """
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-        self.config = model.config
-        self._last_row = last_row_head(model)
-
-    def forward(self, **kwargs):
-        kwargs.pop("logits_to_keep", None)
-        if self._last_row is None:
-            return self.model(**kwargs, logits_to_keep=1)
-        decoder, head = self._last_row
-        return CausalLMOutputWithPast(logits=last_logits(head, decoder(**kwargs).last_hidden_state))
 
 
 @dataclass(frozen=True)
@@ -299,9 +188,7 @@ class DraftProposer:
     ) -> None:
         self.runner = TargetModel(draft_model)  # the draft's own KV cache
         self.jump = jump
-        # with a jump, the chain has two sources (counted for bench's per-source table)
-        self.source_stats = {s: {"offered": 0, "accepted": 0} for s in ("draft", "lookup")} if jump else None
-        self._copied = 0  # tokens this step's chain copied from the text (after the draft's own)
+        self.num_passes = 0  # draft passes run, over the proposer's life
         self.settings = settings
         self.vocab_size = vocab_size
         self.length = DraftLength(settings)
@@ -384,7 +271,6 @@ class DraftProposer:
         root = ctx.token_ids[-1]
         limit = min(self.length.begin_step(ctx.sampling.greedy), ctx.max_depth)
         drafts: list[int] = []
-        copied: list[int] = []  # from the text, after the draft's tokens (`jump`)
         rows: list[torch.Tensor] = []
         predicted, passes, steady = 0.0, 0, PassTimes()
         if limit > 0:
@@ -395,6 +281,7 @@ class DraftProposer:
             if fed <= self.settings.max_k + 1:  # a catch-up over skipped steps is no per-token cost
                 steady.add(time.perf_counter() - sync_start)
             passes, chain_prob = 1, 1.0
+            ahead: list[tuple[int, torch.Tensor]] = []  # (copied token, the draft's logits after it), fed
             while True:
                 token, prob, row = self._pick(logits, ctx.sampling)
                 chain_prob *= prob
@@ -406,22 +293,46 @@ class DraftProposer:
                 predicted += chain_prob
                 if row is not None:
                     rows.append(row)
-                if self.jump is not None:
-                    copied = self.jump.after(drafts, ctx.max_depth - len(drafts))
-                if copied or len(drafts) >= limit:
+                if len(drafts) >= limit:
                     break
+                if ahead and ahead[0][0] == token:  # the draft picked the copied token: its pass is done
+                    logits = ahead.pop(0)[1]
+                    self.jump.saved += 1
+                    continue
+                self._drop(len(ahead))
                 pass_start = time.perf_counter()
-                logits = self.runner.append([token])[-1]
-                steady.add(time.perf_counter() - pass_start)
-                self.cached.append(token)
+                logits, ahead = self._feed(token, drafts, limit - len(drafts))
+                if not ahead:
+                    steady.add(time.perf_counter() - pass_start)
                 passes += 1
-        if copied and rows:  # deterministic guesses: point-mass draft rows
-            rows.extend(point_mass_rows(torch.tensor(copied, device=rows[0].device), self.vocab_size).unbind(0))
+            self._drop(len(ahead))
         draft_probs = torch.stack([torch.zeros_like(rows[0]), *rows]) if rows else None  # [n + 1, V]
+        self.num_passes += passes
         self._proposed_at = time.perf_counter()
-        self._copied = len(copied)
         self._step = (len(drafts), predicted, self._proposed_at - start, passes, steady)
-        return DraftTree.chain(root, drafts + copied, draft_probs)
+        return DraftTree.chain(root, drafts, draft_probs)
+
+    def _feed(self, token: int, drafts: list[int], room: int) -> tuple[torch.Tensor, list[tuple[int, torch.Tensor]]]:
+        """One draft pass over `token` and, with `jump`, the text's continuation after it.
+
+        Returns the logits after `token` [V] and, per copied token, (token, the logits after it).
+        """
+        copy = self.jump.after(drafts, room - 1) if self.jump is not None else []
+        if not copy:
+            logits = self.runner.append([token])[-1]
+            self.cached.append(token)
+            return logits, []
+        with self.runner.model.keeping(len(copy) + 1):
+            logits = self.runner.append([token, *copy])  # [1 + c, V]
+        self.cached.extend([token, *copy])
+        self.jump.copies += 1
+        return logits[0], list(zip(copy, logits[1:], strict=True))
+
+    def _drop(self, count: int) -> None:
+        """Forget the last `count` fed tokens (copied tokens the draft did not pick)."""
+        if count:
+            self.runner.trim(len(self.cached) - count)
+            del self.cached[-count:]
 
     def observe(self, result: VerifyResult) -> None:
         self.record(result.num_accepted, first_token=result.tokens[0])
@@ -437,12 +348,4 @@ class DraftProposer:
         verify_s = time.perf_counter() - self._proposed_at  # the engine verifies right after propose
         drafted, predicted, draft_s, passes, steady = self._step
         self._step = (0, 0.0, 0.0, 0, PassTimes())
-        if self.source_stats is not None:
-            for source, offered, accepted in (("draft", drafted, min(num_accepted, drafted)),
-                                              ("lookup", self._copied, max(num_accepted - drafted, 0))):  # fmt: skip
-                self.source_stats[source]["offered"] += offered
-                self.source_stats[source]["accepted"] += accepted
-        if self._copied:  # the schedule learns the draft's own tokens; verification priced at the chain's size
-            tree_size = tree_size or drafted + self._copied + 1
-            num_accepted = min(num_accepted, drafted)
         self.length.update(drafted, num_accepted, predicted, draft_s, passes, verify_s, tree_size, steady)

@@ -1,29 +1,27 @@
-"""Prompt lookup inside a draft model's chain: where the draft agrees with the text, copy the text.
+"""Prompt lookup as a draft model's lookahead: one draft pass over the text's continuation.
 
 Why: a draft model guesses everywhere but pays a pass per token, and on a CPU
-those passes are most of a step (Qwen2.5-Coder-1.5B with its int8 0.5B draft,
-2 cores: ~30 ms per draft pass, ~160 ms per verification); retrieval is free
-and excellent where the output copies the context. LogitSpec's tree puts both
-side by side and pays verification rows for the retrieval branches beside the
-chain (the tree hybrid, `hybrid`). Here retrieval instead *replaces* draft
-passes, inside the one chain: after the draft picks chain token i, the n-gram
-index is asked what follows the context plus the chain before token i; when a
-match of at least `min_ngram` tokens predicts exactly token i, the draft's own
-guess confirms the match, so the chain takes the rest of that match's
-continuation (up to `length` tokens, periodic past the end of the text as in
-LogitSpec) and the draft model stops for this step. The next step's catch-up
-feeds the copied tokens the target accepted to the draft in one pass.
+those passes are a large part of a step (Qwen2.5-Coder-1.5B with its int8 0.5B
+draft, 2 cores: ~30 ms per draft pass beside ~160 ms per verification). Where
+the output copies the context, the draft's next tokens are predictable from the
+text itself. So after the draft picks a chain token, the n-gram index is asked
+what follows the context plus the chain; when a match of at least `min_ngram`
+tokens predicted that very token (the draft's pick confirms the match), the
+draft is fed the token *and* the text's continuation in one pass, which yields
+its logits after each of them. While the draft goes on picking the copied
+tokens, their passes are already done; at the first pick that differs, the
+copied tokens after it leave the draft's cache and drafting goes on as usual.
 
-Invariants:
-- the lookup reads only the context and the chain's tokens so far, so every
-  copied token is a deterministic function of the chain before it: a point-mass
-  draft row when sampling (`sampling.point_mass_rows`), and the
-  speculative-sampling rule stays lossless;
-- whether the chain jumps after token i depends on token i's value, which is
-  allowed (it decides only what is drafted *after* token i), never on what
-  follows;
-- the index holds exactly the context (synced each step, O(new tokens));
-- copied tokens are cut after an end-of-sequence token.
+So the chain is the draft's own: every token is still the draft's pick (its
+argmax, or a draw from its row when sampling), from the same logits (up to the
+last bits of a multi-token pass), with the same stopping rule. Only passes are
+saved, and the speculative-sampling rule needs nothing new. A wrong copy costs
+the extra rows of one pass.
+
+Invariants: the lookup reads only the context and the chain so far; the index
+holds exactly the context (synced each step, O(new tokens)); copies never run
+past the chain's length limit; copied tokens the draft did not pick never stay
+in its cache.
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ MAX_NGRAM = 3  # the index's longest matched suffix (prompt lookup's default)
 
 
 class RetrievalJump:
-    """The n-gram index a draft chain consults after each of its tokens."""
+    """The n-gram index a draft consults after each chain token, and what it saved."""
 
     def __init__(self, min_ngram: int, length: int, eos_token_ids: Sequence[int] = ()) -> None:
         if not 1 <= min_ngram <= MAX_NGRAM:
@@ -49,6 +47,8 @@ class RetrievalJump:
         self.length = length
         self.eos_token_ids = frozenset(eos_token_ids)
         self.index = NGramIndex(MAX_NGRAM, "latest")
+        self.copies = 0  # draft passes that carried copied tokens (over the proposer's life)
+        self.saved = 0  # chain tokens whose draft pass a copy had already made
 
     def begin(self) -> None:
         self.index = NGramIndex(MAX_NGRAM, "latest")
@@ -58,13 +58,13 @@ class RetrievalJump:
         self.index = synced_index(self.index, token_ids)
 
     def after(self, chain: list[int], room: int) -> list[int]:
-        """Tokens to copy after `chain` (the draft's tokens below the root so far), at most `room`.
+        """The text's continuation after `chain` (the chain's tokens below the root so far), at most `room`.
 
         [] unless the match of the context plus chain[:-1] predicts chain[-1].
         """
-        if room <= 0 or not chain:
+        if room <= 0 or not chain or chain[-1] in self.eos_token_ids:
             return []
         continuation, m = continue_match(self.index, chain[:-1], min(self.length, room) + 1)
         if m < self.min_ngram or not continuation or continuation[0] != chain[-1]:
             return []
-        return cut_after_eos(continuation[1:], self.eos_token_ids) if chain[-1] not in self.eos_token_ids else []
+        return cut_after_eos(continuation[1:], self.eos_token_ids)

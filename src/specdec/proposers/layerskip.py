@@ -29,7 +29,7 @@ are skipped and the choice is a short deterministic search on this machine
    that agreement sequence the greedy chain decoding is *simulated exactly* for
    each fixed k, and S is scored by the best tokens-per-cost over k, with cost =
    1 target pass + k draft passes (parameter-count ratio, see
-   `draft.compute_params`) + k verified tokens;
+   `draft_module.compute_params`) + k verified tokens;
 3. score each layer skipped alone, then skip layers cumulatively from the least
    to the most harmful one and keep the best-scoring prefix of that order;
    when no prefix beats plain decoding the skip set is empty and the method
@@ -53,12 +53,8 @@ from transformers import DynamicCache
 from specdec.models import LoadedModel, default_cache_dir
 from specdec.packed import verify_model
 from specdec.proposers.chain_length import ChainSettings
-from specdec.proposers.draft import (
-    LAYER_OVERHEAD_PARAMS,
-    VERIFY_COST_PER_TOKEN,
-    DraftProposer,
-    compute_params,
-)
+from specdec.proposers.draft import VERIFY_COST_PER_TOKEN, DraftProposer
+from specdec.proposers.draft_module import LAYER_OVERHEAD_PARAMS, compute_params
 from specdec.proposers.plain import PlainProposer
 from specdec.target import TargetModel
 
@@ -175,7 +171,7 @@ class LayerSkipConfig:
 
 
 def cost_ratio(model: torch.nn.Module, num_kept: int) -> float:
-    """One draft pass over one target pass, from parameter counts (see draft.compute_params)."""
+    """One draft pass over one target pass, from parameter counts (see draft_module.compute_params)."""
     skipped = model.config.num_hidden_layers - num_kept
     per_layer = sum(p.numel() for p in model.model.layers[0].parameters()) + LAYER_OVERHEAD_PARAMS
     full = compute_params(model)

@@ -31,7 +31,8 @@ Invariants:
 from __future__ import annotations
 
 from specdec.engine import ProposalContext
-from specdec.proposers.draft import DraftProposer, TokenizerMismatchError
+from specdec.proposers.draft import DraftProposer
+from specdec.proposers.draft_module import TokenizerMismatchError
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult

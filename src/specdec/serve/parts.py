@@ -62,7 +62,7 @@ def _draft_needs(config: Any) -> Hashable:
 
 def _draft_prepare(loaded: LoadedModel, config: Any) -> Any:
     from specdec.models import load_model
-    from specdec.proposers.draft import check_same_tokenizer
+    from specdec.proposers.draft_module import check_same_tokenizer
 
     if not config.draft_model:
         raise ValueError(
