@@ -285,7 +285,9 @@ class DraftProposer:
             while True:
                 token, prob, row = self._pick(logits, ctx.sampling)
                 chain_prob *= prob
-                if not self.length.keep_going(chain_prob):
+                # greedy only: when sampling, whether a token joins must not depend on its value
+                done = ctx.sampling.greedy and bool(ahead) and ahead[0][0] == token
+                if not self.length.keep_going(chain_prob, done):
                     if not drafts and ctx.sampling.greedy:
                         self._refused = (token, chain_prob)
                     break

@@ -71,6 +71,7 @@ class HybridConfig:
     when: str = "weak"  # weak: draft only without a strong own-text match; always: every step
     rate: str = "overall"  # the gate values an ask's extra tokens at LogitSpec's own rate: over all steps, or that kind's
     quantize: str = "auto"  # the draft's: none | int8 | auto (int8 for large drafts on CPU; see draft.py)
+    jump: int = 0  # the draft's lookahead over the text's continuation (draft_jump); 0 = off
     cache_dir: str = ""
     costs_dir: str = ""
 
@@ -89,7 +90,7 @@ class HybridConfig:
 
     def draft_config(self) -> DraftConfig:
         return DraftConfig(self.draft_model, k=min(4, self.max_k), max_k=self.max_k, schedule=self.schedule,
-                           cache_dir=self.cache_dir, quantize=self.quantize)  # fmt: skip
+                           cache_dir=self.cache_dir, quantize=self.quantize, jump=self.jump)  # fmt: skip
 
     def build(self, loaded: LoadedModel) -> HybridProposer:
         draft = self.draft_config().build(loaded)
