@@ -285,9 +285,10 @@ class DraftProposer:
             while True:
                 token, prob, row = self._pick(logits, ctx.sampling)
                 chain_prob *= prob
-                # greedy only: when sampling, whether a token joins must not depend on its value
-                done = ctx.sampling.greedy and bool(ahead) and ahead[0][0] == token
-                if not self.length.keep_going(chain_prob, done):
+                # greedy: a pick that follows the text, its next pass made, joins (draft and text agree);
+                # when sampling, whether a token joins must not depend on its value
+                follows = ctx.sampling.greedy and bool(ahead) and ahead[0][0] == token
+                if not follows and not self.length.keep_going(chain_prob):
                     if not drafts and ctx.sampling.greedy:
                         self._refused = (token, chain_prob)
                     break
