@@ -77,12 +77,3 @@ def test_options_are_validated():
             parse_method(f"draft:draft_model=x,{bad}")
     assert parse_method("draft:draft_model=x,jump=2").jump == 2
 
-
-def test_a_token_whose_pass_is_done_costs_only_its_row():
-    """The cost rule's bar for a token the lookahead already ran the draft after: its verification row."""
-    from specdec.proposers.chain_length import ChainSettings, DraftLength
-
-    length = DraftLength(ChainSettings(schedule="cost", cost_per_token=0.5, verify_cost=0.1))
-    length.begin_step(greedy=True)
-    assert length.threshold(pass_done=True) == pytest.approx(length.threshold() * 0.1 / 0.5)
-    assert not length.keep_going(0.3) and length.keep_going(0.3, pass_done=True)

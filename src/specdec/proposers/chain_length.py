@@ -148,20 +148,15 @@ class DraftLength:
     def uses_confidence(self) -> bool:
         return self.settings.adaptive and self.settings.schedule in ("cost", "timed")
 
-    def threshold(self, pass_done: bool = False) -> float:
-        """The calibrated chain probability a drafted token needs (marginal cost x current rate).
-
-        `pass_done`: the draft's pass after this token is already made (a lookahead over copied
-        text, `draft_jump`), so the token costs only its verification row.
-        """
+    def threshold(self) -> float:
+        """The calibrated chain probability a drafted token needs (marginal cost x current rate)."""
         per_token = self.fit.per_token()
         if self.timed and self.pass_seconds is not None and per_token is not None and self.rate_seconds:
             # never below plain decoding's rate (a draft that lowers the rate must not lower its own bar),
             # nor below the rate of the method the draft serves in (the hybrid: LogitSpec's steps too)
             rate = max(self.rate_seconds, self.plain_rate or 0.0, self.rate_floor or 0.0)
-            return ((0.0 if pass_done else self.pass_seconds) + per_token) * rate
-        cost = self.settings.verify_cost if pass_done else self.settings.cost_per_token
-        return cost * (self.rate_units or 1.0)
+            return (self.pass_seconds + per_token) * rate
+        return self.settings.cost_per_token * (self.rate_units or 1.0)
 
     def begin_step(self, greedy: bool) -> int:
         """The most drafts this step (0: draft nothing, skip the draft pass)."""
@@ -178,12 +173,11 @@ class DraftLength:
             return 1
         return 0
 
-    def keep_going(self, chain_prob: float, pass_done: bool = False) -> bool:
-        """Whether the token just picked joins the chain (`pass_done`: greedy only, see `threshold`)."""
+    def keep_going(self, chain_prob: float) -> bool:
         if not self.uses_confidence or self.exploring:
             return True
         calibration = min(max(self.observed / max(self.predicted, 1e-6), 0.2), 5.0)
-        return min(1.0, calibration * chain_prob) >= self.threshold(pass_done)
+        return min(1.0, calibration * chain_prob) >= self.threshold()
 
     def update(
         self,
