@@ -162,35 +162,53 @@ def _repeating_llama(seed: int) -> LlamaForCausalLM:
     return model
 
 
-@pytest.mark.parametrize("prompt,jump", [([3, 5, 7], 0), ([3, 5, 3, 5, 3], 1)], ids=["draft", "jump"])
+def _marginals(model: LlamaForCausalLM, prompt: list[int], vocab: int, length: int) -> torch.Tensor:
+    """[length, V]: the distribution of each of the first `length` tokens sampled after `prompt`.
+
+    Exact, by enumerating every prefix (V ** (length - 1) of them, in lexicographic order).
+    """
+    n = len(prompt)
+    grid = torch.cartesian_prod(*[torch.arange(vocab)] * (length - 1)).reshape(-1, length - 1)
+    probs = model(torch.cat([torch.tensor(prompt).expand(len(grid), n), grid], 1)).logits.softmax(-1)
+    joint = probs[0, n - 1]  # [V] p(tok_0)
+    out = [joint]
+    for j in range(1, length):
+        cond = probs[:: vocab ** (length - 1 - j), n - 1 + j]  # [V^j, V] p(tok_j | each prefix)
+        joint = (joint.reshape(-1, 1) * cond).reshape(-1)  # p(tok_0 .. tok_j), lexicographic
+        out.append(joint.reshape(-1, vocab).sum(0))
+    return torch.stack(out)
+
+
+JUMP_SETTINGS = dict(k=3, max_k=3, schedule="cost", cost_ratio=0.3, jump=1)  # a confidence bar that bites
+
+
+@pytest.mark.parametrize(
+    "prompt,options", [([3, 5, 7], dict(k=2, adaptive=False)), ([3, 5, 3, 5, 3], JUMP_SETTINGS)], ids=["draft", "jump"]
+)
 @torch.inference_mode()
-def test_sampling_is_lossless_in_distribution(prompt, jump):
-    """The two tokens after the first (the first speculative step drafts both) are distributed as the
-    target's own; with `jump` the draft also runs passes over the repetitive prompt's continuation."""
-    vocab, n, runs = 16, len(prompt), 3000
+def test_sampling_is_lossless_in_distribution(prompt, options):
+    """The k tokens after the first (the first speculative step drafts up to k) are distributed as the
+    target's own. With `jump` the draft also runs passes over the repetitive prompt's continuation and
+    picks from passes made ahead, under a length rule that stops on the draft's confidence: whether a
+    pick joins the chain must not depend on its value, even where it follows the text."""
+    vocab, runs, k, jump = 16, 3000, options["k"], options.get("jump", 0)
     make = _repeating_llama if jump else _tiny_llama
     target = LoadedModel(make(0), _word_tokenizer([f"w{i}" for i in range(vocab)]), "tiny")
     engine = Engine(target)
-    settings = DraftConfig(k=2, adaptive=False, jump=jump)
-    counts, copied = torch.zeros(2, vocab), 0
+    settings = DraftConfig(**options)
+    counts, saved = torch.zeros(k, vocab), 0
     for seed in range(runs):
-        config = GenerationConfig(4, SamplingParams(temperature=1.0, seed=seed), ignore_eos=True)
+        config = GenerationConfig(k + 2, SamplingParams(temperature=1.0, seed=seed), ignore_eos=True)
         proposer = settings.build_with(target, make(1))
         tokens = engine.generate(prompt, proposer, config).token_ids
-        copied += proposer.jump.saved if jump else 0
-        counts[0, tokens[1]] += 1
-        counts[1, tokens[2]] += 1
-    grid = torch.cartesian_prod(torch.arange(vocab), torch.arange(vocab))  # every (t1, t2)
-    probs = target.model(torch.cat([torch.tensor(prompt).expand(len(grid), n), grid], 1)).logits.softmax(-1)
-    first = probs[0, n - 1]  # [V] p(t1)
-    second = probs[::vocab, n]  # [V, V] p(t2 | t1)
-    joint = first[:, None] * second  # p(t1, t2)
-    third = (joint[..., None] * probs[:, n + 1].reshape(vocab, vocab, vocab)).sum((0, 1))
-    expected = torch.stack([joint.sum(0), third])
+        saved += proposer.jump.saved if jump else 0
+        for i in range(k):
+            counts[i, tokens[i + 1]] += 1
+    expected = _marginals(target.model, prompt, vocab, k + 1)[1:]
     distance = 0.5 * (counts / runs - expected).abs().sum(-1)
     assert bool((distance < 0.06).all()), distance
-    assert counts[1].max() < runs * 0.9  # not a degenerate distribution
-    assert copied > runs // 10 if jump else True  # passes over copied tokens did serve picks
+    assert counts[-1].max() < runs * 0.9  # not a degenerate distribution
+    assert saved > runs // 10 if jump else True  # picks served by passes made ahead
 
 
 def _word_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
