@@ -34,10 +34,14 @@ Invariants:
 The chain's length (fixed `k`, transformers' heuristic, or the cost-aware
 `cost` / `timed` rules) is decided by `specdec.proposers.chain_length`; which
 module drafts and what its pass costs, by `specdec.proposers.draft_module`.
-With `jump=N` prompt lookup joins the chain (`specdec.proposers.draft_jump`):
-where a match of at least N tokens predicts the draft's own token, the chain
-copies the rest of the match instead of making more draft passes; the length
-schedule then learns from the draft's own tokens only.
+With `jump=N` prompt lookup is the draft's lookahead (`specdec.proposers.draft_jump`):
+where a match of at least N tokens had predicted the draft's own pick, the pick
+and the text's continuation are fed in one draft pass, so while later picks
+follow the text their logits are already made; at the first pick that differs
+the unpicked copies leave the draft's cache. Every chain token is still the
+draft's own pick from its own row, so acceptance is unchanged. Greedy only: a
+pick that follows the text joins the chain whatever the length rule's
+confidence says (when sampling, joining must not depend on the token's value).
 """
 
 from __future__ import annotations
