@@ -274,7 +274,6 @@ class DraftProposer:
         self._refused = None
         root = ctx.token_ids[-1]
         limit = min(self.length.begin_step(ctx.sampling.greedy), ctx.max_depth)
-        reach = self._reach(limit, ctx)
         drafts: list[int] = []
         rows: list[torch.Tensor] = []
         predicted, passes, steady = 0.0, 0, PassTimes()
@@ -293,7 +292,7 @@ class DraftProposer:
                 # greedy: a pick that follows the text, its next pass made, joins (draft and text agree);
                 # when sampling, whether a token joins must not depend on its value
                 follows = ctx.sampling.greedy and bool(ahead) and ahead[0][0] == token
-                if not follows and (len(drafts) >= limit or not self.length.keep_going(chain_prob)):
+                if not follows and not self.length.keep_going(chain_prob):
                     if not drafts and ctx.sampling.greedy:
                         self._refused = (token, chain_prob)
                     break
@@ -301,16 +300,15 @@ class DraftProposer:
                 predicted += chain_prob
                 if row is not None:
                     rows.append(row)
-                made = bool(ahead) and ahead[0][0] == token  # the draft picked the copied token: its pass is done
-                if len(drafts) >= reach or (len(drafts) >= limit and not made):
+                if len(drafts) >= limit:
                     break
-                if made:
+                if ahead and ahead[0][0] == token:  # the draft picked the copied token: its pass is done
                     logits = ahead.pop(0)[1]
                     self.jump.saved += 1
                     continue
                 self._drop(len(ahead))
                 pass_start = time.perf_counter()
-                logits, ahead = self._feed(token, drafts, reach - len(drafts))
+                logits, ahead = self._feed(token, drafts, limit - len(drafts))
                 if not ahead:
                     steady.add(time.perf_counter() - pass_start)
                 passes += 1
@@ -320,18 +318,6 @@ class DraftProposer:
         self._proposed_at = time.perf_counter()
         self._step = (len(drafts), predicted, self._proposed_at - start, passes, steady)
         return DraftTree.chain(root, drafts, draft_probs)
-
-    def _reach(self, limit: int, ctx: ProposalContext) -> int:
-        """The longest chain this step: `limit`, or up to a copy's length past it (greedy, `jump`, a length rule).
-
-        Past `limit` only picks that follow the text join (their draft passes are already made, and
-        draft and text agree there), so the length rule's cap binds the draft's own passes, not them.
-        A fixed `k` or an exploring one-token step keeps its length.
-        """
-        free = self.length.uses_confidence and not self.length.exploring
-        if self.jump is None or not ctx.sampling.greedy or not free or limit == 0:
-            return limit
-        return min(limit + self.jump.length, ctx.max_depth)
 
     def _feed(self, token: int, drafts: list[int], room: int) -> tuple[torch.Tensor, list[tuple[int, torch.Tensor]]]:
         """One draft pass over `token` and, with `jump`, the text's continuation after it.
