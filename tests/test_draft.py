@@ -124,12 +124,12 @@ def test_draft_cache_rollback_equals_fresh_prefill(default_model, small_draft, p
     drafts = tree.token_list[1:]
     # The target keeps the first draft and then disagrees: the draft cache must drop drafts 2..4.
     accepted = [*tokens, drafts[0], (drafts[1] + 1) % 1000]
-    rolled, fed, _ = proposer.sync(accepted)
+    rolled, fed = proposer.sync(accepted)
     assert fed == 1  # the kept first draft is cached: drafts 2.. rolled back, only the replacement fed
     assert proposer.runner.num_cached == len(accepted)
     fresh = DraftProposer(proposer.runner.model, proposer.settings, proposer.vocab_size)
     fresh.begin(accepted[:1])
-    expected, _, _ = fresh.sync(accepted)
+    expected, _ = fresh.sync(accepted)
     assert torch.allclose(rolled, expected, atol=1e-4)
 
 
@@ -139,7 +139,7 @@ def test_context_shorter_than_cache_is_rolled_back(default_model, small_draft, p
     tokens = [*prompts[0], 13]
     tree = proposer.propose(ProposalContext(tokens, torch.zeros(1), len(prompts[0]), SamplingParams(), 10))
     full = [*tokens, *tree.token_list[1:]]  # every draft accepted: the cache lacks only the last one
-    _, fed, _ = proposer.sync(full)
+    _, fed = proposer.sync(full)
     assert fed == 1  # only the last draft, never the whole context again
     assert proposer.runner.num_cached == len(full)
     assert proposer.cached == full

@@ -38,8 +38,7 @@ With `jump=N` prompt lookup is the draft's lookahead (`specdec.proposers.draft_j
 where a match of at least N tokens had predicted the draft's own pick, the pick
 and the text's continuation are fed in one draft pass, so while later picks
 follow the text their logits are already made; at the first pick that differs
-the unpicked copies leave the draft's cache (the step's first pass, which feeds
-the accepted tokens, looks ahead too). Every chain token is still the
+the unpicked copies leave the draft's cache. Every chain token is still the
 draft's own pick from its own row, so acceptance is unchanged. Greedy only: a
 pick that follows the text joins the chain whatever the length rule's
 confidence says (when sampling, joining must not depend on the token's value).
@@ -48,7 +47,6 @@ confidence says (when sampling, joining must not depend on the token's value).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -86,7 +84,6 @@ VERIFY_COST_PER_TOKEN = 0.1
 # 2-core AVX-512 CPU: int8 30 ms, bf16 95 ms, fp32 169 ms.
 INT8_COST_FACTOR = {torch.float32: 0.18, torch.bfloat16: 0.32, torch.float16: 0.32}
 _SEED_MIX = 0x9E3779B97F4A7C15
-Ahead = list[tuple[int, torch.Tensor]]  # (copied token, the draft's logits after it [V]), fed, in order
 
 
 @dataclass(frozen=True)
@@ -216,11 +213,10 @@ class DraftProposer:
             self.cached = list(prompt_ids[:-1])
             self.num_checked = len(self.cached)
 
-    def sync(self, token_ids: list[int], copy: Sequence[int] = ()) -> tuple[torch.Tensor, int, Ahead]:
-        """Roll the draft cache back to the part shared with the context, feed the rest (and `copy` after it).
+    def sync(self, token_ids: list[int]) -> tuple[torch.Tensor, int]:
+        """Roll the draft cache back to the part shared with the context, feed the rest.
 
-        Returns the last context position's logits [V], how many context tokens were fed and, per
-        copied token, (token, the logits after it): the lookahead of `_feed`, for the step's first pick.
+        Returns the last position's logits [V] and how many tokens were fed.
         """
         shared = self.num_checked
         limit = min(len(self.cached), len(token_ids) - 1)  # always feed at least the root
@@ -231,9 +227,10 @@ class DraftProposer:
             self.runner.trim(shared)
             del self.cached[shared:]
         new = token_ids[shared:]
+        logits = self.runner.append(new)[-1]
+        self.cached.extend(new)
         self.num_checked = len(token_ids)
-        logits, ahead = self._append(new, copy)
-        return logits, len(new), ahead
+        return logits, len(new)
 
     def _generator(self, sampling: SamplingParams) -> torch.Generator:
         if self.generator is None:
@@ -283,12 +280,12 @@ class DraftProposer:
         if limit > 0:
             if self.jump is not None:
                 self.jump.sync(ctx.token_ids)
-            copy = self.jump.following(limit - 1) if self.jump is not None else []
             sync_start = time.perf_counter()
-            logits, fed, ahead = self.sync(ctx.token_ids, copy)
-            if fed <= self.settings.max_k + 1 and not copy:  # a catch-up over skipped steps is no per-token cost
+            logits, fed = self.sync(ctx.token_ids)
+            if fed <= self.settings.max_k + 1:  # a catch-up over skipped steps is no per-token cost
                 steady.add(time.perf_counter() - sync_start)
             passes, chain_prob = 1, 1.0
+            ahead: list[tuple[int, torch.Tensor]] = []  # (copied token, the draft's logits after it), fed
             while True:
                 token, prob, row = self._pick(logits, ctx.sampling)
                 chain_prob *= prob
@@ -322,23 +319,19 @@ class DraftProposer:
         self._step = (len(drafts), predicted, self._proposed_at - start, passes, steady)
         return DraftTree.chain(root, drafts, draft_probs)
 
-    def _feed(self, token: int, drafts: list[int], room: int) -> tuple[torch.Tensor, Ahead]:
+    def _feed(self, token: int, drafts: list[int], room: int) -> tuple[torch.Tensor, list[tuple[int, torch.Tensor]]]:
         """One draft pass over `token` and, with `jump`, the text's continuation after it.
 
         Returns the logits after `token` [V] and, per copied token, (token, the logits after it).
         """
         copy = self.jump.after(drafts, room - 1) if self.jump is not None else []
-        return self._append([token], copy)
-
-    def _append(self, new: Sequence[int], copy: Sequence[int]) -> tuple[torch.Tensor, Ahead]:
-        """Feed `new` and then `copy` in one pass: the logits after `new` [V] and, per copied token, the logits after it."""
         if not copy:
-            logits = self.runner.append(new)[-1]
-            self.cached.extend(new)
+            logits = self.runner.append([token])[-1]
+            self.cached.append(token)
             return logits, []
         with self.runner.model.keeping(len(copy) + 1):
-            logits = self.runner.append([*new, *copy])  # [1 + c, V]
-        self.cached.extend([*new, *copy])
+            logits = self.runner.append([token, *copy])  # [1 + c, V]
+        self.cached.extend([token, *copy])
         self.jump.copies += 1
         return logits[0], list(zip(copy, logits[1:], strict=True))
 

@@ -11,8 +11,6 @@ draft is fed the token *and* the text's continuation in one pass, which yields
 its logits after each of them. While the draft goes on picking the copied
 tokens, their passes are already done; at the first pick that differs, the
 copied tokens after it leave the draft's cache and drafting goes on as usual.
-The step's first pass (the accepted tokens fed to the draft) looks ahead the
-same way (`following`): there the target's own last token confirms the match.
 
 So the chain is the draft's own: every token is still the draft's pick (its
 argmax, or a draw from its row when sampling), from the same logits (up to the
@@ -58,20 +56,6 @@ class RetrievalJump:
     def sync(self, token_ids: list[int]) -> None:
         """Index the context's tokens not seen yet (once per step, before `after`)."""
         self.index = synced_index(self.index, token_ids)
-
-    def following(self, room: int) -> list[int]:
-        """The text's continuation after the context itself (at most `room`), for the step's first pick.
-
-        Only where the match, one token longer than `min_ngram` (capped at MAX_NGRAM), takes in the
-        context's last token: the target's own token then confirms the match, as the draft's pick
-        does in `after`.
-        """
-        if room <= 0 or not len(self.index) or self.index.tokens[-1] in self.eos_token_ids:
-            return []
-        continuation, m = continue_match(self.index, [], min(self.length, room))
-        if m < min(self.min_ngram + 1, MAX_NGRAM):
-            return []
-        return cut_after_eos(continuation, self.eos_token_ids)
 
     def after(self, chain: list[int], room: int) -> list[int]:
         """The text's continuation after `chain` (the chain's tokens below the root so far), at most `room`.
