@@ -4,7 +4,8 @@ bf16 on CPU: the packed view's logits must equal the original model's bit for bi
 (prefill, a chain, a tree; SmolLM2 and a tiny Qwen2 whose q/k/v carry biases).
 fp32 with `pack="on"`: not bit-identical (another summation order), so what the
 contract asks is checked instead: every method's greedy output equals plain
-decoding on the same packed engine.
+decoding on the same packed engine. Large bf16 products over fewer than four rows
+run padded to four: rows stay independent of each other and of the padding.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from spec_prompts import plain_outputs, prompts_by_category
 from test_target import tiny_qwen2
 
 from specdec.engine import Engine, GenerationConfig
-from specdec.packed import PackedLinear, can_pack, packed_view, wants_packing
+from specdec.packed import PAD_MIN_WEIGHT, PAD_ROWS, PackedLinear, can_pack, packed_view, wants_packing
 from specdec.proposers import budget, parse_method
 from specdec.target import TargetModel
 
@@ -53,6 +54,27 @@ def test_bf16_packed_view_is_bit_identical(arch, default_model):
     rows = torch.tensor([prompt[:12], prompt[12:24]])  # [2, 12]: the batched engine's padded rows
     with torch.inference_mode():
         assert torch.equal(view(input_ids=rows).logits, model(input_ids=rows).logits)
+
+
+@needs_bf16
+def test_large_bf16_products_over_few_rows_run_padded_and_rows_stay_independent():
+    torch.manual_seed(0)
+    large = torch.nn.Linear(1024, PAD_MIN_WEIGHT // 1024 + 1, bias=True).to(torch.bfloat16)
+    packed = PackedLinear(large)
+    assert packed.min_rows == PAD_ROWS
+    assert PackedLinear(torch.nn.Linear(64, 32).to(torch.bfloat16)).min_rows == 1  # small: not padded
+    assert PackedLinear(torch.nn.Linear(1024, PAD_MIN_WEIGHT // 1024 + 1)).min_rows == 1  # fp32: not padded
+    x = torch.randn(1, 3, 1024, dtype=torch.bfloat16)  # [B, T, in]
+    others = torch.randn(5, 1024, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        for rows in (1, 2, 3):
+            got = packed(x[:, :rows])
+            assert got.shape == (1, rows, large.out_features)
+            # the same rows inside an unpadded product of more rows: the same bits
+            batch = torch.cat([x[0, :rows], others])  # [rows + 5, in]
+            alone = torch.ops.mkldnn._linear_pointwise(batch, packed.packed_weight, packed.bias, "none", [], "")
+            assert torch.equal(got[0], alone[:rows])
+        assert torch.equal(packed(x[:, :2]), large(x[:, :2]))  # two rows: as the unpacked layer
 
 
 def test_the_original_model_is_left_alone(default_model):
