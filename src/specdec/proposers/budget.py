@@ -48,7 +48,7 @@ DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 DEFAULT_REPEATS = 5
 DEFAULT_CONTEXT = 384  # committed tokens in the throwaway cache while timing
 COSTS_SUBDIR = "costs"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: curves timed before packed products were padded (specdec.packed) are stale
 BUSY_CPU_SHARE = 0.85  # see `contended`
 
 
