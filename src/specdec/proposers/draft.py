@@ -42,12 +42,18 @@ the unpicked copies leave the draft's cache. Every chain token is still the
 draft's own pick from its own row, so acceptance is unchanged. Greedy only: a
 pick that follows the text joins the chain whatever the length rule's
 confidence says (when sampling, joining must not depend on the token's value).
+With `fill=N` (greedy only) the chain is verified as a tree of up to N nodes: the
+spare nodes hold the draft's runner-up at chain positions and its picks where the
+chain stopped, as leaves, most likely first (on this CPU a pass over up to six
+tokens costs about what a one-token pass does). A leaf only adds a path the
+target may take; the accepted path is still the target's argmax chain. Drafts
+through text (another tokenizer) hand on their chain only.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -84,6 +90,7 @@ VERIFY_COST_PER_TOKEN = 0.1
 # 2-core AVX-512 CPU: int8 30 ms, bf16 95 ms, fp32 169 ms.
 INT8_COST_FACTOR = {torch.float32: 0.18, torch.bfloat16: 0.32, torch.float16: 0.32}
 _SEED_MIX = 0x9E3779B97F4A7C15
+MAX_FILL = 64
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,7 @@ class DraftConfig:
     text: str = "auto"  # drafts through text (another tokenizer): auto (when they differ) | always | never
     jump: int = 0  # >0: copy the text where a match of >= this many tokens agrees with the draft (draft_jump)
     jump_length: int = 10  # most tokens one jump copies
+    fill: int = 0  # greedy: verify up to this many nodes, spare ones holding the draft's runner-up picks (0 = the chain)
 
     def __post_init__(self) -> None:
         self.chain_settings(0.5)  # validates k, max_k, schedule
@@ -113,6 +121,8 @@ class DraftConfig:
             raise ValueError(f"text must be one of {', '.join(TEXT_CHOICES)} (got {self.text!r})")
         if self.jump:
             RetrievalJump(self.jump, self.jump_length)  # validates both
+        if not 0 <= self.fill <= MAX_FILL:
+            raise ValueError(f"fill must be in [0, {MAX_FILL}] (tree nodes), got {self.fill}")
 
     def chain_settings(self, cost_ratio: float) -> ChainSettings:
         cost = max((self.cost_ratio or cost_ratio) + self.verify_cost, 1e-3)
@@ -140,7 +150,8 @@ class DraftConfig:
             return self.build_with(loaded, draft.model)
         from specdec.proposers.universal import UniversalDraftProposer  # it imports this module
 
-        inner = self.build_with(loaded, draft.model, draft.model.config.vocab_size)
+        # a draft through text hands on its chain's tokens only: no leaves
+        inner = replace(self, fill=0).build_with(loaded, draft.model, draft.model.config.vocab_size)
         return UniversalDraftProposer(inner, draft.tokenizer, loaded.tokenizer)
 
     def build_with(
@@ -173,7 +184,7 @@ class DraftConfig:
         vocab_size = vocab_size or loaded.model.config.vocab_size
         jump = RetrievalJump(self.jump, self.jump_length, loaded.eos_token_ids) if self.jump else None
         settings = self.chain_settings(prepared.cost_ratio)
-        return DraftProposer(LastLogitsOnly(prepared.module), settings, vocab_size, jump)
+        return DraftProposer(LastLogitsOnly(prepared.module), settings, vocab_size, jump, self.fill)
 
 
 @dataclass(frozen=True)
@@ -188,10 +199,20 @@ class DraftProposer:
     """Drafts a chain with any causal LM (a separate draft model or a layer-skipping view)."""
 
     def __init__(
-        self, draft_model: torch.nn.Module, settings: ChainSettings, vocab_size: int, jump: RetrievalJump | None = None
+        self,
+        draft_model: torch.nn.Module,
+        settings: ChainSettings,
+        vocab_size: int,
+        jump: RetrievalJump | None = None,
+        fill: int = 0,
     ) -> None:
         self.runner = TargetModel(draft_model)  # the draft's own KV cache
         self.jump = jump
+        self.fill = fill
+        self._leaves: list[tuple[float, int, int]] = []  # greedy fill candidates: (gain, parent node, token)
+        self._runner_up = (0, 0.0)  # greedy fill: the last pick's runner-up token and its probability
+        self._chain_nodes = 0  # nodes of this step's chain (root included); later nodes are leaves
+        self.num_leaves_accepted = 0  # steps whose accepted path ended in a `fill` leaf (proposer's life)
         self.num_passes = 0  # draft passes run, over the proposer's life
         self.settings = settings
         self.vocab_size = vocab_size
@@ -251,6 +272,10 @@ class DraftProposer:
         """
         logits = self._fit_vocab(logits)
         if sampling.greedy:
+            if self.fill:
+                probs, tokens = torch.softmax(logits.float(), -1).topk(2)
+                self._runner_up = (int(tokens[1]), float(probs[1]))
+                return int(tokens[0]), float(probs[0]), None
             token = int(logits.argmax())
             if not self.length.uses_confidence:
                 return token, 1.0, None
@@ -286,8 +311,11 @@ class DraftProposer:
                 steady.add(time.perf_counter() - sync_start)
             passes, chain_prob = 1, 1.0
             ahead: list[tuple[int, torch.Tensor]] = []  # (copied token, the draft's logits after it), fed
+            self._leaves = []
             while True:
                 token, prob, row = self._pick(logits, ctx.sampling)
+                if self.fill and ctx.sampling.greedy:  # below the chain's last node: its runner-up
+                    self._leaves.append((chain_prob * self._runner_up[1], len(drafts), self._runner_up[0]))
                 chain_prob *= prob
                 # greedy: a pick that follows the text, its next pass made, joins (draft and text agree);
                 # when sampling, whether a token joins must not depend on its value
@@ -295,6 +323,8 @@ class DraftProposer:
                 if not follows and not self.length.keep_going(chain_prob):
                     if not drafts and ctx.sampling.greedy:
                         self._refused = (token, chain_prob)
+                    if self.fill and ctx.sampling.greedy:  # the pick the stop rule refused
+                        self._leaves.append((chain_prob, len(drafts), token))
                     break
                 drafts.append(token)
                 predicted += chain_prob
@@ -317,7 +347,23 @@ class DraftProposer:
         self.num_passes += passes
         self._proposed_at = time.perf_counter()
         self._step = (len(drafts), predicted, self._proposed_at - start, passes, steady)
-        return DraftTree.chain(root, drafts, draft_probs)
+        self._chain_nodes = 1 + len(drafts)
+        if not (self.fill and ctx.sampling.greedy and limit > 0):
+            return DraftTree.chain(root, drafts, draft_probs)
+        return self._filled(root, drafts)
+
+    def _filled(self, root: int, drafts: list[int]) -> DraftTree:
+        """The chain plus its likeliest leaves, up to `fill` nodes (greedy; a leaf never repeats its sibling)."""
+        room = self.fill - 1 - len(drafts)
+        chain = [root, *drafts]
+        leaves = [
+            (parent, token)
+            for _, parent, token in sorted(self._leaves, reverse=True)
+            if parent + 1 >= len(chain) or chain[parent + 1] != token
+        ][: max(room, 0)]
+        tokens = torch.tensor([*chain, *(token for _, token in leaves)], dtype=torch.int64)
+        parents = torch.tensor([*range(-1, len(drafts)), *(parent for parent, _ in leaves)], dtype=torch.int64)
+        return DraftTree(tokens, parents)
 
     def _feed(self, token: int, drafts: list[int], room: int) -> tuple[torch.Tensor, list[tuple[int, torch.Tensor]]]:
         """One draft pass over `token` and, with `jump`, the text's continuation after it.
@@ -342,7 +388,10 @@ class DraftProposer:
             del self.cached[-count:]
 
     def observe(self, result: VerifyResult) -> None:
-        self.record(result.num_accepted, first_token=result.tokens[0])
+        chain_accepted = sum(1 for node in result.path[1:] if node < self._chain_nodes)  # leaves left out
+        self.num_leaves_accepted += result.path[-1] >= self._chain_nodes
+        size = int(result.tree.tokens.shape[0])
+        self.record(chain_accepted, tree_size=size if size > self._chain_nodes else 0, first_token=result.tokens[0])
 
     def record(self, num_accepted: int, tree_size: int = 0, first_token: int | None = None) -> None:
         """Teach the length schedule how many of this step's drafts were accepted (right after verifying).
