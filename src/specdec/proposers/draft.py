@@ -274,8 +274,9 @@ class DraftProposer:
         if sampling.greedy:
             if self.fill:
                 probs, tokens = torch.softmax(logits.float(), -1).topk(2)
-                self._runner_up = (int(tokens[1]), float(probs[1]))
-                return int(tokens[0]), float(probs[0]), None
+                (prob, runner_prob), (token, runner) = probs.tolist(), tokens.tolist()
+                self._runner_up = (runner, runner_prob)
+                return token, prob, None
             token = int(logits.argmax())
             if not self.length.uses_confidence:
                 return token, 1.0, None
@@ -353,15 +354,14 @@ class DraftProposer:
         return self._filled(root, drafts)
 
     def _filled(self, root: int, drafts: list[int]) -> DraftTree:
-        """The chain plus its likeliest leaves, up to `fill` nodes (greedy; a leaf never repeats its sibling)."""
-        room = self.fill - 1 - len(drafts)
-        chain = [root, *drafts]
-        leaves = [
-            (parent, token)
-            for _, parent, token in sorted(self._leaves, reverse=True)
-            if parent + 1 >= len(chain) or chain[parent + 1] != token
-        ][: max(room, 0)]
-        tokens = torch.tensor([*chain, *(token for _, token in leaves)], dtype=torch.int64)
+        """The chain plus its likeliest leaves, up to `fill` nodes (greedy).
+
+        A leaf never repeats its sibling: a runner-up is the second of the row whose first is the
+        chain's token, and the refused pick has no chain sibling.
+        """
+        room = max(self.fill - 1 - len(drafts), 0)
+        leaves = [(parent, token) for _, parent, token in sorted(self._leaves, reverse=True)[:room]]
+        tokens = torch.tensor([root, *drafts, *(token for _, token in leaves)], dtype=torch.int64)
         parents = torch.tensor([*range(-1, len(drafts)), *(parent for parent, _ in leaves)], dtype=torch.int64)
         return DraftTree(tokens, parents)
 
@@ -388,8 +388,9 @@ class DraftProposer:
             del self.cached[-count:]
 
     def observe(self, result: VerifyResult) -> None:
-        chain_accepted = sum(1 for node in result.path[1:] if node < self._chain_nodes)  # leaves left out
-        self.num_leaves_accepted += result.path[-1] >= self._chain_nodes
+        leaf = result.path[-1] >= self._chain_nodes  # a leaf has no children: only the path's end can be one
+        chain_accepted = result.num_accepted - leaf
+        self.num_leaves_accepted += leaf
         size = int(result.tree.tokens.shape[0])
         self.record(chain_accepted, tree_size=size if size > self._chain_nodes else 0, first_token=result.tokens[0])
 
