@@ -188,6 +188,7 @@ class LogitSpecProposer:
         self.feed = SessionFeed(self.sources.session) if self.sources.session is not None else None
         self.source_stats: dict[str, dict[str, int]] = {s: {"offered": 0, "accepted": 0} for s in SOURCES}
         self.floor_held: bool | None = None  # last step: floor kept (True), declined (False), none (None)
+        self.last_pool: NodePool | None = None  # last step's candidate nodes, planned or not (for analysis)
         self._last: Step | None = None
         self._heat = 0  # draft tokens accepted at the previous step, capped at MAX_HEAT
         self._first_step = True
@@ -211,7 +212,7 @@ class LogitSpecProposer:
         if self.sources.recycle is not None and self._first_step:
             prefill_row(self.sources.recycle, tokens, ctx.last_logits)
         self._first_step = False
-        self._last, self.floor_held = None, None
+        self._last, self.floor_held, self.last_pool = None, None, None
         if ctx.max_depth <= 0 or config.budget == 1:
             return DraftTree.chain(tokens[-1])
         if not config.adaptive:
@@ -243,7 +244,7 @@ class LogitSpecProposer:
         self._add_other_sources(pool, step, ctx, ran_out)
         chosen = pool.plan(self.costs, config.budget, floor, MIN_NODE_PROB, config.min_gain)
         tree, step.sources = pool.tree(chosen)
-        self._last = step
+        self._last, self.last_pool = step, pool
         return tree
 
     def _add_floor(self, pool: NodePool, step: Step) -> list[int]:
