@@ -112,7 +112,7 @@ def test_datastore_only_without_an_own_match():
 
 
 def test_source_options_are_validated_and_the_datastore_is_server_side():
-    for bad in ("logitspec:adaptive=false,recycle=true", "logitspec:adaptive=false,session=true"):
+    for bad in ("logitspec:adaptive=false,third=true", "logitspec:adaptive=false,session=true"):
         with pytest.raises(MethodError):
             parse_method(bad)
     with pytest.raises(DatastoreError):
@@ -148,6 +148,16 @@ def fresh(default_model, method: str) -> LogitSpecProposer:
         config.open_datastore(default_model),
     )
     return LogitSpecProposer(config, CPU_COSTS, default_model.eos_token_ids, sources)
+
+
+def test_recycle_is_on_by_default_and_off_in_the_paper_mode(default_model):
+    def recycle_of(method: str):
+        return parse_method(method).assemble(default_model, CPU_COSTS, None).sources.recycle
+
+    assert isinstance(recycle_of("logitspec"), RecycleTable)
+    assert recycle_of("logitspec:recycle=false") is None
+    assert recycle_of("logitspec:adaptive=false") is None  # the paper's tree has no other sources
+    assert recycle_of("logitspec:adaptive=false,recycle=true") is None
 
 
 @pytest.mark.parametrize("source", ["recycle", "session", "datastore"])

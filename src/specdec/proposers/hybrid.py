@@ -86,7 +86,8 @@ class HybridConfig:
         self.draft_config()
 
     def logitspec_config(self) -> LogitSpecConfig:
-        return LogitSpecConfig(k=self.k, budget=self.budget, costs_dir=self.costs_dir)
+        # recycle off: the hybrid's tree and multi-draft rule were built and measured without it
+        return LogitSpecConfig(k=self.k, budget=self.budget, recycle=False, costs_dir=self.costs_dir)
 
     def draft_config(self) -> DraftConfig:
         return DraftConfig(self.draft_model, k=min(4, self.max_k), max_k=self.max_k, schedule=self.schedule,
