@@ -160,6 +160,18 @@ def test_recycle_is_on_by_default_and_off_in_the_paper_mode(default_model):
     assert recycle_of("logitspec:adaptive=false,recycle=true") is None
 
 
+def test_recycled_drafts_only_when_greedy(engine, default_model, prompts):
+    """The table outlives requests: sampled trees must not depend on it, or a seed stops reproducing."""
+    proposer = fresh(default_model, "logitspec")
+    sampled = GenerationConfig(max_new_tokens=NEW_TOKENS, sampling=SamplingParams(temperature=0.9, seed=3))
+    for ids in prompts.values():
+        engine.generate(ids, proposer, sampled)
+    assert proposer.source_stats["recycle"]["offered"] == 0
+    for ids in prompts.values():
+        engine.generate(ids, proposer, GenerationConfig(max_new_tokens=NEW_TOKENS))
+    assert proposer.source_stats["recycle"]["offered"] > 0  # the same table, now greedy
+
+
 @pytest.mark.parametrize("source", ["recycle", "session", "datastore"])
 def test_greedy_is_token_identical_to_plain(engine, default_model, prompts, plain_greedy, stdlib_store, source):
     option = f"datastore={stdlib_store}" if source == "datastore" else f"{source}=true"

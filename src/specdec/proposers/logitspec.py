@@ -41,7 +41,8 @@ ran out and supplies branches where the context has no match of two or more
 tokens; `session`: earlier requests on the same loaded model (the request's own
 text ranks first); `datastore=DIR`: an on-disk corpus, consulted where the
 context has no such match (server-side only; sources: logitspec_sources.py).
-`recycle` is on by default: on Spec-Bench questions the benchmarks do not report
+`recycle` is on by default (its drafts are used when greedy only: see
+`_add_other_sources`): on Spec-Bench questions the benchmarks do not report
 (11-15 and 16-20 of each category, bf16) it raised SmolLM2's tokens per step by
 11% and 15% and its tokens/s by 6% and 9%, each step ~5% dearer. The others are off (each costs work per step; whether
 it pays is for the benchmark to show: `source_stats`, bench's per-source table).
@@ -322,7 +323,10 @@ class LogitSpecProposer:
             prefix = (source, m, step.heat)
             step.chains.append((prefix, branch))
             pool.add(ROOT, branch, self._chain(prefix, len(branch)), source)
-        if self.sources.recycle is not None:
+        # Recycled drafts only when greedy: the table is shared across requests, and a sampled
+        # request's tokens depend on its trees (which random draws are used), so a seed would
+        # no longer reproduce an output once other requests had changed the table.
+        if self.sources.recycle is not None and ctx.sampling.greedy:
             anchors = ran_out if own_match else [ROOT, *ran_out]
             rows = add_recycled(
                 pool, self.sources.recycle, anchors, self.stats.rate, self.config.budget, MIN_NODE_PROB,
