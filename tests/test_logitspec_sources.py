@@ -161,12 +161,15 @@ def test_recycle_is_on_by_default_and_off_in_the_paper_mode(default_model):
 
 
 def test_recycled_drafts_only_when_greedy(engine, default_model, prompts):
-    """The table outlives requests: sampled trees must not depend on it, or a seed stops reproducing."""
+    """The table outlives requests: sampled trees must not depend on it, or a seed stops reproducing;
+    sampled requests do not feed it either (work no request of theirs would use)."""
     proposer = fresh(default_model, "logitspec")
     sampled = GenerationConfig(max_new_tokens=NEW_TOKENS, sampling=SamplingParams(temperature=0.9, seed=3))
+    seen: set[int] = set()
     for ids in prompts.values():
-        engine.generate(ids, proposer, sampled)
+        seen.update(ids, engine.generate(ids, proposer, sampled).token_ids)
     assert proposer.source_stats["recycle"]["offered"] == 0
+    assert not any(proposer.sources.recycle.successors(t) for t in seen)  # not fed either
     for ids in prompts.values():
         engine.generate(ids, proposer, GenerationConfig(max_new_tokens=NEW_TOKENS))
     assert proposer.source_stats["recycle"]["offered"] > 0  # the same table, now greedy
