@@ -41,10 +41,11 @@ ran out and supplies branches where the context has no match of two or more
 tokens; `session`: earlier requests on the same loaded model (the request's own
 text ranks first); `datastore=DIR`: an on-disk corpus, consulted where the
 context has no such match (server-side only; sources: logitspec_sources.py).
-`recycle` is on by default (for greedy requests only: see `propose`): on Spec-Bench questions the benchmarks do not report
-(11-15 and 16-20 of each category, bf16) it raised SmolLM2's tokens per step by
-11% and 15% and its tokens/s by 6% and 9%, each step ~5% dearer. The others are off (each costs work per step; whether
-it pays is for the benchmark to show: `source_stats`, bench's per-source table).
+`recycle` is on by default (for greedy requests only: see `propose`): on Spec-Bench
+questions the benchmarks do not report (11-15 and 16-20 of each category, bf16) it
+raised SmolLM2's tokens per step by 11% and 15% and its tokens/s by 6% and 9%, each
+step ~5% dearer. The others are off (each costs work per step; whether it pays is
+for the benchmark to show: `source_stats`, bench's per-source table).
 
 `source_stats` counts, over the proposer's lifetime, the nodes each source
 offered and how many of them were accepted (sources: see
