@@ -6,10 +6,9 @@ different text. Here the target runs once: one greedy generation per prompt and
 one teacher-forced pass that keeps the top-64 logits at every output position.
 Then any number of proposer variants replay that same text step by step:
 acceptance is computed exactly (the longest tree path that matches the output),
-and speed is modelled as plain decoding's one-token passes over the sum of
-cost(tree size), each pass priced at its context length with the forward-pass
-cost model measured on this machine (`budget.CostModel`), plus a fixed per-step
-overhead.
+and speed is modelled as plain steps x cost(1) over the sum of cost(tree size),
+with the forward-pass cost curve measured on this machine (`budget.CostModel`)
+plus a fixed per-step overhead.
 
 Only proposers that need nothing but the context and the last logits can be
 replayed (`plain`, `pld`, `logitspec`): drafts from a model would need that
@@ -19,9 +18,7 @@ model's passes. The replay sees the top-64 logits only, so `k` above 64 acts as 
     .venv/bin/python benchmarks/replay.py run /tmp/replay.pt pld logitspec logitspec:min_gain=0
     .venv/bin/python benchmarks/replay.py run /tmp/replay.pt oracle/logitspec:adaptive=false,budget=256
 
-`--costs 1:35,64:36` replaces the measured curve by a what-if one (planners plan with it);
-`--costs-file` by a cached cost model (one measured per context after the data
-was collected); `--plan-flat` lets planners see its first context's curve only.
+`--costs 1:35,64:36` replaces the measured curve by a what-if one (planners plan with it).
 A method prefixed `oracle/` is priced as if only its accepted path were verified:
 the ceiling of any planner choosing among that method's drafts.
 """
@@ -34,7 +31,6 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -73,7 +69,7 @@ def collect(args: argparse.Namespace) -> None:
         records.append({"category": q.category, "prompt": ids, "output": out.token_ids,
                         "top_ids": top.indices.cpu(), "top_logits": top.values.cpu()})
     torch.save({"vocab_size": loaded.model.config.vocab_size, "eos": list(loaded.eos_token_ids),
-                "max_new_tokens": args.max_new_tokens, "costs": (costs.sizes, costs.seconds, costs.contexts, costs.longer),
+                "max_new_tokens": args.max_new_tokens, "costs": (costs.sizes, costs.seconds),
                 "records": records}, args.out)
     print(json.dumps({"written": args.out, "prompts": len(records)}))
 
@@ -89,19 +85,10 @@ def pick(questions: list, skip: int, per_category: int) -> list:
     return kept
 
 
-def cost_model(costs: tuple | list) -> CostModel:
-    """A CostModel from replay data: (sizes, seconds), or with (contexts, longer rows) after them."""
-    sizes, seconds, *by_context = costs
-    if not by_context:
-        return CostModel(tuple(sizes), tuple(seconds))
-    contexts, longer = by_context
-    return CostModel(tuple(sizes), tuple(seconds), tuple(contexts), tuple(map(tuple, longer)))
-
-
 def build(method: str, data: dict):
     config = parse_method(method)
     if isinstance(config, LogitSpecConfig):
-        costs = cost_model(data["costs"]) if config.adaptive else None
+        costs = CostModel(*map(tuple, data["costs"])) if config.adaptive else None
         return LogitSpecProposer(config, costs, tuple(data["eos"]))
     return config.build(SimpleNamespace(eos_token_ids=tuple(data["eos"])))
 
@@ -143,13 +130,12 @@ class Tally:
     tokens: int = 0  # emitted after each prompt's first token
     steps: int = 0
     seconds: float = 0.0  # modelled
-    plain_seconds: float = 0.0  # modelled plain decoding of the same tokens (one-token passes, same contexts)
     nodes: int = 0  # verified tree nodes
     pool_tokens: int = 0  # draft tokens the step's whole candidate pool held (LogitSpec only)
     missed_needs: list[int] = field(default_factory=list)  # steps the plan fell short of its pool: nodes needed
 
     def add(self, other: Tally) -> None:
-        for name in ("tokens", "steps", "seconds", "plain_seconds", "nodes", "pool_tokens"):
+        for name in ("tokens", "steps", "seconds", "nodes", "pool_tokens"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.missed_needs += other.missed_needs
 
@@ -180,16 +166,14 @@ def replay(record: dict, proposer, data: dict, cost, oracle: bool = False) -> Ta
         proposer.observe(VerifyResult(emitted, path, dummy, tree))
         out.steps += 1
         out.nodes += tree.num_nodes
-        context = len(prompt) + t  # tokens cached before this step's pass
-        out.seconds += cost(len(path) if oracle else tree.num_nodes, context) + STEP_OVERHEAD_S
-        out.plain_seconds += len(emitted) * (cost(1, context) + STEP_OVERHEAD_S)
+        out.seconds += cost(len(path) if oracle else tree.num_nodes) + STEP_OVERHEAD_S
         t += len(emitted)
     return out
 
 
-def summary(tally: Tally) -> dict:
+def summary(tally: Tally, plain_step: float) -> dict:
     steps = max(tally.steps, 1)
-    row = {"mat": tally.tokens / steps, "modelled_speedup": tally.plain_seconds / max(tally.seconds, 1e-9),
+    row = {"mat": tally.tokens / steps, "modelled_speedup": tally.tokens * plain_step / max(tally.seconds, 1e-9),
            "nodes_per_step": tally.nodes / steps}
     if tally.pool_tokens:
         needs = sorted(tally.missed_needs) or [0]
@@ -203,25 +187,19 @@ def run(args: argparse.Namespace) -> None:
     if args.costs:  # a what-if curve (e.g. a GPU's, flat to 64 nodes): planners plan with it, steps priced by it
         pairs = [item.split(":") for item in args.costs.split(",")]
         data["costs"] = ([int(n) for n, _ in pairs], [float(ms) / 1000 for _, ms in pairs])
-    if (
-        args.costs_file
-    ):  # a cost model cached by specdec (e.g. measured per context after the data was collected)
-        saved = json.loads(Path(args.costs_file).read_text())
-        rows = saved["seconds"]
-        data["costs"] = (saved["sizes"], rows[0], saved["contexts"], rows[1:])
-    cost = cost_model(data["costs"]).cost
+    cost = CostModel(*map(tuple, data["costs"])).cost
+    plain_step = cost(1) + STEP_OVERHEAD_S
     report = {}
     for method in args.methods:
         start = time.perf_counter()
         totals: dict[str, Tally] = defaultdict(Tally)
         oracle = method.startswith(ORACLE)
-        plans_with = {**data, "costs": data["costs"][:2]} if args.plan_flat else data  # [:2]: first context
-        proposer = build(method.removeprefix(ORACLE), plans_with)
+        proposer = build(method.removeprefix(ORACLE), data)
         for record in data["records"]:
             tally = replay(record, proposer, data, cost, oracle)
             for key in (record["category"], "overall"):
                 totals[key].add(tally)
-        report[method] = {key: summary(tally) for key, tally in totals.items()}
+        report[method] = {key: summary(tally, plain_step) for key, tally in totals.items()}
         o = report[method]["overall"]
         pool = (f"  pool MAT {o['pool_mat']:.3f} (plan short of it on {o['short_steps']:.0%} of steps,"
                 f" median {o['short_nodes_needed_median']} nodes to hold it)" if "pool_mat" in o else "")
@@ -244,14 +222,6 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("data")
     r.add_argument("methods", nargs="+")
     r.add_argument("--costs", default="", help="what-if cost curve, nodes:ms pairs (e.g. 1:35,64:36)")
-    r.add_argument(
-        "--costs-file", default="", help="a cost model cached by specdec (~/.cache/specdec/costs/*.json)"
-    )
-    r.add_argument(
-        "--plan-flat",
-        action="store_true",
-        help="planners see the first context's curve only (steps are still priced per context)",
-    )
     args = parser.parse_args(argv)
     collect(args) if args.command == "collect" else run(args)
     return 0

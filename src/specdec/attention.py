@@ -118,7 +118,7 @@ def _timed_pass(target, tokens: torch.Tensor, parents: torch.Tensor) -> float:
 def plan_file(loaded: LoadedModel, folder: Path | None = None) -> tuple[Path, dict]:
     from specdec.proposers.budget import cost_file, cost_key
 
-    key = {**cost_key(loaded, SIZES, CONTEXTS), "kind": "attention"}
+    key = {**cost_key(loaded, SIZES, max(CONTEXTS)), "contexts": list(CONTEXTS), "kind": "attention"}
     return cost_file(folder or default_cache_dir() / SUBDIR, key), key
 
 

@@ -7,12 +7,9 @@ size depends on the forward-pass cost curve of the model on the machine at hand
 *and* on how often the drafts are actually accepted, so both are measured:
 
 - `CostModel`: seconds per target forward pass as a function of the number of
-  tree nodes and of the tokens already cached (each node attends to all of them:
-  on the 2-core AVX-512 machine, bf16, 12 nodes cost 1.07x one node at 384 tokens
-  of context but 1.25x at 1,024 and 1.42x at 2,048), measured once per (model,
-  dtype, device, machine, threads, torch version) on a throwaway `TargetModel`
-  (its own KV cache: the generation's cache is never touched) at a few context
-  lengths and cached as JSON under `~/.cache/specdec/costs/`;
+  tree nodes, measured once per (model, dtype, device, machine, threads, torch
+  version) on a throwaway `TargetModel` (its own KV cache: the generation's
+  cache is never touched) and cached as JSON under `~/.cache/specdec/costs/`;
   a curve timed while other work took CPU time from ours (the process got under
   85% of the CPU time its threads could use) serves its own run but is not
   cached, so one noisy moment does not make every later run timid;
@@ -23,9 +20,8 @@ size depends on the forward-pass cost curve of the model on the machine at hand
   product of conditional rates down its branch), pick the node set that
   maximises expected tokens per second, (1 + sum of probabilities) / cost(size).
 
-Invariants: costs are non-decreasing in the tree size and in the context length
-(fastest timings, then running maxima, so noise never makes a bigger tree or a
-longer context look cheaper); `plan_tree` only
+Invariants: costs are non-decreasing in the tree size (fastest timings, then a
+running maximum, so noise never makes a bigger tree look cheaper); `plan_tree` only
 returns per-branch prefixes (a node is never chosen without its parent) and
 falls back to the root alone unless a tree beats it by `min_gain`. Per step it
 costs one sort of at most a few hundred floats: no tensors, no vocabulary loops.
@@ -36,7 +32,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -45,80 +40,48 @@ from pathlib import Path
 
 import torch
 
-from specdec.attention import AttentionPlan, load_or_measure_plan
 from specdec.models import LoadedModel, default_cache_dir, machine_fingerprint
 from specdec.packed import verify_model
 from specdec.target import TargetModel
 
 DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 DEFAULT_REPEATS = 5
-DEFAULT_CONTEXT = 384  # committed tokens in the throwaway cache while timing a one-context curve
-DEFAULT_CONTEXTS = (DEFAULT_CONTEXT, 1024, 2048)  # Spec-Bench prompts run from ~50 to ~1,200 tokens
+DEFAULT_CONTEXT = 384  # committed tokens in the throwaway cache while timing
 COSTS_SUBDIR = "costs"
-FORMAT_VERSION = 4  # 4: curves per context length; 3: before packed products were padded (specdec.packed)
+FORMAT_VERSION = 3  # 3: curves timed before packed products were padded (specdec.packed) are stale
 BUSY_CPU_SHARE = 0.85  # see `contended`
 
 
 @dataclass(frozen=True)
 class CostModel:
-    """Forward-pass seconds at a few tree sizes and context lengths.
-
-    seconds[j]: a pass of sizes[j] nodes over contexts[0] cached tokens; longer[i][j]:
-    the same over contexts[i + 1]. Piecewise-linear in between, flat below the first
-    size or context, linear beyond the last (a pass's attention work grows linearly
-    in both). A one-context model (the default) ignores the context asked for.
-    """
+    """Forward-pass seconds at a few tree sizes; piecewise-linear in between, linear beyond."""
 
     sizes: tuple[int, ...]
     seconds: tuple[float, ...]
-    contexts: tuple[int, ...] = (DEFAULT_CONTEXT,)
-    longer: tuple[tuple[float, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.sizes or len(self.sizes) != len(self.seconds):
             raise ValueError("a cost model needs as many timings as sizes, at least one")
-        _check_grid("sizes", self.sizes)
-        _check_grid("contexts", self.contexts)
-        if len(self.longer) != len(self.contexts) - 1 or any(
-            len(row) != len(self.sizes) for row in self.longer
-        ):
-            raise ValueError("a cost model needs one row of timings per context, as long as its sizes")
-        if any(not s > 0 for row in self.rows for s in row):
-            raise ValueError(f"timings must be positive, got {self.rows}")
+        if list(self.sizes) != sorted(set(self.sizes)) or self.sizes[0] < 1:
+            raise ValueError(f"sizes must be strictly increasing positive ints, got {self.sizes}")
+        if any(not s > 0 for s in self.seconds):
+            raise ValueError(f"timings must be positive, got {self.seconds}")
 
-    @property
-    def rows(self) -> tuple[tuple[float, ...], ...]:
-        """Timings per context, contexts[0] first."""
-        return (self.seconds, *self.longer)
+    def cost(self, num_nodes: int) -> float:
+        sizes, secs = self.sizes, self.seconds
+        if len(sizes) == 1 or num_nodes <= sizes[0]:
+            return secs[0]
+        for i in range(1, len(sizes)):
+            if num_nodes <= sizes[i]:
+                return _line(sizes[i - 1], secs[i - 1], sizes[i], secs[i], num_nodes)
+        return _line(sizes[-2], secs[-2], sizes[-1], secs[-1], num_nodes)
 
-    def cost(self, num_nodes: int, context: int | None = None) -> float:
-        """Seconds for a `num_nodes` pass over `context` cached tokens (None: the first context's curve)."""
-        if context is None or len(self.contexts) == 1:
-            return _interpolate(self.sizes, self.seconds, num_nodes)
-        by_context = [_interpolate(self.sizes, row, num_nodes) for row in self.rows]
-        return _interpolate(self.contexts, by_context, context)
-
-    def table(self, max_nodes: int, context: int | None = None) -> list[float]:
-        """[cost(0) = 0, cost(1), ..., cost(max_nodes)] over `context` cached tokens, non-decreasing."""
+    def table(self, max_nodes: int) -> list[float]:
+        """[cost(0) = 0, cost(1), ..., cost(max_nodes)], non-decreasing."""
         out = [0.0]
         for n in range(1, max_nodes + 1):
-            out.append(max(out[-1], self.cost(n, context)))
+            out.append(max(out[-1], self.cost(n)))
         return out
-
-
-def _check_grid(name: str, values: tuple[int, ...]) -> None:
-    if not values or list(values) != sorted(set(values)) or values[0] < 1:
-        raise ValueError(f"{name} must be strictly increasing positive ints, got {values}")
-
-
-def _interpolate(xs: Sequence[int], ys: Sequence[float], x: int) -> float:
-    """ys at x: flat below xs[0], piecewise-linear in between, linear beyond xs[-1]."""
-    if len(xs) == 1 or x <= xs[0]:
-        return ys[0]
-    for i in range(1, len(xs)):
-        if x <= xs[i]:
-            return _line(xs[i - 1], ys[i - 1], xs[i], ys[i], x)
-    return _line(xs[-2], ys[-2], xs[-1], ys[-1], x)
 
 
 def _line(x0: int, y0: float, x1: int, y1: float, x: int) -> float:
@@ -135,63 +98,29 @@ def measure_costs(
     model: torch.nn.Module,
     sizes: Sequence[int] = DEFAULT_SIZES,
     repeats: int = DEFAULT_REPEATS,
-    contexts: Sequence[int] = DEFAULT_CONTEXTS,
-    attention: AttentionPlan | None = None,
+    context_len: int = DEFAULT_CONTEXT,
 ) -> CostModel:
-    """Fastest of `repeats` timings of `TargetModel.forward_tree` per tree size and context, on a cache of its own.
-
-    attention: the attention implementation per pass shape, as the engine will run it (None: the model's own).
-    """
-    return _measure(model, sizes, repeats, contexts, attention)[0]
+    """Fastest of `repeats` timings of `TargetModel.forward_tree` per tree size, on a cache of its own."""
+    return _measure(model, sizes, repeats, context_len)[0]
 
 
 def _measure(
-    model: torch.nn.Module,
-    sizes: Sequence[int],
-    repeats: int,
-    contexts: Sequence[int],
-    attention: AttentionPlan | None,
+    model: torch.nn.Module, sizes: Sequence[int], repeats: int, context_len: int
 ) -> tuple[CostModel, float]:
     """The cost model, and the share of its threads' CPU time the timed passes got (1.0: the cores were ours).
 
     The minimum, not the median: on a shared machine other processes only ever add
     time, and what the budget needs is the machine's own cost curve. Sizes are
     interleaved within each repetition so that load drifting during the
-    measurement spreads over all sizes instead of skewing a few. One prefill of the
-    longest context serves all: shorter ones are timed after trimming the cache.
-    Contexts the model cannot hold (with the largest tree) shrink to what it can.
+    measurement spreads over all sizes instead of skewing a few.
     """
-    target = TargetModel(model, attention=attention)  # own cache: nobody's generation is touched
+    target = TargetModel(model)  # own DynamicCache: nobody's generation is touched
     vocab = int(model.config.vocab_size)
     generator = torch.Generator().manual_seed(0)
-    limit = (target.max_length or max(contexts) + max(sizes) + 1) - max(sizes) - 1
-    contexts = sorted({max(1, min(c, limit)) for c in contexts})
-    target.prefill(torch.randint(0, vocab, (contexts[-1],), generator=generator))
+    context_len = max(1, min(context_len, (target.max_length or context_len + 128) - max(sizes) - 1))
+    target.prefill(torch.randint(0, vocab, (context_len,), generator=generator))
     probes = {n: (torch.randint(0, vocab, (n,), generator=generator), _probe_parents(n)) for n in sizes}
     sync = torch.cuda.synchronize if target.device.type == "cuda" else (lambda: None)
-    rows: dict[int, list[float]] = {}
-    wall = cpu = 0.0
-    for context in reversed(contexts):
-        target.trim(context)
-        rows[context], row_wall, row_cpu = _time_sizes(target, probes, repeats, context, sync)
-        wall, cpu = wall + row_wall, cpu + row_cpu
-    floors = [0.0] * len(sizes)
-    for context in contexts:  # running maxima over contexts, then (below) over sizes
-        floors = [max(f, s) for f, s in zip(floors, rows[context], strict=True)]
-        rows[context] = _running_max(floors)
-    timings = [tuple(rows[c]) for c in contexts]
-    costs = CostModel(tuple(sizes), timings[0], tuple(contexts), tuple(timings[1:]))
-    return costs, cpu / max(wall * torch.get_num_threads(), 1e-9)
-
-
-def _time_sizes(
-    target: TargetModel,
-    probes: dict[int, tuple[torch.Tensor, torch.Tensor]],
-    repeats: int,
-    context: int,
-    sync: Callable[[], None],
-) -> tuple[list[float], float, float]:
-    """Fastest timing per size over `context` cached tokens, and the wall and CPU seconds spent timing."""
 
     def timed(n: int) -> float:
         sync()
@@ -199,26 +128,22 @@ def _time_sizes(
         target.forward_tree(*probes[n])
         sync()
         elapsed = time.perf_counter() - start
-        target.trim(context)
+        target.trim(context_len)
         return elapsed
 
-    for n in probes:  # warm-up: first calls pay for allocations
+    for n in sizes:  # warm-up: first calls pay for allocations
         timed(n)
-    samples: dict[int, list[float]] = {n: [] for n in probes}
+    samples: dict[int, list[float]] = {n: [] for n in sizes}
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(repeats):
-        for n in probes:
+        for n in sizes:
             samples[n].append(timed(n))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return [min(samples[n]) for n in probes], wall, cpu
-
-
-def _running_max(values: Sequence[float]) -> list[float]:
-    out, floor = [], 0.0
-    for value in values:
-        floor = max(floor, value)
-        out.append(floor)
-    return out
+    seconds, floor = [], 0.0
+    for n in sizes:
+        floor = max(floor, min(samples[n]))
+        seconds.append(floor)
+    return CostModel(tuple(sizes), tuple(seconds)), cpu / max(wall * torch.get_num_threads(), 1e-9)
 
 
 def contended(cpu_share: float) -> bool:
@@ -231,7 +156,7 @@ def contended(cpu_share: float) -> bool:
     return cpu_share < BUSY_CPU_SHARE
 
 
-def cost_key(loaded: LoadedModel, sizes: Sequence[int], contexts: Sequence[int]) -> dict:
+def cost_key(loaded: LoadedModel, sizes: Sequence[int], context_len: int) -> dict:
     model = loaded.model
     return {
         "format": FORMAT_VERSION,
@@ -245,7 +170,7 @@ def cost_key(loaded: LoadedModel, sizes: Sequence[int], contexts: Sequence[int])
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "sizes": list(sizes),
-        "contexts": list(contexts),
+        "context_len": context_len,
     }
 
 
@@ -260,30 +185,21 @@ def load_or_measure(
     costs_dir: str | Path | None = None,
     sizes: Sequence[int] = DEFAULT_SIZES,
     repeats: int = DEFAULT_REPEATS,
-    contexts: Sequence[int] = DEFAULT_CONTEXTS,
+    context_len: int = DEFAULT_CONTEXT,
     remeasure: bool = False,
     is_busy: Callable[[float], bool] = contended,
-    attention: AttentionPlan | None = None,
 ) -> CostModel:
     """The cached cost model for this model and machine, measuring (and caching) it when absent.
 
-    Passes are timed with the engine's attention plan (`attention`, default: this
-    machine's measured one), since the implementation changes long contexts' costs
-    several-fold. A curve measured while `is_busy(cpu_share)` (see `contended`) is not cached: it serves
+    A curve measured while `is_busy(cpu_share)` (see `contended`) is not cached: it serves
     this run only (CPU only; a GPU is not shared that way).
     """
     folder = costs_folder(costs_dir)
-    key = cost_key(loaded, sizes, contexts)
+    key = cost_key(loaded, sizes, context_len)
     cached = None if remeasure else load_costs(folder, key)
     if cached is not None:
         return cached
-    plan = attention or load_or_measure_plan(loaded)
-    print(
-        f"specdec: timing {loaded.name}'s forward passes once on this machine, {len(sizes)} tree sizes x "
-        f"{len(contexts)} context lengths (cache: {folder})",
-        file=sys.stderr,
-    )
-    costs, cpu_share = _measure(verify_model(loaded), sizes, repeats, contexts, plan)
+    costs, cpu_share = _measure(verify_model(loaded), sizes, repeats, context_len)
     if loaded.device.type == "cpu" and is_busy(cpu_share):
         return costs  # timed while other work held the cores: good for this run, not for every later one
     save_costs(folder, key, costs)
@@ -299,21 +215,14 @@ def load_costs(folder: Path, key: dict) -> CostModel | None:
     try:
         saved = json.loads(cost_file(folder, key).read_text())
         if saved.get("key") == key:
-            rows = [tuple(row) for row in saved["seconds"]]
-            return CostModel(tuple(saved["sizes"]), rows[0], tuple(saved["contexts"]), tuple(rows[1:]))
+            return CostModel(tuple(saved["sizes"]), tuple(saved["seconds"]))
     except (OSError, ValueError, KeyError, TypeError):
         pass
     return None
 
 
 def save_costs(folder: Path, key: dict, costs: CostModel) -> None:
-    record = {
-        "key": key,
-        "sizes": list(costs.sizes),
-        "contexts": list(costs.contexts),
-        "seconds": [list(row) for row in costs.rows],  # one row per context
-        "measured_at": time.time(),
-    }
+    record = {"key": key, "sizes": list(costs.sizes), "seconds": list(costs.seconds), "measured_at": time.time()}
     write_json_atomic(cost_file(folder, key), record)
 
 

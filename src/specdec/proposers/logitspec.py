@@ -19,8 +19,7 @@ Two ways to size the tree:
   per feature (source, matched m-gram size, depth, rank bucket, and for chains
   how many drafts the previous step accepted), and the planner keeps the nodes
   that maximise expected tokens per second under the forward-pass cost curve
-  measured on this machine at the step's context length (`budget.CostModel`:
-  each node attends to every cached token, so long prompts get smaller trees).
+  measured on this machine (`budget.CostModel`).
 
 Prompt lookup is the floor (`floor=true`): whenever the root has a retrieval,
 the tree holds exactly the chain `pld` (default config) would verify this step,
@@ -105,9 +104,6 @@ __all__ = [
 
 MIN_NODE_PROB = 0.005  # nodes less likely than this are never worth a slot in the tree
 POOL_FACTOR = 4  # candidate nodes considered per step, as a multiple of the budget
-# Pass costs are looked up per this many tokens of context: a node over 2,048 cached tokens costs
-# ~1 ms more than over 384 here, so finer buckets would change no plan.
-CONTEXT_BUCKET = 64
 STRONG_MATCH = 2  # own text matched at least this many tokens: other stores rank after it, recycle waits
 
 
@@ -187,9 +183,7 @@ class LogitSpecProposer:
         if config.adaptive and costs is None:
             raise ValueError("adaptive LogitSpec needs a cost model (LogitSpecConfig.build measures one)")
         self.config = config
-        self.cost_model = costs
-        self._tables: dict[int, list[float]] = {}  # context bucket -> cost table (see `_costs_at`)
-        self.costs = self._costs_at(0)  # the planner's table for the step at hand
+        self.costs = costs.table(config.budget) if costs is not None else []
         self.eos_token_ids = frozenset(eos_token_ids)
         self.sources = sources or Sources()
         self.stats = AcceptanceStats(uninformative_prior(config.k))
@@ -237,19 +231,8 @@ class LogitSpecProposer:
             return tree
         return self._adaptive(ctx)
 
-    def _costs_at(self, context: int) -> list[float]:
-        """Pass costs with `context` tokens cached, rounded up to CONTEXT_BUCKET (a table per bucket, kept)."""
-        if self.cost_model is None:
-            return []
-        bucket = -(-context // CONTEXT_BUCKET) * CONTEXT_BUCKET
-        table = self._tables.get(bucket)
-        if table is None:
-            table = self._tables[bucket] = self.cost_model.table(self.config.budget, bucket)
-        return table
-
     def _adaptive(self, ctx: ProposalContext) -> DraftTree:
         config = self.config
-        self.costs = self._costs_at(len(ctx.token_ids))
         floor_chain, floor_ngram = self.pld.draft(ctx) if config.floor else ([], 0)
         floor_chain = floor_chain[: config.budget - 1]
         retrieval = retrieve(
