@@ -91,6 +91,15 @@ def test_seeded_sampling_does_not_depend_on_the_batch(engine, default_model, pro
     assert mixed[1].token_ids != mixed[2].token_ids or mixed[1].text != mixed[2].text
 
 
+def test_seeded_sampled_rows_emit_plain_sampling(engine, default_model, prompts, costs):
+    """Tokens drawn by output position (specdec.uniforms): a row's trees, cut or not, change nothing."""
+    configs = [GenerationConfig(max_new_tokens=n, sampling=SamplingParams(temperature=0.8, seed=n)) for n in LENGTHS]
+    plain = [engine.generate(p, PlainProposer(), c).token_ids for p, c in zip(prompts, configs, strict=True)]
+    proposers = [parse_method("logitspec").build(default_model) for _ in prompts]
+    batched = generate_batch(engine, prompts, proposers, configs, costs=costs, max_batch=3)
+    assert [out.token_ids for out in batched] == plain
+
+
 def test_rows_join_mid_run_and_cancelled_rows_leave(engine, default_model, prompts, costs):
     config = GenerationConfig(max_new_tokens=10)
     expected = [engine.generate(p, PlainProposer(), config).token_ids for p in prompts[:3]]

@@ -42,11 +42,13 @@ from specdec.sampling import (
     accept_greedy,
     accept_multi_draft,
     accept_speculative_chain,
+    draw_next,
     logits_to_probs,
     make_generator,
     point_mass_rows,
 )
 from specdec.tree import DraftTree
+from specdec.uniforms import PositionUniforms
 
 VOCAB = 8
 NUM_TRIALS = 100_000
@@ -256,10 +258,17 @@ def _mixed_guesses(seed: int, params: SamplingParams) -> dict[int, int]:
     return {1: first, 4: int(table[ROOT, first].argmax())}
 
 
+def by_position(tree: DraftTree, target_probs: torch.Tensor, gen: torch.Generator) -> Acceptance:
+    """The deterministic rule as the engines call it: each emitted token drawn with its position's uniform."""
+    return accept_deterministic(tree, target_probs, gen, PositionUniforms(gen))
+
+
 MIXED_GUESSES = _mixed_guesses(14, PLAIN)
 SCENARIOS = {
     # deterministic drafts (retrieval), temperature + top-p
     "deterministic-tree": (11, Scenario(RETRIEVAL_PARENTS, accept_deterministic, PARAMS_B, RETRIEVAL_TOKENS)),
+    # the same, with uniforms by output position
+    "deterministic-by-position": (11, Scenario(RETRIEVAL_PARENTS, by_position, PARAMS_B, RETRIEVAL_TOKENS)),
     # a drafted chain, plain temperature-1 distributions
     # (1 to 3 drafts: the bonus token after a fully accepted chain is the 2nd token for 1 draft)
     "speculative-chain": (12, Scenario(CHAIN, accept_speculative_chain, PLAIN, random_size=True)),
@@ -340,6 +349,53 @@ def test_broken_mixed_rule_fails_the_same_check() -> None:
     print(f"mixed, guess kept: TV first {tv_first:.4f} > {bound_first:.4f}, first two {tv_two:.4f} > {bound_two:.4f}")
     assert tv_first > bound_first
     assert tv_two > bound_two
+
+
+class StuckUniforms(PositionUniforms):
+    """BROKEN on purpose: every position of a step gets the step's first uniform."""
+
+    def at(self, offset: int) -> float:
+        return super().at(0)
+
+
+def test_broken_position_uniforms_fail_the_same_check() -> None:
+    """Reusing one uniform for two positions keeps each token's marginal but couples them: the pair fails."""
+    seed, scenario = SCENARIOS["deterministic-by-position"]
+
+    def stuck(tree: DraftTree, target_probs: torch.Tensor, gen: torch.Generator) -> Acceptance:
+        return accept_deterministic(tree, target_probs, gen, StuckUniforms(gen))
+
+    (tv_first, bound_first), (tv_two, bound_two) = check(dataclasses.replace(scenario, rule=stuck), seed)
+    print(f"stuck uniforms: TV first {tv_first:.4f} < {bound_first:.4f}, first two {tv_two:.4f} > {bound_two:.4f}")
+    assert tv_first < bound_first
+    assert tv_two > bound_two
+
+
+def test_position_uniforms_make_deterministic_drafts_irrelevant() -> None:
+    """With uniforms by position a tree emits what plain sampling (one draw per position) emits."""
+    models = Models.make(11, PARAMS_B)
+    scenario = Scenario(RETRIEVAL_PARENTS, by_position, PARAMS_B, RETRIEVAL_TOKENS)
+    tree, target_probs = build_step(scenario, models, RETRIEVAL_TOKENS)
+    deep = 0
+    for seed in range(40):
+        positions = PositionUniforms(torch.Generator().manual_seed(seed))
+        emitted = accept_deterministic(tree, target_probs, None, positions).tokens
+        assert positions.position == len(emitted)
+        plain, before = PositionUniforms(torch.Generator().manual_seed(seed)), [CONTEXT, ROOT]
+        for _ in emitted:
+            before.append(draw_next(models.target_logits[before[-2], before[-1]], PARAMS_B, plain))
+        assert before[2:] == emitted
+        deep += len(emitted) > 2
+    assert deep > 0  # some walks went two drafts deep
+
+
+def test_position_uniforms_are_drawn_once_each() -> None:
+    positions = PositionUniforms(torch.Generator().manual_seed(0))
+    first = [positions.at(i) for i in range(100)]
+    positions.advance(3)
+    assert positions.at(0) == first[3] and len(set(first)) == 100
+    with pytest.raises(ValueError):
+        positions.advance(-1)
 
 
 def test_point_mass_rows() -> None:

@@ -15,7 +15,9 @@ Invariants:
   yields are left out, so plain decoding has MAT = 1.00 exactly and a proposer
   whose every draft of depth d is accepted has MAT = d + 1 exactly.
   `num_forward_passes` = decode steps + 1 (the prefill) for one prompt;
-- randomness comes only from one `torch.Generator` seeded from the sampling params.
+- randomness comes only from one `torch.Generator` seeded from the sampling params;
+  the t-th sampled token is drawn with its t-th uniform (`specdec.uniforms`), so
+  with drafts that carry no probabilities a seed gives plain sampling's tokens.
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ import torch
 from specdec.attention import AttentionPlan, resolve_plan
 from specdec.models import LoadedModel
 from specdec.packed import verify_model
-from specdec.sampling import SamplingParams, logits_to_probs, make_generator
+from specdec.sampling import SamplingParams, draw_next, make_generator
 from specdec.target import TargetModel
 from specdec.text import TextStream
 from specdec.tree import DraftTree
+from specdec.uniforms import PositionUniforms
 from specdec.verify import VerifyResult, verify
 
 
@@ -148,14 +151,6 @@ class GenerationOutput:
     stats: GenerationStats
 
 
-def draw_token(logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None) -> int:
-    """One token from logits [V]: argmax when greedy, else a draw from the processed distribution."""
-    if sampling.greedy:
-        return int(logits.argmax())
-    probs = logits_to_probs(logits, sampling)
-    return int(torch.multinomial(probs, 1, generator=generator))
-
-
 class Engine:
     """Runs the decode loop of any proposer against one loaded target model."""
 
@@ -179,13 +174,14 @@ class Engine:
         self.check_prompt(prompt_ids)
         sampling = config.sampling
         generator = make_generator(sampling, self.target.device)
+        positions = PositionUniforms(generator, self.target.device)  # token t is drawn with the t-th uniform
         stats = GenerationStats(num_prompt_tokens=len(prompt_ids))
         out = Emitter(self, config, on_text)
         start = time.perf_counter()
         proposer.begin(prompt_ids)
         logits = self.target.prefill(prompt_ids)
         stats.num_forward_passes = 1
-        tokens = [*prompt_ids, draw_token(logits, sampling, generator)]
+        tokens = [*prompt_ids, draw_next(logits, sampling, positions)]
         stats.prefill_s = time.perf_counter() - start
         done = out.emit(tokens[-1:])
         while not done and len(tokens) < self.context_limit:
@@ -195,7 +191,7 @@ class Engine:
             t1 = time.perf_counter()
             if len(tokens) + tree.max_depth >= self.context_limit:  # past max_new_tokens is only cut
                 raise RuntimeError(f"{type(proposer).__name__} drafted past the model's context")
-            result = verify(self.target, tree, sampling, generator)
+            result = verify(self.target, tree, sampling, generator, positions)
             t2 = time.perf_counter()
             proposer.observe(result)
             stats.num_forward_passes += 1

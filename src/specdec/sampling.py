@@ -23,7 +23,9 @@ Invariants (every rule):
   from `logits_to_probs(target_logits)` along the path;
 - randomness only through the explicit `generator` (on the target rows' device,
   where `draft_probs` must live too); probabilities in float32, the uniforms
-  and the sampling CDF in float64;
+  and the sampling CDF in float64; given `positions` (`specdec.uniforms`, as the
+  engines do), every emitted token is drawn with its output position's uniform,
+  so deterministic drafts emit exactly what plain sampling emits with that seed;
 - siblings with draft probabilities must be drawn independently given their
   parent (with replacement), each from its own `draft_probs` row: that is what
   the multi-draft rule's losslessness rests on.
@@ -72,6 +74,7 @@ from dataclasses import dataclass
 import torch
 
 from specdec.tree import DraftTree
+from specdec.uniforms import PositionUniforms
 
 # Below this residual mass a rejection is a rounding artefact (see module docstring).
 RESIDUAL_EPS = 1e-6
@@ -222,6 +225,16 @@ def _draw(probs: torch.Tensor, uniform: float) -> int:
     return index
 
 
+def draw_next(logits: torch.Tensor, params: SamplingParams, positions: PositionUniforms) -> int:
+    """One token from logits [V] for the next output position (its uniform, inverse CDF); argmax when greedy."""
+    if params.greedy:
+        token = int(logits.argmax())
+    else:
+        token = _draw(logits_to_probs(logits, params), positions.at(0))
+    positions.advance(1)
+    return token
+
+
 def _residual(base: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
     """norm(max(0, base - draft)) for base, draft [V] float32; `base` itself if that has ~0 mass."""
     residual = (base - draft).clamp_(min=0)  # [V]
@@ -283,7 +296,10 @@ def accept_greedy(tree: DraftTree, target_logits: torch.Tensor) -> Acceptance:
 
 
 def accept_deterministic(
-    tree: DraftTree, target_probs: torch.Tensor, generator: torch.Generator | None
+    tree: DraftTree,
+    target_probs: torch.Tensor,
+    generator: torch.Generator | None,
+    positions: PositionUniforms | None = None,
 ) -> Acceptance:
     """Drafts without probabilities (retrieval): sample the target, follow the tree while it agrees.
 
@@ -293,22 +309,30 @@ def accept_deterministic(
     emitted token is a draw from the target given the emitted prefix, so this is
     lossless for any tree; in a trie (merged siblings) no rule accepts more. With
     duplicate siblings the first is taken and the others' subtrees are wasted, not wrong.
+    positions: draw the d-th token of this step with the uniform of its output position
+    (then the emitted tokens do not depend on the tree at all); None: one uniform per node.
     """
     _check_rows(tree, target_probs, "target_probs")
-    return _deterministic_walk(tree, _TargetRows(target_probs), generator)
+    return _deterministic_walk(tree, _TargetRows(target_probs), generator, positions)
 
 
-def _deterministic_walk(tree: DraftTree, rows: _TargetRows, generator: torch.Generator | None) -> Acceptance:
-    uniforms = _uniforms(tree, generator, rows.device)  # node i draws with uniforms[i]
+def _deterministic_walk(
+    tree: DraftTree, rows: _TargetRows, generator: torch.Generator | None, positions: PositionUniforms | None
+) -> Acceptance:
+    if positions is None:
+        uniforms = _uniforms(tree, generator, rows.device)  # node i draws with uniforms[i]
     tokens, children = tree.token_list, tree.children
     node, path, emitted = 0, [0], []
     while True:
-        drawn = _draw(rows[node], uniforms[node])
+        uniform = positions.at(len(emitted)) if positions is not None else uniforms[node]
+        drawn = _draw(rows[node], uniform)
         emitted.append(drawn)
         for child in children[node]:
             if tokens[child] == drawn:
                 break
         else:
+            if positions is not None:
+                positions.advance(len(emitted))
             return Acceptance(path, emitted)
         node = child
         path.append(node)
@@ -380,16 +404,23 @@ def accept(
     target_logits: torch.Tensor,
     params: SamplingParams,
     generator: torch.Generator | None,
+    positions: PositionUniforms | None = None,
 ) -> Acceptance:
     """Pick the rule: greedy; else deterministic drafts, or rejection sampling (chain or tree).
 
     target_logits: [N, V] raw target logits, row i scores the child of node i.
-    logits_to_probs runs only on the rows the walk reaches.
+    logits_to_probs runs only on the rows the walk reaches. positions: the request's
+    uniforms by output position (deterministic drafts draw with them; rejection
+    sampling draws from `generator` and only moves them past what it emitted).
     """
     if params.greedy:
-        return accept_greedy(tree, target_logits)
-    _check_rows(tree, target_logits, "target_logits")
-    rows = _TargetRows(target_logits, params)
-    if tree.draft_probs is None:
-        return _deterministic_walk(tree, rows, generator)
-    return _rejection_walk(tree, rows, generator)
+        acceptance = accept_greedy(tree, target_logits)
+    else:
+        _check_rows(tree, target_logits, "target_logits")
+        rows = _TargetRows(target_logits, params)
+        if tree.draft_probs is None:
+            return _deterministic_walk(tree, rows, generator, positions)
+        acceptance = _rejection_walk(tree, rows, generator)
+    if positions is not None:
+        positions.advance(len(acceptance.tokens))
+    return acceptance

@@ -20,6 +20,7 @@ import torch
 from specdec.sampling import SamplingParams, accept
 from specdec.target import TargetModel
 from specdec.tree import DraftTree
+from specdec.uniforms import PositionUniforms
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,14 @@ class VerifyResult:
 
 
 def verify(
-    target: TargetModel, tree: DraftTree, sampling: SamplingParams, generator: torch.Generator | None
+    target: TargetModel,
+    tree: DraftTree,
+    sampling: SamplingParams,
+    generator: torch.Generator | None,
+    positions: PositionUniforms | None = None,
 ) -> VerifyResult:
+    """positions: the request's uniforms by output position (see `specdec.uniforms`)."""
     target_logits = target.forward_tree(tree.tokens, tree.parents)  # [N, V]
-    acceptance = accept(tree, target_logits, sampling, generator)
+    acceptance = accept(tree, target_logits, sampling, generator, positions)
     target.commit(acceptance.path)
     return VerifyResult(acceptance.tokens, acceptance.path, target_logits, tree)

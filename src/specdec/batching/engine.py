@@ -12,7 +12,8 @@ Rows join and leave between steps (continuous batching). Each row keeps its own
 proposer, sampling generator, emitter (stop strings, EOS, max_new_tokens) and
 statistics, so a row's output depends only on its own prompt, settings and
 seed: in fp32 greedy it equals `Engine.generate` on that prompt alone, and a
-seeded sampled row draws the same random numbers whatever else shares the pass.
+seeded sampled row draws the same random numbers whatever else shares the pass
+(with deterministic drafts, the tokens plain sampling draws with that seed).
 
 Invariants (as `specdec.engine`, per row): output never overshoots; MAT counts
 decode steps only; a row's proposer is used by that row alone while it runs. A
@@ -39,11 +40,11 @@ from specdec.engine import (
     ProposalContext,
     Proposer,
     StepStats,
-    draw_token,
 )
 from specdec.proposers.budget import CostModel
-from specdec.sampling import accept, make_generator
+from specdec.sampling import accept, draw_next, make_generator
 from specdec.tree import DraftTree
+from specdec.uniforms import PositionUniforms
 from specdec.verify import VerifyResult
 
 
@@ -56,6 +57,7 @@ class Row:
     config: GenerationConfig
     emitter: Emitter
     generator: torch.Generator | None
+    positions: PositionUniforms  # token t of the row is drawn with the t-th uniform (see specdec.uniforms)
     started: float
     tokens: list[int] = field(default_factory=list)
     logits: torch.Tensor | None = None  # [V] the last emitted token was drawn from these
@@ -108,6 +110,7 @@ class BatchEngine:
             config,
             Emitter(self.engine, config, on_text),
             generator,
+            PositionUniforms(generator, self.engine.target.device),
             time.perf_counter(),
         )
         row.stats.num_prompt_tokens = len(prompt_ids)
@@ -116,7 +119,7 @@ class BatchEngine:
             slot, row.logits = self.target.add(prompt_ids)
             self.rows.append(row)
             row.stats.num_forward_passes = 1
-            row.tokens = [*prompt_ids, draw_token(row.logits, config.sampling, generator)]
+            row.tokens = [*prompt_ids, draw_next(row.logits, config.sampling, row.positions)]
             row.stats.prefill_s = time.perf_counter() - row.started
             done = row.emitter.emit(row.tokens[-1:])
         except Exception as err:  # noqa: BLE001 - one request's failure must not end the batch
@@ -180,9 +183,10 @@ class BatchEngine:
         probs = [row.rates.node_probs(tree) for row, tree in zip(self.rows, trees, strict=True)]
         fixed = [not getattr(row.proposer, "prunable", True) for row in self.rows]
         for b, row in enumerate(self.rows):
-            if not fixed[b] and not row.config.sampling.greedy:
-                # How many random draws a step takes depends on its tree: a sampled row's tree is cut by
-                # its own plan alone, so its seeded output does not depend on what shares the batch.
+            if not fixed[b] and not row.config.sampling.greedy and trees[b].draft_probs is not None:
+                # Rejection sampling takes one random draw per node, so a sampled row with drafted
+                # probabilities is cut by its own plan alone: its seeded output must not depend on what
+                # shares the batch. Deterministic drafts draw by output position (specdec.uniforms).
                 width = plan_width([probs[b]], [False], self.costs.cost)
                 trees[b], probs[b], fixed[b] = cut(trees[b], width), probs[b][:width], True
         width = plan_width(probs, fixed, self.costs.cost)
@@ -190,7 +194,7 @@ class BatchEngine:
 
     def _accept(self, row: Row, tree: DraftTree, logits: torch.Tensor) -> VerifyResult:
         """logits [n, V] for the row's tree -> its result (the row's own generator draws)."""
-        acceptance = accept(tree, logits, row.config.sampling, row.generator)
+        acceptance = accept(tree, logits, row.config.sampling, row.generator, row.positions)
         return VerifyResult(acceptance.tokens, acceptance.path, logits, tree)
 
     def _advance(self, row: Row, result: VerifyResult, verify_s: float) -> bool:

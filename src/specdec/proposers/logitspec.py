@@ -214,9 +214,10 @@ class LogitSpecProposer:
         self.index = synced_index(self.index, tokens)
         if self.feed is not None:
             self.feed.sync(tokens)
-        # The recycle table only for greedy requests: it is shared across requests, and a sampled
-        # request's tokens depend on its trees (which random draws are used), so a seed would no
-        # longer reproduce an output once other requests had changed the table.
+        # The recycle table for greedy requests only. It was made so when a sampled request's tokens
+        # depended on its trees (a shared table broke seeds); tokens are now drawn by output position
+        # (specdec.uniforms), so that reason is gone, but whether recycled drafts pay under sampling
+        # is unmeasured, and feeding the table costs work per step.
         self._recycling = self.sources.recycle is not None and ctx.sampling.greedy
         if self._recycling and self._first_step:
             prefill_row(self.sources.recycle, tokens, ctx.last_logits)
