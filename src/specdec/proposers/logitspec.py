@@ -41,10 +41,10 @@ ran out and supplies branches where the context has no match of two or more
 tokens; `session`: earlier requests on the same loaded model (the request's own
 text ranks first); `datastore=DIR`: an on-disk corpus, consulted where the
 context has no such match (server-side only; sources: logitspec_sources.py).
-`recycle` is on by default (for greedy requests only: see `propose`): on Spec-Bench
-questions the benchmarks do not report (11-15 and 16-20 of each category, bf16) it
-raised SmolLM2's tokens per step by 11% and 15% and its tokens/s by 6% and 9%, each
-step ~5% dearer. The others are off (each costs work per step; whether it pays is
+`recycle` is on by default: on Spec-Bench questions the benchmarks do not report
+(11-15 and 16-20 of each category, bf16) it raised SmolLM2's tokens per step by 11%
+and 15% and its tokens/s by 6% and 9% (greedy), each step ~5% dearer; at temperature
+1 (seeded) tokens per step by 6% and 7%, tokens/s by 2% and 3% against `pld`'s. The others are off (each costs work per step; whether it pays is
 for the benchmark to show: `source_stats`, bench's per-source table).
 
 `source_stats` counts, over the proposer's lifetime, the nodes each source
@@ -196,7 +196,6 @@ class LogitSpecProposer:
         self._last: Step | None = None
         self._heat = 0  # draft tokens accepted at the previous step, capped at MAX_HEAT
         self._first_step = True
-        self._recycling = False  # this step drafts from and feeds the recycle table (greedy only)
 
     def begin(self, prompt_ids: list[int]) -> None:
         self.index = NGramIndex(self.config.max_ngram, self.config.prefer)
@@ -214,12 +213,9 @@ class LogitSpecProposer:
         self.index = synced_index(self.index, tokens)
         if self.feed is not None:
             self.feed.sync(tokens)
-        # The recycle table for greedy requests only. It was made so when a sampled request's tokens
-        # depended on its trees (a shared table broke seeds); tokens are now drawn by output position
-        # (specdec.uniforms), so that reason is gone, but whether recycled drafts pay under sampling
-        # is unmeasured, and feeding the table costs work per step.
-        self._recycling = self.sources.recycle is not None and ctx.sampling.greedy
-        if self._recycling and self._first_step:
+        # The recycle table is shared across requests, sampled ones included: sampled tokens are drawn
+        # by output position (specdec.uniforms), so a seed's output does not depend on the drafts.
+        if self.sources.recycle is not None and self._first_step:
             prefill_row(self.sources.recycle, tokens, ctx.last_logits)
         self._first_step = False
         self._last, self.floor_held, self.last_pool = None, None, None
@@ -329,7 +325,7 @@ class LogitSpecProposer:
             prefix = (source, m, step.heat)
             step.chains.append((prefix, branch))
             pool.add(ROOT, branch, self._chain(prefix, len(branch)), source)
-        if self._recycling:
+        if self.sources.recycle is not None:
             anchors = ran_out if own_match else [ROOT, *ran_out]
             rows = add_recycled(
                 pool, self.sources.recycle, anchors, self.stats.rate, self.config.budget, MIN_NODE_PROB,
@@ -364,7 +360,7 @@ class LogitSpecProposer:
         """Count offered / accepted nodes per source; learn rates from the emitted tokens; feed the recycle table."""
         step, self._last = self._last, None
         heat, self._heat = self._heat, min(result.num_accepted, MAX_HEAT)
-        if self._recycling:
+        if self.sources.recycle is not None:
             self.sources.recycle.update(result.tree.tokens, result.target_logits)
         if step is None:
             return
