@@ -22,7 +22,10 @@ from specdec.sampling import SamplingParams
 NEW_TOKENS = 24
 CATEGORIES = ("mt_bench", "summarization", "math_reasoning")  # short and long prompts, prose and numbers
 SAMPLINGS = (SamplingParams(temperature=0.7, seed=11), SamplingParams(temperature=1.0, top_p=0.9, seed=12))
-METHODS = ("pld", "logitspec", "logitspec:session=true,third=true", "logitspec:adaptive=false", "recycle", "lookahead")
+METHODS = (
+    "pld", "logitspec", "logitspec:session=true,third=true", "logitspec:adaptive=false",
+    "recycle", "lookahead",
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +50,6 @@ def test_seeded_sampling_is_plain_sampling(engine, default_model, prompts, plain
         for name, ids in prompts.items():
             for i, sampling in enumerate(SAMPLINGS):
                 out = engine.generate(ids, proposer, GenerationConfig(NEW_TOKENS, sampling))
-                assert out.token_ids == plain_sampled[name, i], f"{method} differs from plain on {name}, {sampling}"
+                assert out.token_ids == plain_sampled[name, i], f"{method} differs on {name}, {sampling}"
                 accepted += sum(step.num_accepted for step in out.stats.steps)
     assert accepted > 0  # drafts were accepted: the trees mattered to how far steps went

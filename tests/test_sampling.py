@@ -366,7 +366,7 @@ def test_broken_position_uniforms_fail_the_same_check() -> None:
         return accept_deterministic(tree, target_probs, gen, StuckUniforms(gen))
 
     (tv_first, bound_first), (tv_two, bound_two) = check(dataclasses.replace(scenario, rule=stuck), seed)
-    print(f"stuck uniforms: TV first {tv_first:.4f} < {bound_first:.4f}, first two {tv_two:.4f} > {bound_two:.4f}")
+    print(f"stuck uniforms: TV first {tv_first:.4f} < {bound_first:.4f}, two {tv_two:.4f} > {bound_two:.4f}")
     assert tv_first < bound_first
     assert tv_two > bound_two
 

@@ -226,7 +226,7 @@ def _draw(probs: torch.Tensor, uniform: float) -> int:
 
 
 def draw_next(logits: torch.Tensor, params: SamplingParams, positions: PositionUniforms) -> int:
-    """One token from logits [V] for the next output position (its uniform, inverse CDF); argmax when greedy."""
+    """One token from logits [V] for the next output position (its uniform, inverse CDF); greedy: argmax."""
     if params.greedy:
         token = int(logits.argmax())
     else:

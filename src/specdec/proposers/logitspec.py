@@ -44,8 +44,9 @@ context has no such match (server-side only; sources: logitspec_sources.py).
 `recycle` is on by default: on Spec-Bench questions the benchmarks do not report
 (11-15 and 16-20 of each category, bf16) it raised SmolLM2's tokens per step by 11%
 and 15% and its tokens/s by 6% and 9% (greedy), each step ~5% dearer; at temperature
-1 (seeded) tokens per step by 6% and 7%, tokens/s by 2% and 3% against `pld`'s. The others are off (each costs work per step; whether it pays is
-for the benchmark to show: `source_stats`, bench's per-source table).
+1 (seeded) tokens per step by 6% and 7%, tokens/s by 2% and 3% against `pld`'s. The
+others are off (each costs work per step; whether it pays is for the benchmark to
+show: `source_stats`, bench's per-source table).
 
 `source_stats` counts, over the proposer's lifetime, the nodes each source
 offered and how many of them were accepted (sources: see
