@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 from spec_prompts import prompts_by_category
 
-from specdec.engine import GenerationConfig
+from specdec.generation import GenerationConfig
 from specdec.proposers import parse_method
 from specdec.proposers.plain import PlainProposer
 from specdec.sampling import SamplingParams

@@ -67,7 +67,8 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from specdec.engine import Engine, GenerationConfig
+    from specdec.engine import Engine
+    from specdec.generation import GenerationConfig
     from specdec.models import load_model
     from specdec.prompts import encode_prompt
     from specdec.proposers import parse_method

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdec.datastore import Datastore, DatastoreError
-from specdec.engine import ProposalContext
+from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
 from specdec.proposers.pld import cut_after_eos
 from specdec.tree import DraftTree

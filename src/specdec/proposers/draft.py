@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specdec.engine import ProposalContext
+from specdec.generation import ProposalContext
 from specdec.models import LoadedModel, load_model
 from specdec.packed import maybe_packed
 from specdec.proposers.chain_length import ChainSettings, DraftLength, PassTimes

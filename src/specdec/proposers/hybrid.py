@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.engine import ProposalContext
+from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
 from specdec.proposers.chain_length import SCHEDULES, DraftLength
 from specdec.proposers.draft import DraftConfig, DraftProposer

@@ -64,7 +64,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdec.datastore import Datastore
-from specdec.engine import ProposalContext
+from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
 from specdec.proposers.budget import AcceptanceStats, CostModel, chain_pays, load_or_measure
 from specdec.proposers.logitspec_learn import (

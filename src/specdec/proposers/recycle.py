@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specdec.engine import ProposalContext
+from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
 from specdec.proposers.per_model import shared
 from specdec.tree import DraftTree
