@@ -33,7 +33,16 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 # strict: values are converted from text by `OptionSpec.parse` (one set of rules for every channel)
 PYDANTIC_CONFIG = ConfigDict(strict=True, allow_inf_nan=False)
-WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+WORDS = {
+    "true": True,
+    "1": True,
+    "yes": True,
+    "on": True,
+    "false": False,
+    "0": False,
+    "no": False,
+    "off": False,
+}
 KIND_TEXT = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string"}
 
 
@@ -42,8 +51,13 @@ class MethodError(ValueError):
 
 
 def option(
-    *, ge: float | None = None, gt: float | None = None, le: float | None = None, lt: float | None = None,
-    request: bool = False, request_max: float | None = None,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    request: bool = False,
+    request_max: float | None = None,
 ) -> Any:
     """An option's bounds, and whether a request may set it (`request_max`: a request's tighter cap)."""
     extra = {"request": request or request_max is not None, "request_max": request_max}
@@ -145,7 +159,9 @@ class OptionSpec:
             value = None
         if value is None or (isinstance(value, float) and not math.isfinite(value)):
             shown = repr(raw) if len(repr(raw)) <= 40 else repr(raw)[:40] + "..."
-            raise MethodError(f"{self.method}: option {self.name} must be {KIND_TEXT[self.kind]}, got {shown}")
+            raise MethodError(
+                f"{self.method}: option {self.name} must be {KIND_TEXT[self.kind]}, got {shown}"
+            )
         return value
 
 
@@ -175,8 +191,16 @@ def option_specs(cls: type) -> dict[str, OptionSpec]:
                 high = ("<=", bound.le) if isinstance(bound, annotated_types.Le) else ("<", bound.lt)
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         specs[name] = OptionSpec(
-            cls.method_label, name, str if literal else info.annotation, choices, info.default, low, high,
-            bool(extra.get("request")), extra.get("request_max"), TypeAdapter(hints[name], config=PYDANTIC_CONFIG),
+            cls.method_label,
+            name,
+            str if literal else info.annotation,
+            choices,
+            info.default,
+            low,
+            high,
+            bool(extra.get("request")),
+            extra.get("request_max"),
+            TypeAdapter(hints[name], config=PYDANTIC_CONFIG),
         )
     return specs
 
