@@ -34,8 +34,8 @@ from starlette.testclient import TestClient
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from specdec.proposers import METHODS, method_config_class
-from specdec.serve.app import ServerConfig, create_app
 from specdec.proposers.schema import OptionSpec
+from specdec.serve.app import ServerConfig, create_app
 from specdec.serve.options import REQUEST_OPTIONS, MethodSettings, RequestRefused
 from specdec.serve.replies import event_error, install_error_handlers
 from specdec.serve.scheduler import ErrorEvent

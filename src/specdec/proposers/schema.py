@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import math
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -215,3 +215,28 @@ def parse_options(cls: type, options: dict[str, Any], *, in_request: bool = Fals
             raise MethodError(f"{cls.method_label}: unknown option {name!r}; options: {allowed}")
         typed[name] = specs[name].parse(raw, in_request=in_request)
     return typed
+
+
+def derived_config(
+    name: str,
+    module: str,
+    source: type,
+    options: Sequence[str],
+    extra: type | None = None,
+    post_init: Callable[[Any], None] | None = None,
+) -> type:
+    """A config of some of `source`'s options (their types, bounds and defaults), then all of `extra`'s.
+
+    Why: another surface over options declared once (vLLM's options are LogitSpec's and
+    prompt lookup's, plus a few of vLLM's own); `post_init` holds its rules across options.
+    """
+    annotations, namespace = {}, {"__module__": module, "__qualname__": name}
+    for cls, names in ((source, options), (extra, list(extra.__pydantic_fields__) if extra else [])):
+        hints = typing.get_type_hints(cls, include_extras=True) if cls else {}
+        for option_name in names:
+            annotations[option_name] = hints[option_name]
+            namespace[option_name] = cls.__pydantic_fields__[option_name].default
+    namespace["__annotations__"] = annotations
+    if post_init is not None:
+        namespace["__post_init__"] = post_init
+    return method_config(source.method_label)(type(name, (), namespace))
