@@ -57,7 +57,9 @@ class _ChainPricing:
 
 
 # LogitSpec in chain mode: k, max_ngram and prefer as declared by LogitSpecConfig, then the pricing
-LogitSpecOptions = derived_config("LogitSpecOptions", __name__, LogitSpecConfig, ("k", "max_ngram", "prefer"), _ChainPricing)
+LogitSpecOptions = derived_config(
+    "LogitSpecOptions", __name__, LogitSpecConfig, ("k", "max_ngram", "prefer"), _ChainPricing
+)
 # Prompt lookup (transformers' semantics): max_ngram, min_ngram and prefer as declared by PLDConfig
 PromptLookupOptions = derived_config(
     "PromptLookupOptions", __name__, PLDConfig, ("max_ngram", "min_ngram", "prefer"),
@@ -93,7 +95,9 @@ def read_options(cls: type, environ: Mapping[str, str] | None = None) -> Any:
     environ = os.environ if environ is None else environ
     path = environ.get(CONFIG_ENV, "").strip()
     from_file = _from_file(path) if path else {}
-    values = {name: _parse(cls, name, raw, path) for name, raw in from_file.items() if name in option_specs(cls)}
+    values = {
+        name: _parse(cls, name, raw, path) for name, raw in from_file.items() if name in option_specs(cls)
+    }
     for name in option_specs(cls):
         raw = environ.get(ENV_PREFIX + name.upper())
         if raw is not None and raw.strip():
