@@ -240,3 +240,15 @@ def derived_config(
     if post_init is not None:
         namespace["__post_init__"] = post_init
     return method_config(source.method_label)(type(name, (), namespace))
+
+
+def option_lines(cls: type) -> list[str]:
+    """One help line per option of `cls`: name, what it may be, default, and who may set it."""
+    lines = []
+    for spec in option_specs(cls).values():
+        if spec.request_max is not None:
+            who = f"requests: <= {_number(spec.request_max)}"
+        else:
+            who = "requests too" if spec.request else "server/command line only"
+        lines.append(f"  {spec.name:<18} {spec.describe():<34} default {spec.default!r:<10} {who}")
+    return lines
