@@ -1,5 +1,19 @@
-"""Where logitspec accepts fewer tokens than pld's chain would have at the same step (same greedy text)."""
-import json, sys, dataclasses, collections
+"""Does LogitSpec keep prompt lookup's chain (its floor)? Per step of a greedy run: whether the floor
+was held, declined or absent, and how many tokens the chain alone would have accepted against what
+the tree accepted.
+
+    .venv/bin/python benchmarks/logitspec_floor.py QUESTIONS.jsonl summarization,rag,math_reasoning [METHOD]
+
+Reads the proposer's last-step record (`_last.floor_chain`, `floor_held`): a diagnostic tied to
+LogitSpec's internals, to be updated with them.
+"""
+import collections
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from specdec.models.loading import load_model
 from specdec.engine import Engine, GenerationConfig
 from specdec.bench.config import parse_method_spec
@@ -10,12 +24,31 @@ cats = sys.argv[2].split(",")
 method = sys.argv[3] if len(sys.argv) > 3 else "logitspec"
 p = parse_method_spec(method).config.build(dataclasses.replace(loaded, state_scope="x"))
 log = []
-orig = p.propose
-def propose(ctx):
-    tree = orig(ctx)
-    log.append((len(ctx.token_ids), list(p._last.floor_chain) if p._last else [], p.floor_held, tree.num_nodes))
-    return tree
-p.propose = propose
+
+
+class Logged:
+    """The proposer, with each step's floor chain recorded (a wrapper: the proposer is left as built)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def begin(self, ids):
+        self.inner.begin(ids)
+
+    def propose(self, ctx):
+        tree = self.inner.propose(ctx)
+        last = self.inner._last
+        log.append((len(ctx.token_ids), list(last.floor_chain) if last else [], self.inner.floor_held, tree.num_nodes))
+        return tree
+
+    def observe(self, result):
+        self.inner.observe(result)
+
+    def __getattr__(self, name):  # anything else the engine asks of a proposer
+        return getattr(self.inner, name)
+
+
+p = Logged(p)
 engine.generate(encode_prompt(loaded.tokenizer, "Name three colours.", chat=True), p, GenerationConfig(max_new_tokens=16))
 agg = collections.Counter()
 for q in qs:

@@ -1,6 +1,19 @@
-"""Per-step time split (propose / verify / observe / rest) for pld vs logitspec on dev prompts."""
-import json, sys, time, dataclasses
+"""Per-step time split (propose / verify / observe / rest) of methods on the first turns of a question file.
+
+    .venv/bin/python benchmarks/step_split.py QUESTIONS.jsonl summarization,rag pld,logitspec
+
+Where `specdec bench` reports draft and verification time per step, this also times the proposer's
+`observe` and the prefill, and counts tree nodes per step. bf16, bundled model, 128 new tokens.
+"""
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from specdec.models.loading import load_model
 from specdec.engine import Engine, GenerationConfig
 from specdec.bench.config import parse_method_spec
@@ -9,9 +22,9 @@ from specdec.prompts import encode_prompt
 torch.manual_seed(0)
 loaded = load_model(dtype="bf16")
 engine = Engine(loaded)
-cats = sys.argv[1].split(",")
-methods = sys.argv[2].split(",")
-qs = [json.loads(l) for l in open("results/s14/dev15.jsonl")]
+qs = [json.loads(line) for line in open(sys.argv[1])]
+cats = sys.argv[2].split(",")
+methods = sys.argv[3].split(",")
 qs = [q for q in qs if q["category"] in cats]
 cfg = GenerationConfig(max_new_tokens=128)
 
@@ -21,6 +34,7 @@ class Timed:
     def propose(self, ctx): return self.p.propose(ctx)
     def observe(self, r):
         t = time.perf_counter(); self.p.observe(r); self.obs += time.perf_counter() - t
+    def __getattr__(self, name): return getattr(self.p, name)
 
 props = {m: Timed(parse_method_spec(m).config.build(dataclasses.replace(loaded, state_scope=m))) for m in methods}
 for m, p in props.items():

@@ -1,4 +1,11 @@
-"""Does HF's repeat_kv (copying the KV cache 3x per layer per step) cost the context-dependent time?"""
+"""Does transformers' repeat_kv (copying the KV cache 3x per layer per step) cost the context-dependent
+time? A tree pass per context and tree size with the engine's attention plan, SDPA and grouped.py's
+stacked-group attention: best/median ms, and the logits' max difference from the plan's."""
+import sys
+from pathlib import Path
+
+# This checkout's specdec, not the installed one (as benchmarks/step_cost.py does).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 import statistics, sys, time
 import torch
 import grouped  # noqa: F401  (registers "gqa")

@@ -1,6 +1,8 @@
-"""The experimental "grouped" attention of session 16 (not kept): eager attention's arithmetic with
-the query heads of a group stacked against their shared key head, so the KV cache is never expanded
-(repeat_kv). Importing this registers it with transformers as "gqa" (masks: eager's)."""
+"""An experimental "grouped" attention (tried, not kept: no measured gain in a whole pass; see
+docs/benchmarks.md, "Long prompts"): eager attention's arithmetic with the query heads of a group
+stacked against their shared key head, so the KV cache is never expanded (repeat_kv). Importing
+this registers it with transformers as "gqa" (masks: eager's). Run the scripts of this folder from
+it (`cd benchmarks/attention_experiments && python gqa.py`): they import this module by name."""
 import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask

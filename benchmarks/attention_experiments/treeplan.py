@@ -1,4 +1,10 @@
-"""Per (context, size): best attention impl for chains vs for trees (a star below the root)."""
+"""Per (context, size): the best attention implementation (sdpa, eager, grouped.py's "gqa") for chains
+and for trees (a star below the root), best of 6 passes each."""
+import sys
+from pathlib import Path
+
+# This checkout's specdec, not the installed one (as benchmarks/step_cost.py does).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 import time, torch
 from specdec.models.loading import load_model
 from specdec.packed import verify_model
