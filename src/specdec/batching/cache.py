@@ -15,8 +15,8 @@ It plugs in through transformers' public cache API (`Cache(layers=...)`), like
 `specdec.kv_cache`: no model file forked, nothing patched.
 
 Invariants:
-- `layout.starts` [B] is set by the caller before every pass (the rows'
-  committed lengths); a pass of T tokens writes row b at positions
+- `layout.starts` [B] (the rows' committed lengths) and `layout.context`
+  (their maximum) are set by the caller before every pass; a pass of T tokens writes row b at positions
   `starts[b] .. starts[b] + T - 1` of every layer and returns views of length
   `max(starts) + T`;
 - the buffers only grow (doubling, prefix copied); rows are slots `0..B-1`,
@@ -90,13 +90,13 @@ class BatchedLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         rows, tokens = key_states.shape[0], key_states.shape[2]
-        starts = self.layout.starts.to(key_states.device)
-        end = int(starts.max()) + tokens
+        end = self.layout.context + tokens  # context = max(starts), set once per pass by the caller
         self.ensure(rows, end)
         if rows == 1:  # one sequence: a plain slice write, as a one-sequence cache does
             self._keys[:1, :, end - tokens : end] = key_states
             self._values[:1, :, end - tokens : end] = value_states
         else:
+            starts = self.layout.starts.to(key_states.device)
             positions = starts[:, None] + torch.arange(tokens, device=starts.device)  # [B, T]
             row_index = torch.arange(rows, device=starts.device)[:, None]  # [B, 1]
             # Advanced indices around a slice put their dims first: the target is [B, T, kv_heads, D].
