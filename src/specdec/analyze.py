@@ -32,7 +32,7 @@ from tqdm import tqdm
 from specdec.data import Question
 from specdec.engine import Engine, GenerationConfig
 from specdec.prompts import encode_prompt
-from specdec.proposers.logitspec import retrieve
+from specdec.proposers.logitspec.retrieval import retrieve
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.plain import PlainProposer
 

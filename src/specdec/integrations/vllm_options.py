@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from specdec.proposers.logitspec import LogitSpecConfig
+from specdec.proposers.logitspec.proposer import LogitSpecConfig
 from specdec.proposers.pld import PLDConfig
 
 ENV_PREFIX = "SPECDEC_VLLM_"
