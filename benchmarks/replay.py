@@ -43,8 +43,8 @@ from specdec.models import load_model
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.proposers.budget import CostModel, load_or_measure
-from specdec.proposers.logitspec import LogitSpecConfig, LogitSpecProposer
-from specdec.proposers.logitspec_plan import ROOT, NodePool
+from specdec.proposers.logitspec.plan import ROOT, NodePool
+from specdec.proposers.logitspec.proposer import LogitSpecConfig, LogitSpecProposer
 from specdec.proposers.plain import PlainProposer
 from specdec.sampling import SamplingParams
 from specdec.verify import VerifyResult

@@ -41,12 +41,13 @@ def default_model():
     from specdec import attention
     from specdec.models import load_model
     from specdec.proposers import budget
+    from specdec.timing_cache import cost_key
 
     loaded = load_model("smollm2-135m", dtype="fp32")
     # SDPA for short contexts, eager beyond: both implementations run in the suite, chosen by shape.
     plan = attention.AttentionPlan((128, 512), (1, 64), (("sdpa", "sdpa"), ("eager", "sdpa")))
     attention.save_plan(loaded, plan)
-    key = budget.cost_key(loaded, budget.DEFAULT_SIZES, budget.DEFAULT_CONTEXT)
+    key = cost_key(loaded, budget.DEFAULT_SIZES, budget.DEFAULT_CONTEXT)
     costs = budget.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values()))
     budget.save_costs(budget.costs_folder(), key, costs)
     return loaded

@@ -15,10 +15,11 @@ from test_retrieval import has_path
 
 from specdec.generation import ProposalContext
 from specdec.proposers import MethodError, parse_method
-from specdec.proposers.budget import CostModel, best_prefix, chain_pays
-from specdec.proposers.logitspec import LogitSpecConfig, LogitSpecProposer, uninformative_prior
-from specdec.proposers.logitspec_plan import ROOT, NodePool
-from specdec.proposers.logitspec_retrieval import (
+from specdec.proposers.budget import CostModel
+from specdec.proposers.logitspec.learn import uninformative_prior
+from specdec.proposers.logitspec.plan import ROOT, NodePool, best_prefix, chain_pays
+from specdec.proposers.logitspec.proposer import LogitSpecConfig, LogitSpecProposer
+from specdec.proposers.logitspec.retrieval import (
     continue_match,
     paper_branch_length,
     paper_retrieve,

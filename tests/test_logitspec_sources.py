@@ -28,8 +28,8 @@ from specdec.datastore_build import build_datastore, suffix_array
 from specdec.generation import GenerationConfig, ProposalContext
 from specdec.proposers import MethodError, parse_method
 from specdec.proposers.budget import CostModel
-from specdec.proposers.logitspec import LogitSpecConfig, LogitSpecProposer
-from specdec.proposers.logitspec_sources import Sources
+from specdec.proposers.logitspec.proposer import LogitSpecConfig, LogitSpecProposer
+from specdec.proposers.logitspec.sources import Sources
 from specdec.proposers.plain import PlainProposer
 from specdec.proposers.recycle import RecycleTable, output_vocab_size
 from specdec.proposers.session_store import SessionStore

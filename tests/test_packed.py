@@ -21,8 +21,9 @@ from test_target import tiny_qwen2
 from specdec.engine import Engine
 from specdec.generation import GenerationConfig
 from specdec.packed import PAD_MIN_WEIGHT, PAD_ROWS, PackedLinear, can_pack, packed_view, wants_packing
-from specdec.proposers import budget, parse_method
+from specdec.proposers import parse_method
 from specdec.target import TargetModel
+from specdec.timing_cache import cost_key
 
 needs_bf16 = pytest.mark.skipif(not can_pack(torch.bfloat16, torch.device("cpu")), reason="no oneDNN bf16 here")
 
@@ -105,7 +106,7 @@ def test_fp32_packed_engine_is_lossless(default_model, spec_bench_subset):
     assert engine.target.model is not default_model.model
     assert type(engine.target.model.get_output_embeddings()) is torch.nn.Linear  # fp32: the target's own head path
     assert Engine(loaded).target.model is engine.target.model  # one view per model
-    assert budget.cost_key(loaded, (1,), 8)["packed"] and not budget.cost_key(default_model, (1,), 8)["packed"]
+    assert cost_key(loaded, (1,), 8)["packed"] and not cost_key(default_model, (1,), 8)["packed"]
     prompts = prompts_by_category(default_model.tokenizer, spec_bench_subset)
     plain = plain_outputs(engine, prompts, 32)
     config = GenerationConfig(max_new_tokens=32)

@@ -22,7 +22,6 @@ from spec_prompts import plain_outputs, prompts_by_category
 
 from specdec.generation import GenerationConfig, ProposalContext
 from specdec.proposers import parse_method
-from specdec.proposers.per_model import forget
 from specdec.proposers.recycle import (
     RecycleConfig,
     RecycleProposer,
@@ -145,13 +144,13 @@ def test_proposer_learns_from_every_verified_node_and_respects_max_depth():
 
 
 def test_one_table_per_model_and_k_shared_across_builds(default_model):
-    forget(default_model.model)
+    default_model.state.clear()
     first = parse_method("recycle").build(default_model)
     second = parse_method("recycle:budget=8").build(default_model)
     other_k = parse_method("recycle:k=4").build(default_model)
     assert first.table is second.table and first.table is not other_k.table
     assert first.table.vocab_size == output_vocab_size(default_model.model) and other_k.table.k == 4
-    forget(default_model.model)
+    default_model.state.clear()
     assert parse_method("recycle").build(default_model).table is not first.table
 
 

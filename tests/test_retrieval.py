@@ -24,26 +24,16 @@ from specdec.generation import GenerationConfig, ProposalContext
 from specdec.models import LoadedModel, machine_fingerprint
 from specdec.prompts import encode_prompt
 from specdec.proposers import MethodError, parse_method
-from specdec.proposers.budget import (
-    AcceptanceStats,
-    CostModel,
-    chain_pays,
-    contended,
-    load_or_measure,
-    plan_tree,
-)
-from specdec.proposers.logitspec import (
-    MAX_HEAT,
-    LogitSpecConfig,
-    LogitSpecProposer,
-    paper_tree,
-    retrieve,
-)
-from specdec.proposers.logitspec_retrieval import continue_match
+from specdec.proposers.budget import AcceptanceStats, CostModel, load_or_measure
+from specdec.proposers.logitspec.learn import MAX_HEAT
+from specdec.proposers.logitspec.plan import chain_pays, plan_tree
+from specdec.proposers.logitspec.proposer import LogitSpecConfig, LogitSpecProposer
+from specdec.proposers.logitspec.retrieval import continue_match, paper_tree, retrieve
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.plain import PlainProposer
 from specdec.proposers.pld import PLDConfig, PLDProposer
 from specdec.sampling import SamplingParams
+from specdec.timing_cache import contended
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 

@@ -21,9 +21,9 @@ from specdec.bench.config import parse_methods
 from specdec.bench.runner import SpecdecContender
 from specdec.engine import Engine
 from specdec.generation import GenerationConfig
+from specdec.models import LoadedModel
 from specdec.proposers import parse_method
-from specdec.proposers.logitspec_sources import Sources
-from specdec.proposers.per_model import forget
+from specdec.proposers.logitspec.sources import Sources
 from specdec.proposers.plain import PlainProposer
 from specdec.proposers.session_store import SessionConfig, SessionProposer, SessionStore
 
@@ -115,33 +115,45 @@ def test_safe_under_threads():
 
 
 def test_one_store_per_model_and_bounds(default_model):
-    forget(default_model.model)
+    default_model.state.clear()
     first = parse_method("session").build(default_model)
     same = parse_method("session:num_pred_tokens=4").build(default_model)
     smaller = parse_method("session:max_tokens=1000").build(default_model)
     assert first.store is same.store and first.store is not smaller.store
-    forget(default_model.model)
+    default_model.state.clear()
 
 
 def test_stores_are_shared_within_a_scope_and_apart_across_scopes(default_model):
-    forget(default_model.model)
+    default_model.state.clear()
     first = parse_method("session").build(default_model)
     again = parse_method("session").build(default_model)
     scoped = parse_method("session").build(dataclasses.replace(default_model, state_scope="method a"))
     assert first.store is again.store and scoped.store is not first.store
-    sources = Sources.for_model(default_model.model, False, True, None, "method a")
+    sources = Sources.for_loaded(dataclasses.replace(default_model, state_scope="method a"), False, True, None)
     assert sources.session is scoped.store  # logitspec:session=true and `session` meet in one scope
-    forget(default_model.model)
+    default_model.state.clear()
+
+
+def test_state_lives_on_the_loaded_model_not_the_module(default_model):
+    """A replace (the bench's scopes) keeps the loaded model's state; another load of it starts empty."""
+    default_model.state.clear()
+    first = parse_method("session").build(default_model)
+    assert dataclasses.replace(default_model, state_scope="x").state is default_model.state
+    other_load = LoadedModel(default_model.model, default_model.tokenizer, default_model.name)
+    assert other_load.state is not default_model.state
+    assert parse_method("session").build(other_load).store is not first.store
+    assert parse_method("session").build(default_model).store is first.store
+    default_model.state.clear()
 
 
 def test_bench_gives_each_method_its_own_store(default_model):
     """Else a method run after another on the same prompt would draft that method's answer from the store."""
-    forget(default_model.model)
+    default_model.state.clear()
     engine = Engine(default_model)
     specs = parse_methods(("session", "session:num_pred_tokens=4"))
     first, second = (SpecdecContender(engine, spec, GenerationConfig(max_new_tokens=4)) for spec in specs)
     assert first.proposer.store is not second.proposer.store
-    forget(default_model.model)
+    default_model.state.clear()
 
 
 # ------------------------------------------------------------------ on the real model

@@ -33,7 +33,7 @@ from specdec.data import Question
 from specdec.engine import Engine
 from specdec.generation import GenerationConfig
 from specdec.prompts import encode_prompt
-from specdec.proposers.logitspec import retrieve
+from specdec.proposers.logitspec.retrieval import retrieve
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.plain import PlainProposer
 

@@ -18,10 +18,13 @@ An implementation other than SDPA is chosen only where it measured at least
 MIN_GAIN faster: on the first machine, eager won from ~1,000 cached tokens on,
 and a tie at 512 had made our bf16 text drift from transformers' own for no gain.
 
+The plan itself (`AttentionPlan`, what the target reads per pass) is in
+`attention_plan`; this module measures, caches and resolves it.
+
 Invariants: a plan covers every shape (the nearest measured bucket above, else
 the largest); passes larger than the largest measured tree (prefills) use SDPA,
 which never materializes a [T, T] score matrix; a plan timed on a busy machine
-serves its run but is not cached (see `specdec.proposers.budget.contended`).
+serves its run but is not cached (see `specdec.timing_cache.contended`).
 """
 
 from __future__ import annotations
@@ -29,17 +32,16 @@ from __future__ import annotations
 import json
 import sys
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from specdec.attention_plan import DEFAULT, IMPLEMENTATIONS, AttentionPlan
 from specdec.models import LoadedModel, default_cache_dir
+from specdec.target import TargetModel
+from specdec.timing_cache import contended, cost_file, cost_key, write_json_atomic
 
-IMPLEMENTATIONS = ("sdpa", "eager")
-DEFAULT = "sdpa"
 CONTEXTS = (128, 512, 1024, 2048)
 SIZES = (1, 4, 16, 64)
 REPEATS = 5
@@ -49,34 +51,10 @@ MIN_GAIN = 1.05
 SUBDIR = "attention"
 
 
-@dataclass(frozen=True)
-class AttentionPlan:
-    """choices[i][j]: the implementation for contexts[i] cached tokens and sizes[j] new tokens."""
-
-    contexts: tuple[int, ...]
-    sizes: tuple[int, ...]
-    choices: tuple[tuple[str, ...], ...]
-
-    def __post_init__(self) -> None:
-        if len(self.choices) != len(self.contexts) or any(len(row) != len(self.sizes) for row in self.choices):
-            raise ValueError("an attention plan needs one choice per (context, size)")
-        if any(choice not in IMPLEMENTATIONS for row in self.choices for choice in row):
-            raise ValueError(f"attention implementations must be among {IMPLEMENTATIONS}")
-
-    def choose(self, context: int, num_new: int) -> str:
-        if num_new > self.sizes[-1]:
-            return DEFAULT
-        i = min(bisect_left(self.contexts, context), len(self.contexts) - 1)
-        j = min(bisect_left(self.sizes, num_new), len(self.sizes) - 1)
-        return self.choices[i][j]
-
-
 def measure_plan(
     loaded: LoadedModel, contexts: Sequence[int] = CONTEXTS, sizes: Sequence[int] = SIZES, repeats: int = REPEATS
 ) -> tuple[AttentionPlan, float]:
     """(plan, CPU share of the timing) from timing every implementation at every shape (chains of `size`)."""
-    from specdec.target import TargetModel  # target imports this module
-
     model = loaded.model
     limit = int(getattr(model.config, "max_position_embeddings", 0) or 0)
     target = TargetModel(model)
@@ -107,7 +85,7 @@ def measure_plan(
     return AttentionPlan(tuple(contexts), tuple(sizes), tuple(rows)), share
 
 
-def _timed_pass(target, tokens: torch.Tensor, parents: torch.Tensor) -> float:
+def _timed_pass(target: TargetModel, tokens: torch.Tensor, parents: torch.Tensor) -> float:
     past = target.num_cached
     start = time.perf_counter()
     target.forward_tree(tokens, parents)
@@ -116,15 +94,11 @@ def _timed_pass(target, tokens: torch.Tensor, parents: torch.Tensor) -> float:
 
 
 def plan_file(loaded: LoadedModel, folder: Path | None = None) -> tuple[Path, dict]:
-    from specdec.proposers.budget import cost_file, cost_key
-
     key = {**cost_key(loaded, SIZES, max(CONTEXTS)), "contexts": list(CONTEXTS), "kind": "attention"}
     return cost_file(folder or default_cache_dir() / SUBDIR, key), key
 
 
 def save_plan(loaded: LoadedModel, plan: AttentionPlan, folder: Path | None = None) -> None:
-    from specdec.proposers.budget import write_json_atomic
-
     path, key = plan_file(loaded, folder)
     record = {"key": key, "contexts": plan.contexts, "sizes": plan.sizes, "choices": plan.choices}
     write_json_atomic(path, record)
@@ -134,8 +108,6 @@ def load_or_measure_plan(
     loaded: LoadedModel, folder: Path | None = None, is_busy: Callable[[float], bool] | None = None
 ) -> AttentionPlan:
     """The cached plan for this model and machine, measuring (and caching, unless busy) it when absent."""
-    from specdec.proposers.budget import contended
-
     path, key = plan_file(loaded, folder)
     try:
         saved = json.loads(path.read_text())

@@ -233,7 +233,7 @@ class Batch:
     def _budget(self, trees: list[DraftTree]) -> list[DraftTree]:
         """Cut the trees to the pass width that maximises the batch's expected tokens per second."""
         probs = [row.rates.node_probs(tree) for row, tree in zip(self.rows, trees, strict=True)]
-        fixed = [not getattr(row.proposer, "prunable", True) for row in self.rows]
+        fixed = [not row.proposer.prunable for row in self.rows]
         for b, row in enumerate(self.rows):
             if not fixed[b] and not row.config.sampling.greedy and trees[b].draft_probs is not None:
                 # Rejection sampling takes one random draw per node, so a sampled row with drafted

@@ -53,11 +53,13 @@ class Proposer(Protocol):
     """What the engine asks of every method.
 
     `prunable`: whether the batch's node budget may cut the proposer's tree to a prefix of its node
-    order (False where the tree's shape is the algorithm, e.g. lookahead's Jacobi window). A proposer
-    that does not set it is prunable.
+    order (False where the tree's shape is the algorithm, e.g. lookahead's Jacobi window).
+    `source_stats`: per draft source, the nodes offered and accepted over the proposer's life (the
+    bench's per-source table), or None for a proposer with one source.
     """
 
     prunable: bool
+    source_stats: dict[str, dict[str, int]] | None
 
     def begin(self, prompt_ids: list[int]) -> None: ...
     def propose(self, ctx: ProposalContext) -> DraftTree: ...

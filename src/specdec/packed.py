@@ -46,15 +46,11 @@ Invariants:
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING
 
 import torch
 
-from specdec.models.base import check_pack
-from specdec.proposers.per_model import shared
-
-if TYPE_CHECKING:
-    from specdec.models import LoadedModel
+from specdec.models.base import LoadedModel, check_pack
+from specdec.models.state import ModelState
 
 _EXACT_DTYPES = (torch.bfloat16, torch.float16)  # packing changes no bit of the output (see above)
 PAD_ROWS = 4  # the fewest rows a large bf16 product runs over (see the module docstring)
@@ -123,13 +119,20 @@ def packed_view(model: torch.nn.Module) -> torch.nn.Module:
     return view
 
 
-def maybe_packed(model: torch.nn.Module, pack: str) -> torch.nn.Module:
-    """`model`'s one packed view (made once per model, shared) when `pack` wants it here, else `model`."""
+def maybe_packed(model: torch.nn.Module, pack: str, state: ModelState | None) -> torch.nn.Module:
+    """`model`'s packed view when `pack` wants it here, else `model`.
+
+    `state`: that of the loaded model whose module `model` is; the view is made once and
+    kept there, so every user of that loaded model runs the same view. None: a view of
+    the caller's own (a draft module that no `LoadedModel` holds).
+    """
     if not wants_packing(pack, model):
         return model
-    return shared(model, "packed_view", lambda: packed_view(model))
+    if state is None:
+        return packed_view(model)
+    return state.shared("packed_view", lambda: packed_view(model))
 
 
 def verify_model(loaded: LoadedModel) -> torch.nn.Module:
     """The module the engine verifies on (and cost curves time): `loaded.model` or its packed view."""
-    return maybe_packed(loaded.model, loaded.pack)
+    return maybe_packed(loaded.model, loaded.pack, loaded.state)

@@ -34,18 +34,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
+from specdec.attention_plan import AttentionPlan
 from specdec.kv_cache import DEFAULT_CAPACITY, preallocated_cache
 from specdec.models import UnsupportedModelError
 from specdec.tree import ancestry
-
-if TYPE_CHECKING:
-    from specdec.attention import AttentionPlan
 
 # Model types whose causal-LM forward is `logits = lm_head(decoder(...).last_hidden_state)`, with no
 # scaling or soft-capping after the head: for these the head may be applied outside the model.

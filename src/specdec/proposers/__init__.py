@@ -26,7 +26,7 @@ __all__ = [
 METHODS: dict[str, str] = {
     "plain": "specdec.proposers.plain:PlainConfig",
     "pld": "specdec.proposers.pld:PLDConfig",
-    "logitspec": "specdec.proposers.logitspec:LogitSpecConfig",
+    "logitspec": "specdec.proposers.logitspec.proposer:LogitSpecConfig",
     "draft": "specdec.proposers.draft:DraftConfig",
     "layerskip": "specdec.proposers.layerskip:LayerSkipConfig",
     "lookahead": "specdec.proposers.lookahead:LookaheadConfig",

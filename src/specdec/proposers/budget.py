@@ -10,29 +10,23 @@ size depends on the forward-pass cost curve of the model on the machine at hand
   tree nodes, measured once per (model, dtype, device, machine, threads, torch
   version) on a throwaway `TargetModel` (its own KV cache: the generation's
   cache is never touched) and cached as JSON under `~/.cache/specdec/costs/`;
-  a curve timed while other work took CPU time from ours (the process got under
-  85% of the CPU time its threads could use) serves its own run but is not
-  cached, so one noisy moment does not make every later run timid;
+  a curve timed while other work took CPU time from ours
+  (`timing_cache.contended`) serves its own run but is not cached, so one noisy
+  moment does not make every later run timid;
 - `AcceptanceStats`: online acceptance rates per node feature (e.g. "root
   branch, 3-gram match, depth 2"), Beta-prior smoothed and windowed so they
-  follow the text at hand;
-- `plan_tree`: given each candidate node's probability of being accepted (the
-  product of conditional rates down its branch), pick the node set that
-  maximises expected tokens per second, (1 + sum of probabilities) / cost(size).
+  follow the text at hand.
+
+Which nodes pay for their cost is decided from these two by LogitSpec's planner
+(`specdec.proposers.logitspec.plan`) and the batch planner.
 
 Invariants: costs are non-decreasing in the tree size (fastest timings, then a
-running maximum, so noise never makes a bigger tree look cheaper); `plan_tree` only
-returns per-branch prefixes (a node is never chosen without its parent) and
-falls back to the root alone unless a tree beats it by `min_gain`. Per step it
-costs one sort of at most a few hundred floats: no tensors, no vocabulary loops.
+running maximum, so noise never makes a bigger tree look cheaper).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import tempfile
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -40,16 +34,15 @@ from pathlib import Path
 
 import torch
 
-from specdec.models import LoadedModel, default_cache_dir, machine_fingerprint
+from specdec.models import LoadedModel, default_cache_dir
 from specdec.packed import verify_model
 from specdec.target import TargetModel
+from specdec.timing_cache import contended, cost_file, cost_key, write_json_atomic
 
 DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 DEFAULT_REPEATS = 5
 DEFAULT_CONTEXT = 384  # committed tokens in the throwaway cache while timing
 COSTS_SUBDIR = "costs"
-FORMAT_VERSION = 3  # 3: curves timed before packed products were padded (specdec.packed) are stale
-BUSY_CPU_SHARE = 0.85  # see `contended`
 
 
 @dataclass(frozen=True)
@@ -146,40 +139,6 @@ def _measure(
     return CostModel(tuple(sizes), tuple(seconds)), cpu / max(wall * torch.get_num_threads(), 1e-9)
 
 
-def contended(cpu_share: float) -> bool:
-    """True when the timed passes got less than BUSY_CPU_SHARE of the CPU time their threads could use.
-
-    Measured on the 2-core dev machine with 2 threads: 0.99-1.00 idle, 0.63-0.75
-    with one busy process beside it. The load average missed the test suite's own
-    server process, which had left a curve 3.5x too slow in the cache.
-    """
-    return cpu_share < BUSY_CPU_SHARE
-
-
-def cost_key(loaded: LoadedModel, sizes: Sequence[int], context_len: int) -> dict:
-    model = loaded.model
-    return {
-        "format": FORMAT_VERSION,
-        "model": loaded.name,
-        "source": str(getattr(model.config, "_name_or_path", "")),
-        "num_parameters": sum(p.numel() for p in model.parameters()),
-        "dtype": str(loaded.dtype).removeprefix("torch."),
-        "packed": verify_model(loaded) is not loaded.model,  # the engine times what it runs
-        "device": loaded.device.type,
-        "machine": machine_fingerprint(loaded.device),
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "sizes": list(sizes),
-        "context_len": context_len,
-    }
-
-
-def cost_file(costs_dir: Path, key: dict) -> Path:
-    slug = "-".join(str(key[f]) for f in ("model", "dtype", "device", "threads"))
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", slug)
-    return costs_dir / f"{slug}.json"
-
-
 def load_or_measure(
     loaded: LoadedModel,
     costs_dir: str | Path | None = None,
@@ -226,19 +185,6 @@ def save_costs(folder: Path, key: dict, costs: CostModel) -> None:
     write_json_atomic(cost_file(folder, key), record)
 
 
-def write_json_atomic(path: Path, record: dict) -> None:
-    """Write JSON via a temp file + rename, so readers never see half a file; a read-only cache only
-    costs a re-measurement next time."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(record, handle, indent=1)
-        os.replace(temp, path)
-    except OSError:
-        pass
-
-
 # ------------------------------------------------------------------ acceptance
 class AcceptanceStats:
     """Acceptance rate per feature key: (accepted + prior) / (offered + prior strength), windowed.
@@ -280,63 +226,3 @@ class AcceptanceStats:
     def snapshot(self) -> dict[Hashable, tuple[float, float]]:
         """key -> (rate, effective number of observations incl. the prior), for reports and tuning."""
         return {key: (acc / off, off) for key, (acc, off) in self._counts.items()}
-
-
-def plan_tree(
-    branch_probs: Sequence[Sequence[float]], costs: Sequence[float], max_nodes: int, min_gain: float = 0.0
-) -> tuple[list[int], float]:
-    """Per-branch lengths that maximise expected tokens per second, and that expected rate.
-
-    branch_probs[b][d]: probability that node d (0-based depth below the root) of
-    branch b is accepted, non-increasing in d. costs[n]: seconds for an n-node
-    forward pass (index 0 unused), for n up to at least max_nodes. Nodes are taken
-    in order of probability (ties: earlier branch, shallower node first, so a node
-    always comes after its parent); see `best_prefix` for the choice of how many.
-    """
-    items = [(p, b) for b, probs in enumerate(branch_probs) for p in probs if p > 0.0]
-    items.sort(key=lambda item: -item[0])  # stable: keeps branch and depth order on ties
-    best_n, rate = best_prefix([p for p, _ in items], costs, max_nodes, min_gain)
-    lengths = [0] * len(branch_probs)
-    for _, b in items[:best_n]:
-        lengths[b] += 1
-    return lengths, rate
-
-
-def best_prefix(
-    probs: Sequence[float],
-    costs: Sequence[float],
-    max_nodes: int,
-    min_gain: float = 0.0,
-    fixed_nodes: int = 0,
-    fixed_expected: float = 0.0,
-) -> tuple[int, float]:
-    """How many of `probs` (sorted, largest first) to verify beside a fixed part, and the expected rate.
-
-    The tree is the root, `fixed_nodes` nodes kept whatever the gain (accepted
-    `fixed_expected` tokens in expectation) and the first n of `probs`. Every n is
-    scored as expected tokens per second, (1 + fixed_expected + sum(probs[:n])) /
-    costs[1 + fixed_nodes + n]; the best n wins. With no fixed part, n > 0 must
-    beat the root alone by a factor (1 + min_gain).
-    """
-    used = 1 + fixed_nodes
-    limit = max(0, min(len(probs), max_nodes - used, len(costs) - 1 - used))
-    expected = 1.0 + fixed_expected
-    base = expected / costs[min(used, len(costs) - 1)]
-    best_n, best_rate = 0, base * (1.0 + (min_gain if not fixed_nodes else 0.0))
-    for n in range(1, limit + 1):
-        expected += probs[n - 1]
-        rate = expected / costs[used + n]
-        if rate > best_rate:
-            best_n, best_rate = n, rate
-    return best_n, (best_rate if best_n else base)
-
-
-def chain_pays(probs: Sequence[float], costs: Sequence[float]) -> bool:
-    """Whether verifying a whole chain whose nodes are accepted with `probs` beats the root alone.
-
-    The test a fixed-length drafter such as prompt lookup faces on this machine:
-    (1 + sum(probs)) / costs[1 + len(probs)] > 1 / costs[1]. A chain longer than
-    the cost table is judged at its largest size.
-    """
-    size = min(1 + len(probs), len(costs) - 1)
-    return (1.0 + sum(probs)) / costs[size] > 1.0 / costs[1]

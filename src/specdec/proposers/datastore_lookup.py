@@ -72,6 +72,9 @@ class DatastoreConfig:
 
 
 class DatastoreProposer:
+    prunable = True  # a batch may cut the tree to its budget
+    source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
+
     def __init__(
         self, config: DatastoreConfig, datastore: Datastore, eos_token_ids: tuple[int, ...] = ()
     ) -> None:

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 import torch
 
@@ -73,13 +73,11 @@ from specdec.proposers.draft_module import (
     wants_int8,
 )
 from specdec.proposers.schema import method_config, option
+from specdec.proposers.universal import UniversalDraftProposer
 from specdec.sampling import SamplingParams, logits_to_probs
 from specdec.target import TargetModel
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
-
-if TYPE_CHECKING:
-    from specdec.proposers.universal import UniversalDraftProposer
 
 QUANTIZE = ("auto", "none", "int8")
 TEXT_CHOICES = ("auto", "always", "never")
@@ -145,8 +143,6 @@ class DraftConfig:
             via_text = True
         if not via_text:
             return self.build_with(loaded, draft.model)
-        from specdec.proposers.universal import UniversalDraftProposer  # it imports this module
-
         # a draft through text hands on its chain's tokens only: no leaves
         inner = replace(self, fill=0).build_with(loaded, draft.model, draft.model.config.vocab_size)
         return UniversalDraftProposer(inner, draft.tokenizer, loaded.tokenizer)
@@ -170,8 +166,8 @@ class DraftConfig:
         if wants_int8(self.quantize, draft_model):
             draft_model = quantize_int8(draft_model)
             ratio *= INT8_COST_FACTOR.get(loaded.dtype, 0.32)
-        else:  # packed as the target is, so the cost ratio still holds
-            draft_model = maybe_packed(draft_model, loaded.pack)
+        else:  # packed as the target is, so the cost ratio still holds; the target's own view if it drafts itself
+            draft_model = maybe_packed(draft_model, loaded.pack, loaded.state if draft_model is loaded.model else None)
         return PreparedDraft(draft_model, ratio)
 
     def build_prepared(
@@ -194,6 +190,9 @@ class PreparedDraft:
 
 class DraftProposer:
     """Drafts a chain with any causal LM (a separate draft model or a layer-skipping view)."""
+
+    prunable = True  # a batch may cut the tree to its budget
+    source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
 
     def __init__(
         self,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specdec.proposers.logitspec_retrieval import continue_match
+from specdec.proposers.logitspec.retrieval import continue_match
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.pld import cut_after_eos, synced_index
 

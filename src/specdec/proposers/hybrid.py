@@ -50,7 +50,7 @@ from specdec.proposers.chain_length import SCHEDULES, DraftLength
 from specdec.proposers.draft import QUANTIZE, DraftConfig, DraftProposer
 from specdec.proposers.draft_jump import MAX_NGRAM as JUMP_MAX_NGRAM
 from specdec.proposers.hybrid_gate import AskGate
-from specdec.proposers.logitspec import STRONG_MATCH, LogitSpecConfig, LogitSpecProposer
+from specdec.proposers.logitspec.proposer import STRONG_MATCH, LogitSpecConfig, LogitSpecProposer
 from specdec.proposers.schema import method_config, option
 from specdec.proposers.universal import UniversalDraftProposer
 from specdec.sampling import point_mass_rows
@@ -100,6 +100,9 @@ class HybridConfig:
 
 
 class HybridProposer:
+    prunable = True  # a batch may cut the tree to its budget
+    source_stats: dict[str, dict[str, int]]  # per-source offered / accepted nodes, over its life
+
     def __init__(
         self,
         config: HybridConfig,

@@ -22,6 +22,9 @@ class PlainConfig:
 
 
 class PlainProposer:
+    prunable = True  # a batch may cut the tree to its budget
+    source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
+
     def begin(self, prompt_ids: list[int]) -> None:
         pass
 

@@ -62,6 +62,9 @@ class PLDConfig:
 
 
 class PLDProposer:
+    prunable = True  # a batch may cut the tree to its budget
+    source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
+
     def __init__(self, config: PLDConfig, eos_token_ids: tuple[int, ...] = ()) -> None:
         self.config = config
         self.eos_token_ids = frozenset(eos_token_ids)

@@ -26,7 +26,7 @@ not fitted to any benchmark's outputs.
 
 Interface for other proposers (LogitSpec uses the table as one of its sources):
 
-    table = RecycleTable.for_model(loaded.model, k)   # shared per loaded model
+    table = RecycleTable.for_loaded(loaded, k)   # shared per loaded model and scope
     table.update(tokens, logits)         # tokens [N] int64, logits [N, V]
     table.successors(token) -> list[int]   # known successors, best first
     table.branches(root, budget, max_depth, eos_token_ids=()) -> list[list[int]]
@@ -54,7 +54,6 @@ import torch
 
 from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
-from specdec.proposers.per_model import shared
 from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
@@ -121,9 +120,10 @@ class RecycleTable:
         self._shapes: dict[tuple[int, int], Shape] = {}
 
     @classmethod
-    def for_model(cls, model: Any, k: int, scope: str = "") -> RecycleTable:
-        """The table kept for `model` (an nn.Module), width `k` and `scope`, made empty on first use."""
-        return shared(model, ("recycle", k, scope), lambda: cls(output_vocab_size(model), k))
+    def for_loaded(cls, loaded: LoadedModel, k: int) -> RecycleTable:
+        """The table kept in `loaded.state` for width `k` and `loaded.state_scope`, made empty on first use."""
+        key = ("recycle", k, loaded.state_scope)
+        return loaded.state.shared(key, lambda: cls(output_vocab_size(loaded.model), k))
 
     def update(self, tokens: torch.Tensor, logits: torch.Tensor) -> None:
         """Row tokens[i] := top-k of logits[i]. tokens: [N] int64; logits: [N, V] (any float dtype, any device)."""
@@ -221,10 +221,13 @@ class RecycleConfig:
     max_depth: Annotated[int, option(ge=1, request_max=8)] = 6
 
     def build(self, loaded: LoadedModel) -> RecycleProposer:
-        return RecycleProposer(self, RecycleTable.for_model(loaded.model, self.k, loaded.state_scope), loaded.eos_token_ids)
+        return RecycleProposer(self, RecycleTable.for_loaded(loaded, self.k), loaded.eos_token_ids)
 
 
 class RecycleProposer:
+    prunable = True  # a batch may cut the tree to its budget
+    source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
+
     def __init__(self, config: RecycleConfig, table: RecycleTable, eos_token_ids: Iterable[int] = ()) -> None:
         self.config = config
         self.table = table

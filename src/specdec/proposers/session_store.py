@@ -16,7 +16,7 @@ gives, with the conditioning window limited to max_ngram tokens.
 
 Interface (for LogitSpec and the server):
 
-    store = SessionStore.for_model(loaded.model, max_tokens, max_ngram)  # shared per loaded model
+    store = SessionStore.for_loaded(loaded, max_tokens, max_ngram)  # shared per loaded model and scope
     doc = store.add(token_ids)             # a new document; returns its id
     store.extend(doc, token_ids)           # append to a document (a request's new tokens)
     store.lookup(context, max_continuation, min_ngram=1) -> list[int]
@@ -44,12 +44,11 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
-from typing import Annotated, Any
+from typing import Annotated
 
 from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
 from specdec.proposers.ngram_index import NGramIndex
-from specdec.proposers.per_model import shared
 from specdec.proposers.pld import check_min_ngram, cut_after_eos, synced_index
 from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
@@ -77,9 +76,10 @@ class SessionStore:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_model(cls, model: Any, max_tokens: int = 1_000_000, max_ngram: int = 4, scope: str = "") -> SessionStore:
-        """The store kept for `model` (an nn.Module), these bounds and `scope`, made empty on first use."""
-        return shared(model, ("session", max_tokens, max_ngram, scope), lambda: cls(max_tokens, max_ngram))
+    def for_loaded(cls, loaded: LoadedModel, max_tokens: int = 1_000_000, max_ngram: int = 4) -> SessionStore:
+        """The store kept in `loaded.state` for these bounds and `loaded.state_scope`, made empty on first use."""
+        key = ("session", max_tokens, max_ngram, loaded.state_scope)
+        return loaded.state.shared(key, lambda: cls(max_tokens, max_ngram))
 
     # -------------------------------------------------------------- bookkeeping
     @property
@@ -203,11 +203,14 @@ class SessionConfig:
         check_min_ngram(self.min_ngram, self.max_ngram)
 
     def build(self, loaded: LoadedModel) -> SessionProposer:
-        store = SessionStore.for_model(loaded.model, self.max_tokens, self.max_ngram, loaded.state_scope)
+        store = SessionStore.for_loaded(loaded, self.max_tokens, self.max_ngram)
         return SessionProposer(self, store, loaded.eos_token_ids)
 
 
 class SessionProposer:
+    prunable = True  # a batch may cut the tree to its budget
+    source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
+
     def __init__(self, config: SessionConfig, store: SessionStore, eos_token_ids: Iterable[int] = ()) -> None:
         self.config = config
         self.store = store

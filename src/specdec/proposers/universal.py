@@ -30,8 +30,10 @@ Invariants:
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from specdec.generation import ProposalContext
-from specdec.proposers.draft import DraftProposer
+from specdec.proposers.chain_length import DraftLength
 from specdec.proposers.draft_module import TokenizerMismatchError
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
@@ -70,10 +72,24 @@ def decode(tokenizer, ids: list[int]) -> str:
     return tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
-class UniversalDraftProposer:
-    """Drafts with `inner` (a DraftProposer over the draft model's own vocabulary) through text."""
+class ChainDrafter(Protocol):
+    """What drafting through text needs of the inner drafter (`draft.DraftProposer` is one): this
+    module does not import `draft`, which builds it."""
 
-    def __init__(self, inner: DraftProposer, draft_tokenizer, target_tokenizer) -> None:
+    length: DraftLength
+
+    def begin(self, prompt_ids: list[int]) -> None: ...
+    def propose(self, ctx: ProposalContext) -> DraftTree: ...
+    def record(self, num_accepted: int) -> None: ...
+
+
+class UniversalDraftProposer:
+    """Drafts with `inner` (a drafter over the draft model's own vocabulary) through text."""
+
+    prunable = True  # a batch may cut the tree to its budget
+    source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
+
+    def __init__(self, inner: ChainDrafter, draft_tokenizer, target_tokenizer) -> None:
         check_round_trip(target_tokenizer, "the target")
         check_round_trip(draft_tokenizer, "the draft model")
         self.inner = inner

@@ -1,7 +1,7 @@
 """LogitSpec in chain mode: the single most promising chain of one step's retrieval, and learning from it.
 
 Why: engines such as vLLM verify one draft chain per request, not a token
-tree. LogitSpec's retrieval (`specdec.proposers.logitspec.retrieve`) still
+tree. LogitSpec's retrieval (`retrieval.retrieve`) still
 yields several branches: the root's own continuation and, for each top-k
 candidate of the logits the root was drawn from, [candidate, its continuation].
 This module picks one of them, and how much of it, by expected gain: each token
@@ -9,9 +9,10 @@ is worth its chance of being accepted (the product of online-learned
 conditional rates down the branch) minus `node_cost`, the price of verifying
 one more token; the chain is the branch prefix with the largest total.
 
-Rates use the same feature keys as the tree proposer (`("root", m, heat,
-depth)`, `("cand", rank bucket, m)`, `("next", m, i)`), kept in a
-`budget.AcceptanceStats` shared by all requests, and are learned
+Rates, priors and learning are the tree proposer's (`learn`): the same feature
+keys (`("root", m, heat, depth)`, `("cand", rank bucket, m)`, `("next", m, i)`),
+kept in a `budget.AcceptanceStats` shared by all requests, seeded by
+`learn.uninformative_prior` and learned by `learn.learn_retrieval`,
 counterfactually: every branch the step retrieved is scored against the tokens
 the engine emitted, offered or not, so a branch never chosen can still win later.
 
@@ -29,39 +30,14 @@ the engine's verification keeps the output lossless.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 
 import torch
 
 from specdec.proposers.budget import AcceptanceStats
-from specdec.proposers.logitspec import Retrieval, rank_bucket
-from specdec.proposers.logitspec_retrieval import continue_match, ranked_candidates
+from specdec.proposers.logitspec.learn import chain_probs, rank_bucket
+from specdec.proposers.logitspec.retrieval import Retrieval, continue_match, ranked_candidates
 from specdec.proposers.ngram_index import NGramIndex
-
-PRIOR_STRENGTH = 2.0  # a prior weighs as much as two observations: data takes over within steps
-
-
-def chain_prior(k: int) -> Callable[[Hashable], tuple[float, float]]:
-    """(mean, strength) before any observation, fitted on nothing.
-
-    A candidate is one of k guesses for the same token (or none of them is right):
-    mean 1/(k + 1). Every chained rate (a token right given the ones above it): 1/2.
-    """
-    cand_mean = 1.0 / (max(k, 1) + 1)
-
-    def prior(key: Hashable) -> tuple[float, float]:
-        return (cand_mean if key[0] == "cand" else 0.5), PRIOR_STRENGTH  # type: ignore[index]
-
-    return prior
-
-
-def cumulative(rate: Callable[[Hashable], float], prefix: tuple, length: int) -> list[float]:
-    """[rate(prefix + (1,)), that * rate(prefix + (2,)), ...]: the chance each depth is accepted."""
-    probs, p = [], 1.0
-    for depth in range(1, length + 1):
-        p *= rate((*prefix, depth))
-        probs.append(p)
-    return probs
 
 
 def _gain(probs: Sequence[float], node_cost: float) -> tuple[int, float]:
@@ -88,12 +64,12 @@ class _Chooser:
 
     def next_probs(self, m: int) -> list[float]:
         if m not in self._next:
-            self._next[m] = cumulative(self.rate, ("next", m), self.max_len - 1)
+            self._next[m] = chain_probs(self.rate, ("next", m), self.max_len - 1)
         return self._next[m]
 
     def offer_root(self, branch: list[int], m: int) -> None:
         branch = branch[: self.max_len]
-        num, gain = _gain(cumulative(self.rate, ("root", m, self.heat), len(branch)), self.node_cost)
+        num, gain = _gain(chain_probs(self.rate, ("root", m, self.heat), len(branch)), self.node_cost)
         if gain > self.best_gain:
             self.best, self.best_gain = branch[:num], gain
 
@@ -146,7 +122,7 @@ def retrieve_chain(
     `choose_chain` would pick from all of them; but a candidate is looked up in the index only while
     `can_win` says its rank bucket could beat the best chain so far: on two cores the 60 lookups
     were most of the proposer's 0.8 ms per step. The Retrieval returned holds the candidates looked
-    up (`learn` scores those; whether one is looked up never depends on its own outcome).
+    up (`learn.learn_retrieval` scores those; whether one is looked up never depends on its own outcome).
     """
     root_branch, root_ngram = continue_match(index, (), max_len)
     chooser = _Chooser(stats, heat, max_len, node_cost, index.max_ngram)
@@ -167,37 +143,3 @@ def retrieve_chain(
         conts.append(cont)
         ngrams.append(m)
     return Retrieval(root_branch, root_ngram, tokens, ranks, conts, ngrams, top), chooser.best
-
-
-def learn_chain(stats: AcceptanceStats, prefix: tuple, chain: Sequence[int], emitted: Sequence[int]) -> None:
-    """Score `chain` against the emitted tokens depth by depth, up to its first miss."""
-    for depth, token in enumerate(chain[: len(emitted)], start=1):
-        hit = token == emitted[depth - 1]
-        stats.update((*prefix, depth), 1.0, float(hit))
-        if not hit:
-            break
-
-
-def learn(stats: AcceptanceStats, retrieval: Retrieval, heat: int, emitted: Sequence[int]) -> None:
-    """Learn from one step: `emitted[0]` followed the root, `emitted[1]` followed that, ...
-
-    heat: what the chain's root-branch rates were keyed by when `retrieval` was made.
-    """
-    if not emitted:
-        return
-    learn_chain(stats, ("root", retrieval.root_ngram, heat), retrieval.root_branch, emitted)
-    offered: dict[tuple, int] = {}
-    hit_at = -1
-    for j, (token, rank, m) in enumerate(
-        zip(retrieval.cand_tokens, retrieval.cand_ranks, retrieval.cand_ngrams, strict=True)
-    ):
-        key = ("cand", rank_bucket(rank), m)
-        offered[key] = offered.get(key, 0) + 1
-        if token == emitted[0]:
-            hit_at = j
-    for key, count in offered.items():
-        stats.update(key, float(count), 0.0)
-    if hit_at >= 0:
-        m = retrieval.cand_ngrams[hit_at]
-        stats.update(("cand", rank_bucket(retrieval.cand_ranks[hit_at]), m), 0.0, 1.0)
-        learn_chain(stats, ("next", m), retrieval.cand_conts[hit_at], emitted[1:])

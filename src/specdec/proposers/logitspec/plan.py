@@ -8,7 +8,9 @@ could pick a child without its parent; a trie of all candidate nodes, each with
 its estimated probability of being accepted and the source that offered it,
 avoids both. The planner then takes a *floor* (nodes kept whatever the gain,
 e.g. prompt lookup's chain) plus the best-paying prefix of the other nodes in
-order of probability (`budget.best_prefix`).
+order of probability (`best_prefix`): the size that maximises expected tokens
+per second, (1 + sum of probabilities) / cost(size), on this machine's cost
+curve (`budget.CostModel`).
 
 Invariants:
 - a node's probability never exceeds its parent's (clamped when added), and a
@@ -20,7 +22,11 @@ Invariants:
 - the pool never holds more than `max_nodes` nodes (root included) nor nodes
   deeper than `max_depth`; a plan never picks more than its `budget`;
 - the tree handed to verification lists nodes in id order, so parents come
-  before children, and `sources[i]` names who offered tree node i ("" for the root).
+  before children, and `sources[i]` names who offered tree node i ("" for the root);
+- `plan_tree` returns per-branch prefixes only, and `best_prefix` keeps the root
+  alone unless a tree beats it by `min_gain` (without a floor). Per step the
+  choice costs one sort of at most a few hundred floats: no tensors, no
+  vocabulary loops.
 """
 
 from __future__ import annotations
@@ -29,7 +35,6 @@ from collections.abc import Sequence
 
 import torch
 
-from specdec.proposers.budget import best_prefix
 from specdec.tree import DraftTree
 
 ROOT = 0  # the pool's node id of the root
@@ -120,3 +125,63 @@ class NodePool:
     def whole(self) -> tuple[DraftTree, list[str]]:
         """Every node in the pool (trees sized by rule: the paper's)."""
         return self.tree(range(len(self.tokens)))
+
+
+def plan_tree(
+    branch_probs: Sequence[Sequence[float]], costs: Sequence[float], max_nodes: int, min_gain: float = 0.0
+) -> tuple[list[int], float]:
+    """Per-branch lengths that maximise expected tokens per second, and that expected rate.
+
+    branch_probs[b][d]: probability that node d (0-based depth below the root) of
+    branch b is accepted, non-increasing in d. costs[n]: seconds for an n-node
+    forward pass (index 0 unused), for n up to at least max_nodes. Nodes are taken
+    in order of probability (ties: earlier branch, shallower node first, so a node
+    always comes after its parent); see `best_prefix` for the choice of how many.
+    """
+    items = [(p, b) for b, probs in enumerate(branch_probs) for p in probs if p > 0.0]
+    items.sort(key=lambda item: -item[0])  # stable: keeps branch and depth order on ties
+    best_n, rate = best_prefix([p for p, _ in items], costs, max_nodes, min_gain)
+    lengths = [0] * len(branch_probs)
+    for _, b in items[:best_n]:
+        lengths[b] += 1
+    return lengths, rate
+
+
+def best_prefix(
+    probs: Sequence[float],
+    costs: Sequence[float],
+    max_nodes: int,
+    min_gain: float = 0.0,
+    fixed_nodes: int = 0,
+    fixed_expected: float = 0.0,
+) -> tuple[int, float]:
+    """How many of `probs` (sorted, largest first) to verify beside a fixed part, and the expected rate.
+
+    The tree is the root, `fixed_nodes` nodes kept whatever the gain (accepted
+    `fixed_expected` tokens in expectation) and the first n of `probs`. Every n is
+    scored as expected tokens per second, (1 + fixed_expected + sum(probs[:n])) /
+    costs[1 + fixed_nodes + n]; the best n wins. With no fixed part, n > 0 must
+    beat the root alone by a factor (1 + min_gain).
+    """
+    used = 1 + fixed_nodes
+    limit = max(0, min(len(probs), max_nodes - used, len(costs) - 1 - used))
+    expected = 1.0 + fixed_expected
+    base = expected / costs[min(used, len(costs) - 1)]
+    best_n, best_rate = 0, base * (1.0 + (min_gain if not fixed_nodes else 0.0))
+    for n in range(1, limit + 1):
+        expected += probs[n - 1]
+        rate = expected / costs[used + n]
+        if rate > best_rate:
+            best_n, best_rate = n, rate
+    return best_n, (best_rate if best_n else base)
+
+
+def chain_pays(probs: Sequence[float], costs: Sequence[float]) -> bool:
+    """Whether verifying a whole chain whose nodes are accepted with `probs` beats the root alone.
+
+    The test a fixed-length drafter such as prompt lookup faces on this machine:
+    (1 + sum(probs)) / costs[1 + len(probs)] > 1 / costs[1]. A chain longer than
+    the cost table is judged at its largest size.
+    """
+    size = min(1 + len(probs), len(costs) - 1)
+    return (1.0 + sum(probs)) / costs[size] > 1.0 / costs[1]

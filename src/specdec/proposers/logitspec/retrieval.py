@@ -1,6 +1,6 @@
 """LogitSpec's retrieval (next and next-next token, optionally next-next-next) and the paper's fixed tree.
 
-Why a module of its own: the adaptive proposer (logitspec.py) and the faithful
+Why a module of its own: the adaptive proposer (`proposer`) and the faithful
 paper mode share the retrieval; the paper mode's tree policy lives here too, so
 it can be read against the authors' code in one place.
 
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.proposers.logitspec_plan import ROOT, NodePool
+from specdec.proposers.logitspec.plan import ROOT, NodePool
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.tree import DraftTree
 

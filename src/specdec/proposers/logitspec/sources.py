@@ -4,7 +4,7 @@ Why: retrieval from the request's own text (prompt lookup, LogitSpec's root and
 next-next branches) finds nothing where the text does not repeat itself. Three
 other sources can still guess, each a method of its own elsewhere and here
 one more supplier of candidate nodes, each node weighed by the acceptance rate
-learned for its source (logitspec_learn.py), so the planner keeps a source's
+learned for its source (`learn`), so the planner keeps a source's
 nodes only where they pay:
 
 - `recycle` (Token Recycling, `proposers.recycle.RecycleTable`): the target's
@@ -19,13 +19,13 @@ nodes only where they pay:
 - `datastore` (`specdec.datastore.Datastore`, as in REST): an on-disk corpus,
   consulted only when the context has no match of its own.
 
-"Matched" means a match of at least two tokens (`STRONG_MATCH` in logitspec.py):
+"Matched" means a match of at least two tokens (`STRONG_MATCH` in `proposer`):
 in a long prompt almost every single token occurred before, and a one-token
 match is a weak guess that should not keep the other sources out.
 
 Invariants: sources only add nodes to the pool (the planner decides what is
 verified; drafts stay deterministic, so verification stays lossless); the
-recycle table and the session store are shared per loaded model and
+recycle table and the session store are shared per loaded model (its `state`) and
 thread-safe (their own locks); a session document is fed exactly the tokens of
 its request, in order; branches are cut after an end-of-sequence token.
 """
@@ -35,13 +35,13 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from specdec.datastore import Datastore
-from specdec.proposers.logitspec_learn import RECYCLE_K
-from specdec.proposers.logitspec_plan import NodePool
+from specdec.models import LoadedModel
+from specdec.proposers.logitspec.learn import RECYCLE_K
+from specdec.proposers.logitspec.plan import NodePool
 from specdec.proposers.pld import cut_after_eos
 from specdec.proposers.recycle import RecycleTable
 from specdec.proposers.session_store import SessionConfig, SessionStore
@@ -61,15 +61,13 @@ class Sources:
     datastore: Datastore | None = None
 
     @classmethod
-    def for_model(
-        cls, model: Any, recycle: bool, session: bool, datastore: Datastore | None, scope: str = ""
-    ) -> Sources:
-        """The recycle table and session store kept for `model` and `scope` (shared with the `recycle`
-        and `session` methods' defaults in the same scope), and an opened datastore."""
+    def for_loaded(cls, loaded: LoadedModel, recycle: bool, session: bool, datastore: Datastore | None) -> Sources:
+        """The recycle table and session store kept in `loaded.state` for its scope (shared with the
+        `recycle` and `session` methods' defaults in the same scope), and an opened datastore."""
         store_config = SessionConfig()
         return cls(
-            RecycleTable.for_model(model, RECYCLE_K, scope) if recycle else None,
-            SessionStore.for_model(model, store_config.max_tokens, store_config.max_ngram, scope) if session else None,
+            RecycleTable.for_loaded(loaded, RECYCLE_K) if recycle else None,
+            SessionStore.for_loaded(loaded, store_config.max_tokens, store_config.max_ngram) if session else None,
             datastore,
         )
 

@@ -21,6 +21,10 @@ Beta(1, 1); "which of n guesses, if any, is right" (candidates, third-level
 guesses, recycled successors) starts symmetric, mean 1/(n + 1); all with the
 weight of two observations, so the text at hand takes over within steps.
 
+One learner for both of LogitSpec's proposers: the tree proposer (`learn_step`)
+and chain mode (`chain`, which learns `learn_retrieval`'s part and shares the
+priors and `chain_probs`), so a key means the same in both.
+
 Learning is counterfactual: every retrieval a step computed is scored against
 the tokens verification emitted, whether the planner offered it or not, so a
 source cut today comes back when it starts being right.
@@ -28,11 +32,11 @@ source cut today comes back when it starts being right.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from specdec.proposers.budget import AcceptanceStats
-from specdec.proposers.logitspec_retrieval import SELF_RANK, THIRD_K, Retrieval, Third
+from specdec.proposers.logitspec.retrieval import SELF_RANK, THIRD_K, Retrieval, Third
 
 MAX_HEAT = 2  # right after a long acceptance the text is usually still being copied
 RECYCLE_K = 8  # successors per token in the recycled table (Token Recycling's k)
@@ -79,21 +83,42 @@ def count_sources(source_stats: dict[str, dict[str, int]], sources: list[str], p
         source_stats[sources[node]]["accepted"] += 1
 
 
-def learn_step(stats: AcceptanceStats, step: Step, root: int, actual: list[int], heat: int) -> None:
+def chain_probs(rate: Callable[[Hashable], float], prefix: tuple, length: int, min_prob: float = 0.0) -> list[float]:
+    """Cumulative products rate((*prefix, 1)) * rate((*prefix, 2)) ...: the chance each depth is accepted,
+    stopping below `min_prob`."""
+    probs, p = [], 1.0
+    for depth in range(1, length + 1):
+        p *= rate((*prefix, depth))
+        if p < min_prob:
+            break
+        probs.append(p)
+    return probs
+
+
+def learn_step(stats: AcceptanceStats, step: Step, root: int, actual: Sequence[int], heat: int) -> None:
     """Score everything `step` retrieved against `actual` (the emitted tokens: actual[0] follows the root)."""
     retrieval = step.retrieval
-    if retrieval is None:
+    if retrieval is None or not actual:
         return
     learn_chain(stats, ("pld", step.floor_ngram, heat), step.floor_chain, actual)
-    learn_chain(stats, ("root", retrieval.root_ngram, heat), retrieval.root_branch, actual)
-    learn_candidates(stats, retrieval, actual)
+    learn_retrieval(stats, retrieval, heat, actual)
     learn_thirds(stats, step.thirds, actual)
     for prefix, chain in step.chains:
         learn_chain(stats, prefix, chain, actual)
     learn_recycle(stats, step.recycle_rows, root, actual)
 
 
-def learn_chain(stats: AcceptanceStats, prefix: tuple, chain: list[int], actual: list[int]) -> None:
+def learn_retrieval(stats: AcceptanceStats, retrieval: Retrieval, heat: int, actual: Sequence[int]) -> None:
+    """The root's branch and the next-next candidates, scored against `actual` (not empty).
+
+    heat: what the root branch's rates were keyed by when `retrieval` was made. The
+    whole of what chain mode learns (`chain`); the tree proposer learns more around it.
+    """
+    learn_chain(stats, ("root", retrieval.root_ngram, heat), retrieval.root_branch, actual)
+    learn_candidates(stats, retrieval, actual)
+
+
+def learn_chain(stats: AcceptanceStats, prefix: tuple, chain: Sequence[int], actual: Sequence[int]) -> None:
     """(*prefix, depth) keys: one observation per depth until the first wrong token."""
     for depth, token in enumerate(chain[: len(actual)], start=1):
         hit = token == actual[depth - 1]
@@ -102,7 +127,7 @@ def learn_chain(stats: AcceptanceStats, prefix: tuple, chain: list[int], actual:
             break
 
 
-def learn_candidates(stats: AcceptanceStats, retrieval: Retrieval, actual: list[int]) -> None:
+def learn_candidates(stats: AcceptanceStats, retrieval: Retrieval, actual: Sequence[int]) -> None:
     offered: dict[tuple[str, int, int], int] = {}
     hit_at = -1
     for j, (rank, m) in enumerate(zip(retrieval.cand_ranks, retrieval.cand_ngrams, strict=True)):
@@ -119,7 +144,7 @@ def learn_candidates(stats: AcceptanceStats, retrieval: Retrieval, actual: list[
     learn_chain(stats, ("next", m), retrieval.cand_conts[hit_at], actual[1:])
 
 
-def learn_thirds(stats: AcceptanceStats, thirds: list[Third], actual: list[int]) -> None:
+def learn_thirds(stats: AcceptanceStats, thirds: list[Third], actual: Sequence[int]) -> None:
     if len(actual) < 2:
         return
     for third in thirds:
@@ -131,7 +156,7 @@ def learn_thirds(stats: AcceptanceStats, thirds: list[Third], actual: list[int])
             learn_chain(stats, ("next3",), third.cont, actual[2:])
 
 
-def learn_recycle(stats: AcceptanceStats, rows: dict[int, list[int]], root: int, actual: list[int]) -> None:
+def learn_recycle(stats: AcceptanceStats, rows: dict[int, list[int]], root: int, actual: Sequence[int]) -> None:
     """Each drafted successor row scored where its token was followed by an emitted token."""
     if not rows:
         return

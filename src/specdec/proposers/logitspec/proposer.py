@@ -6,12 +6,12 @@ from also rank good guesses for the token *after* the root: the paper's
 observation is that the next-next token is usually among their top-k. So each
 step retrieves a continuation for the root and for each top-k candidate, and
 verifies all the branches at once as one token tree (retrieval and the paper's
-fixed tree: logitspec_retrieval.py; the trie of candidate nodes and the
-cost-aware choice: logitspec_plan.py).
+fixed tree: `retrieval`; the trie of candidate nodes and the
+cost-aware choice: `plan`).
 
 Two ways to size the tree:
 - `adaptive=False`, the paper (faithful to the authors' code; every remaining
-  difference is listed in logitspec_retrieval.py): the root branch whole (up to
+  difference is listed in `retrieval`): the root branch whole (up to
   20 tokens), then candidates in rank order with the paper's lengths, until
   `budget` nodes (64 in the paper, tuned for a GPU);
 - `adaptive=True` (default, beyond the paper): each candidate node's chance of
@@ -25,13 +25,13 @@ Prompt lookup is the floor (`floor=true`): whenever the root has a retrieval,
 the tree holds exactly the chain `pld` (default config) would verify this step,
 unless that chain does not pay on this machine: (1 + its expected accepted
 tokens) / cost(chain) <= 1 / cost(root alone), the expected tokens coming from
-the acceptance such chains have had so far (`budget.chain_pays`; `pld` itself
+the acceptance such chains have had so far (`plan.chain_pays`; `pld` itself
 never asks, it always drafts). Everything else joins only by expected gain. A
 declined floor still competes node by node like any other branch.
 
 No prior is fitted on any data (Spec-Bench included): chained rates start at
 Beta(1, 1), "which of n guesses is right" symmetric; all are learned online and
-counterfactually (feature keys and priors: logitspec_learn.py).
+counterfactually (feature keys and priors: `learn`).
 
 Options beyond the paper (adaptive only), each a source of nodes weighed by its
 own learned rate: `third`: next-next-next guesses below first-level ones, from
@@ -40,7 +40,7 @@ the same last logit, only where the index has seen the pair (guess, third);
 ran out and supplies branches where the context has no match of two or more
 tokens; `session`: earlier requests on the same loaded model (the request's own
 text ranks first); `datastore=DIR`: an on-disk corpus, consulted where the
-context has no such match (server-side only; sources: logitspec_sources.py).
+context has no such match (server-side only; sources: `sources`).
 `recycle` is on by default: on Spec-Bench questions the benchmarks do not report
 (11-15 and 16-20 of each category, bf16) it raised SmolLM2's tokens per step by 11%
 and 15% and its tokens/s by 6% and 9% (greedy), each step ~5% dearer; at temperature
@@ -50,7 +50,7 @@ show: `source_stats`, bench's per-source table).
 
 `source_stats` counts, over the proposer's lifetime, the nodes each source
 offered and how many of them were accepted (sources: see
-`logitspec_learn.SOURCES`); consumers take differences around a generation.
+`learn.SOURCES`); consumers take differences around a generation.
 
 Invariants: drafts are deterministic (`draft_probs=None`), so verification is
 lossless whatever the tree; the tree never exceeds `budget` nodes nor
@@ -66,27 +66,27 @@ from typing import Annotated, Literal
 from specdec.datastore import Datastore
 from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
-from specdec.proposers.budget import AcceptanceStats, CostModel, chain_pays, load_or_measure
-from specdec.proposers.logitspec_learn import (
+from specdec.proposers.budget import AcceptanceStats, CostModel, load_or_measure
+from specdec.proposers.logitspec.learn import (
     MAX_HEAT,
     SOURCES,
     Step,
+    chain_probs,
     count_sources,
     learn_step,
     rank_bucket,
     uninformative_prior,
 )
-from specdec.proposers.logitspec_plan import ROOT, NodePool
-from specdec.proposers.logitspec_retrieval import (
+from specdec.proposers.logitspec.plan import ROOT, NodePool, chain_pays
+from specdec.proposers.logitspec.retrieval import (
     Retrieval,
     Third,
     paper_pool,
     paper_retrieve,
-    paper_tree,
     retrieve,
     retrieve_thirds,
 )
-from specdec.proposers.logitspec_sources import (
+from specdec.proposers.logitspec.sources import (
     SessionFeed,
     Sources,
     add_recycled,
@@ -99,10 +99,7 @@ from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
-__all__ = [
-    "MAX_HEAT", "LogitSpecConfig", "LogitSpecProposer", "Retrieval", "paper_tree", "rank_bucket", "retrieve",
-    "uninformative_prior",
-]  # fmt: skip
+__all__ = ["LogitSpecConfig", "LogitSpecProposer"]
 
 MIN_NODE_PROB = 0.005  # nodes less likely than this are never worth a slot in the tree
 POOL_FACTOR = 4  # candidate nodes considered per step, as a multiple of the budget
@@ -160,11 +157,14 @@ class LogitSpecConfig:
     def assemble(self, loaded: LoadedModel, costs: CostModel | None, datastore: Datastore | None) -> LogitSpecProposer:
         """A proposer from parts made beforehand (the server prepares costs and the datastore at startup)."""
         recycle = self.recycle and self.adaptive
-        sources = Sources.for_model(loaded.model, recycle, self.session, datastore, loaded.state_scope)
+        sources = Sources.for_loaded(loaded, recycle, self.session, datastore)
         return LogitSpecProposer(self, costs, loaded.eos_token_ids, sources)
 
 
 class LogitSpecProposer:
+    prunable = True  # a batch may cut the tree to its budget
+    source_stats: dict[str, dict[str, int]]  # per-source offered / accepted nodes, over its life
+
     def __init__(
         self,
         config: LogitSpecConfig,
@@ -339,14 +339,7 @@ class LogitSpecProposer:
             self._last.sources.extend([source] * count)
 
     def _chain(self, prefix: tuple, length: int, min_prob: float = MIN_NODE_PROB) -> list[float]:
-        """Cumulative products rate((*prefix, 1)) * rate((*prefix, 2)) ..., stopping below `min_prob`."""
-        probs, p, rate = [], 1.0, self.stats.rate
-        for depth in range(1, length + 1):
-            p *= rate((*prefix, depth))
-            if p < min_prob:
-                break
-            probs.append(p)
-        return probs
+        return chain_probs(self.stats.rate, prefix, length, min_prob)
 
     def observe(self, result: VerifyResult) -> None:
         """Count offered / accepted nodes per source; learn rates from the emitted tokens; feed the recycle table."""

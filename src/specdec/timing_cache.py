@@ -1,0 +1,77 @@
+"""Where measured timings are cached, and when a timing is too noisy to cache.
+
+Why a module of its own: the tree-cost curves (`proposers.budget`) and the
+attention plans (`attention`) are both timed once per model and machine and
+cached as JSON under one key; the attention module must not import the cost
+module (which imports the target, which imports the attention plan), so the
+key, the file name, the atomic write and the busy test live here, below both.
+
+Invariants: a cache key names everything a timing depends on (model, dtype,
+packing, device, machine, threads, torch version, the timed shapes, the format),
+so a cached timing is used only where it was measured; readers never see half a
+file (temp file + rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from specdec.models import LoadedModel, machine_fingerprint
+from specdec.packed import verify_model
+
+FORMAT_VERSION = 3  # 3: curves timed before packed products were padded (specdec.packed) are stale
+BUSY_CPU_SHARE = 0.85  # see `contended`
+
+
+def contended(cpu_share: float) -> bool:
+    """True when the timed passes got less than BUSY_CPU_SHARE of the CPU time their threads could use.
+
+    Measured on the 2-core dev machine with 2 threads: 0.99-1.00 idle, 0.63-0.75
+    with one busy process beside it. The load average missed the test suite's own
+    server process, which had left a curve 3.5x too slow in the cache.
+    """
+    return cpu_share < BUSY_CPU_SHARE
+
+
+def cost_key(loaded: LoadedModel, sizes: Sequence[int], context_len: int) -> dict:
+    model = loaded.model
+    return {
+        "format": FORMAT_VERSION,
+        "model": loaded.name,
+        "source": str(getattr(model.config, "_name_or_path", "")),
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "dtype": str(loaded.dtype).removeprefix("torch."),
+        "packed": verify_model(loaded) is not loaded.model,  # the engine times what it runs
+        "device": loaded.device.type,
+        "machine": machine_fingerprint(loaded.device),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "sizes": list(sizes),
+        "context_len": context_len,
+    }
+
+
+def cost_file(costs_dir: Path, key: dict) -> Path:
+    slug = "-".join(str(key[f]) for f in ("model", "dtype", "device", "threads"))
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", slug)
+    return costs_dir / f"{slug}.json"
+
+
+def write_json_atomic(path: Path, record: dict) -> None:
+    """Write JSON via a temp file + rename, so readers never see half a file; a read-only cache only
+    costs a re-measurement next time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(record, handle, indent=1)
+        os.replace(temp, path)
+    except OSError:
+        pass
