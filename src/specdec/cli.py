@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 
 from specdec.errors import SpecdecError
+from specdec.extras import require_extra
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -230,6 +231,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    require_extra("serve", "the server")
     from specdec.serve.app import ServerConfig, serve
 
     config = ServerConfig(
@@ -272,6 +274,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    require_extra("bench", "specdec bench (its plots)")
     import shlex
 
     from specdec.bench import BenchConfig, run_bench, split_method_list
@@ -316,6 +319,7 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
+    require_extra("bench", "specdec analyze (its plot)")
     import time
     from pathlib import Path
 
