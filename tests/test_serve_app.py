@@ -44,6 +44,7 @@ SERVER = ServerConfig(
     max_tokens_limit=LIMIT,
     max_queue=MAX_QUEUE,
     max_batch=4,
+    expose_stats=True,  # the tests below read the decoding stats; hidden by default (test_server_limits.py)
     log_level="warning",
 )
 

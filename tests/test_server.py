@@ -9,7 +9,7 @@ every wait is an event or a bounded poll. What must hold (each test can fail):
 - a client that disconnects cancels its generation (a full queue's 429 is tested
   in process, deterministically: test_serve_app.py);
 - SIGTERM lets the running and the queued streams finish, then the process exits
-  cleanly (this ends the module's server, so it is the module's last server test);
+  with status 0 (this ends the module's server, so it is the module's last server test);
 - the scheduler (in process) is FIFO, bounded, cancels everything on close, and
   takes its proposers from the pool (one build per config).
 """
@@ -17,7 +17,6 @@ every wait is an event or a bounded poll. What must hold (each test can fail):
 from __future__ import annotations
 
 import json
-import signal
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -246,7 +245,7 @@ def test_sigterm_lets_running_and_queued_streams_finish(server):
         assert lines[-1] == "[DONE]"
         last = json.loads(lines[-2])
         assert "error" not in last and last["choices"][0]["finish_reason"] in ("stop", "length")
-    # uvicorn re-raises the SIGTERM it handled once it has shut down cleanly: that is the exit status
-    assert server.process.wait(WAIT_S) in (0, -signal.SIGTERM)
+    # a clean SIGTERM shutdown exits 0 (not 143, which supervisors read as "killed")
+    assert server.process.wait(WAIT_S) == 0
     assert server.health() is None
     assert "Traceback" not in server.log_tail()

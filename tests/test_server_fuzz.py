@@ -54,7 +54,7 @@ REPEATS = "one two three four " * 4  # repeated n-grams: retrieval methods find 
 SERVER = ServerConfig(
     method=METHOD,
     method_configs=("layerskip:skip=10+20",),
-    api_key=KEY,
+    api_keys=(KEY,),
     max_tokens_limit=LIMIT,
     max_queue=4,
     log_level="warning",

@@ -218,7 +218,11 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="listen address (loopback unless told otherwise)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (all but /health)")
+    p.add_argument(
+        "--api-key", action="append", default=[], metavar="KEY",
+        help="require 'Authorization: Bearer KEY' (all but /health); repeat for several clients: what the "
+             "server learns across requests (session store, recycle table) is kept apart per key",
+    )  # fmt: skip
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429 (running not counted)")
     p.add_argument(
         "--max-batch", type=_positive_int, default=8,
@@ -226,6 +230,21 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     p.add_argument("--max-tokens-limit", type=_positive_int, default=1024, help="largest max_tokens allowed")
     p.add_argument("--shutdown-timeout", type=float, default=30.0, help="seconds in-flight requests get on exit")
+    p.add_argument(
+        "--request-timeout", type=float, default=30.0, metavar="SECONDS",
+        help="a client gets this long for a request's headers, and again for its body; else 408 and the "
+             "connection is closed",
+    )  # fmt: skip
+    p.add_argument(
+        "--prefill-chunk", type=_positive_int, default=None, metavar="TOKENS",
+        help="prompt tokens prefilled per decode step while other requests decode (bounds how long a long "
+             "prompt stalls the running streams; default: specdec.engine.DEFAULT_PREFILL_CHUNK)",
+    )  # fmt: skip
+    p.add_argument(
+        "--expose-stats", action="store_true",
+        help="add each request's decoding statistics (acceptance, timings, queue time) to its reply; they "
+             "depend on other clients' requests, so leave this off on a server several users share",
+    )  # fmt: skip
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=_cmd_serve)
 
@@ -236,7 +255,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     config = ServerConfig(
         model=args.model, method=args.method, method_configs=tuple(args.method_config), host=args.host,
-        port=args.port, api_key=args.api_key,
+        port=args.port, api_keys=tuple(args.api_key), request_timeout_s=args.request_timeout,
+        expose_stats=args.expose_stats, **({"prefill_chunk": args.prefill_chunk} if args.prefill_chunk else {}),
         max_queue=args.max_queue, max_batch=args.max_batch, max_tokens_limit=args.max_tokens_limit, dtype=args.dtype,
         pack=args.pack, cache_dir=args.cache_dir, shutdown_timeout_s=args.shutdown_timeout, log_level=args.log_level,
     )

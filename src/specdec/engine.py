@@ -1,7 +1,9 @@
 """The one decode loop, for every method and every caller: a batch of rows, one row the common case.
 
-    add(prompt)  --prefill--> a row (its first token emitted at once)
+    add(prompt)  --prefill--> a row (its first token emitted at once); while other rows
+                 decode, the row waits instead and its prompt is prefilled by the steps
     step():
+        a waiting prompt: prefill its next chunk (all of it when no row decodes)
         each row: proposer.propose(ctx) -> DraftTree          (root = last emitted token)
         node budget: one width for the pass, trees cut to it  (only with a cost curve)
         verify(target, trees, draws) -> VerifyResult per row  (one forward pass, paths committed)
@@ -25,7 +27,12 @@ Invariants:
   sampling params; the t-th sampled token is drawn with the t-th uniform
   (`specdec.uniforms`);
 - a proposer that raises ends its own row with the error (`Row.error`); the other
-  rows go on; `Engine.generate` raises it.
+  rows go on; `Engine.generate` raises it;
+- a long prompt delays the decoding rows by at most one chunk's pass per step
+  (`prefill_chunk` tokens): prompts that join a running batch are prefilled a
+  chunk per step, first come first served, and a cancelled one stops between
+  chunks. A prompt that finds no row decoding is prefilled in one piece (chunks
+  only pay when others wait), so `Engine.generate` always prefills in one piece.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ import torch
 
 from specdec.attention import AttentionPlan, resolve_plan
 from specdec.batching.planner import RowRates, cut, plan_width
-from specdec.batching.target import BatchedTarget
+from specdec.batching.target import BatchedTarget, PromptFill
 from specdec.generation import (
     Emitter,
     GenerationConfig,
@@ -58,6 +65,12 @@ from specdec.tree import DraftTree
 from specdec.uniforms import PositionUniforms
 from specdec.verify import Draws, VerifyResult, verify
 
+# Prompt tokens prefilled per step while other rows decode. A pass's cost grows with its tokens, so
+# this bounds how long a joining prompt holds the running rows; a few hundred tokens keep a chunk's
+# pass within a few hundred milliseconds on a CPU while its per-pass overhead stays small against
+# its work (a constant, not derived from the cost curve, which is measured for a few tree nodes).
+DEFAULT_PREFILL_CHUNK = 256
+
 
 class Engine:
     """One loaded target model and its limits; decodes through `Batch`es of rows."""
@@ -72,9 +85,11 @@ class Engine:
         self.eos_token_ids = frozenset(loaded.eos_token_ids)
         self._solo: Batch | None = None  # generate()'s batch of one, its cache buffers reused
 
-    def batch(self, costs: CostModel | None = None, max_batch: int = 8) -> Batch:
+    def batch(
+        self, costs: CostModel | None = None, max_batch: int = 8, prefill_chunk: int = DEFAULT_PREFILL_CHUNK
+    ) -> Batch:
         """An empty batch on this engine (its own KV cache); see `Batch`."""
-        return Batch(self, costs, max_batch)
+        return Batch(self, costs, max_batch, prefill_chunk)
 
     def generate(
         self,
@@ -84,7 +99,7 @@ class Engine:
         on_text: Callable[[str], None] | None = None,
     ) -> GenerationOutput:
         """Decode one prompt to its end: a batch of one row, the proposer's trees verified whole."""
-        if self._solo is None or self._solo.rows:  # a call interrupted mid-way leaves rows behind
+        if self._solo is None or self._solo.active:  # a call interrupted mid-way leaves rows behind
             self._solo = self.batch(costs=None, max_batch=1)
         row = self._solo.add(prompt_ids, proposer, config, on_text)
         self._solo.run()
@@ -132,6 +147,7 @@ class Row:
     error: Exception | None = None
     cancelled: bool = False
     draft_s: float = 0.0  # the current step's proposal time
+    fill: PromptFill | None = None  # the prompt's chunked prefill while the row waits for it
 
     @property
     def finished(self) -> bool:
@@ -141,20 +157,36 @@ class Row:
 class Batch:
     """Up to `max_batch` decode loops, one forward pass per step."""
 
-    def __init__(self, engine: Engine, costs: CostModel | None = None, max_batch: int = 8) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        costs: CostModel | None = None,
+        max_batch: int = 8,
+        prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+    ) -> None:
         """costs: pass seconds per token count, to plan one node budget per pass (`batching.planner`);
-        None: every tree is verified whole, as its proposer sized it."""
+        None: every tree is verified whole, as its proposer sized it. prefill_chunk: prompt tokens
+        prefilled per step while other rows decode."""
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
         self.engine = engine
         self.costs = costs
         self.max_batch = max_batch
+        self.prefill_chunk = prefill_chunk
         self.target = BatchedTarget(engine.target)
         self.rows: list[Row] = []  # rows[b] sits in slot b of the batched cache
+        self.waiting: list[Row] = []  # admitted rows whose prompts are still being prefilled, in order
+
+    @property
+    def active(self) -> list[Row]:
+        """Every admitted row that has not finished: the decoding ones, then the waiting ones."""
+        return [*self.rows, *self.waiting]
 
     @property
     def has_room(self) -> bool:
-        return len(self.rows) < self.max_batch
+        return len(self.rows) + len(self.waiting) < self.max_batch
 
     def add(
         self,
@@ -163,7 +195,10 @@ class Batch:
         config: GenerationConfig,
         on_text: Callable[[str], None] | None = None,
     ) -> Row:
-        """Admit a sequence: prefill it alone and emit its first token. A row may finish right here."""
+        """Admit a sequence: prefill it alone and emit its first token. A row may finish right here.
+
+        While other rows are admitted, the row waits instead (`Row.fill`): `step` prefills it a chunk
+        at a time and emits its first token when its last chunk has run."""
         if not self.has_room:
             raise RuntimeError(f"the batch is full ({self.max_batch} rows)")
         engine = self.engine
@@ -176,12 +211,12 @@ class Batch:
         row.stats.num_prompt_tokens = len(prompt_ids)
         try:
             proposer.begin(prompt_ids)
-            _, row.logits = self.target.add(prompt_ids)
-            self.rows.append(row)
-            row.stats.num_forward_passes = 1
-            row.tokens = [*prompt_ids, draw_next(row.logits, config.sampling, draws.positions)]
-            row.stats.prefill_s = time.perf_counter() - row.started
-            done = row.emitter.emit(row.tokens[-1:])
+            if self.rows or self.waiting:
+                row.fill = PromptFill(prompt_ids)
+                self.waiting.append(row)
+                return row
+            _, logits = self.target.add(prompt_ids)
+            done = self._first_token(row, logits)
         except Exception as err:  # noqa: BLE001 - one request's failure must not end the batch
             row.error = err
             done = True
@@ -189,15 +224,48 @@ class Batch:
             self._finish(row)
         return row
 
+    def _first_token(self, row: Row, logits: torch.Tensor) -> bool:
+        """A prefilled row joins the decoding rows: draw and emit its first token; True when done."""
+        self.rows.append(row)
+        row.fill, row.logits = None, logits
+        row.stats.num_forward_passes = 1
+        row.tokens = [*row.prompt_ids, draw_next(logits, row.config.sampling, row.draws.positions)]
+        row.stats.prefill_s = time.perf_counter() - row.started
+        return row.emitter.emit(row.tokens[-1:])
+
+    def _prefill(self) -> list[Row]:
+        """Prefill the first waiting prompt's next chunk (all of it when no row decodes); returns it
+        when it finished right at its first token (or failed)."""
+        row = self.waiting[0]
+        size = self.prefill_chunk if self.rows else row.fill.remaining
+        try:
+            joined = self.target.fill(row.fill, size)
+            if joined is None:
+                return []
+            self.waiting.pop(0)
+            done = self._first_token(row, joined[1])
+        except Exception as err:  # noqa: BLE001 - one request's failure must not end the batch
+            if row in self.waiting:
+                self.waiting.remove(row)
+            row.error, done = err, True
+        if not done:
+            return []
+        self._finish(row)
+        return [row]
+
     def cancel(self, row: Row) -> None:
         """Drop a row between steps (a client went away); its output is never made."""
         row.cancelled = True
+        if row in self.waiting:
+            self.waiting.remove(row)
         self._leave(row)
 
     def step(self) -> list[Row]:
-        """One forward pass over every row; returns the rows that finished in it."""
+        """A waiting prompt's next chunk, then one forward pass over every decoding row; returns the rows
+        that finished in it."""
+        joined = self._prefill() if self.waiting else []
         if not self.rows:
-            return []
+            return joined
         trees = self._propose()
         start = time.perf_counter()
         results = verify(self.target, trees, [row.draws for row in self.rows])
@@ -207,11 +275,11 @@ class Batch:
         ]
         for row in finished:
             self._finish(row)
-        return finished
+        return joined + finished
 
     def run(self) -> None:
         """Step until every row has finished."""
-        while self.rows:
+        while self.rows or self.waiting:
             self.step()
 
     def _propose(self) -> list[DraftTree]:
@@ -290,12 +358,13 @@ def generate_batch(
     max_batch: int = 8,
     on_done: Callable[[int, Row], None] | None = None,
     raise_errors: bool = True,
+    prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
 ) -> list[GenerationOutput | None]:
     """Generate for every prompt, up to `max_batch` at a time (rows join as others finish).
 
     proposers: one per prompt, or a factory called at most `max_batch` times (a finished row's proposer
     serves the next prompt: `begin` resets it). config: one for all, or one per prompt. on_done(i, row)
-    is called as prompt i finishes. Raises the first failed row's error once all are done (with
+    is called as prompt i finishes. prefill_chunk: see `Batch`. Raises the first failed row's error once all are done (with
     raise_errors; else a failed prompt's output is None).
     """
     configs = [config] * len(prompts) if isinstance(config, GenerationConfig) else list(config)
@@ -307,7 +376,7 @@ def generate_batch(
             raise ValueError("need one proposer per prompt")
     if len(configs) != len(prompts):
         raise ValueError("need one config per prompt")
-    batch = engine.batch(costs, max_batch)
+    batch = engine.batch(costs, max_batch, prefill_chunk)
     rows: list[Row] = []
     waiting = list(range(len(prompts)))
 
@@ -317,7 +386,7 @@ def generate_batch(
         if on_done is not None:
             on_done(rows.index(row), row)
 
-    while waiting or batch.rows:
+    while waiting or batch.active:
         while waiting and batch.has_room:
             i = waiting.pop(0)
             proposer = idle.pop() if idle else make()

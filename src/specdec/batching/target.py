@@ -18,8 +18,12 @@ Invariants:
   then `commit` leaves each row's accepted path contiguous, as `TargetModel` does
   for one sequence, so every row's logits equal (up to float summation order) a
   single-sequence run of that row;
-- prefill runs one joining sequence alone (`TargetModel`) and copies its entries
-  into the row; the batched pass never prefills.
+- prefill runs one joining sequence alone and copies its entries into the row;
+  the batched pass never prefills. `add` prefills in one piece on the single
+  target's cache; `PromptFill` runs a prompt a chunk at a time on a staging cache
+  of this batch's own (between batched passes, so a long prompt never holds the
+  other rows for more than one chunk), one prompt at a time: the staging cache
+  belongs to the last `PromptFill` that advanced, and a new one starts it afresh.
 """
 
 from __future__ import annotations
@@ -27,10 +31,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from transformers.cache_utils import Cache
 
 from specdec.batching.cache import BatchedLayer, BatchLayout, batched_cache
+from specdec.kv_cache import preallocated_cache
 from specdec.target import TargetModel
 from specdec.tree import DraftTree
+
+
+class PromptFill:
+    """A prompt being prefilled a chunk at a time (`BatchedTarget.fill`): its ids and how many ran."""
+
+    def __init__(self, prompt_ids: Sequence[int]) -> None:
+        self.ids = torch.as_tensor(list(prompt_ids), dtype=torch.int64)  # [L]
+        self.done = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.ids.numel() - self.done
 
 
 class BatchedTarget:
@@ -45,6 +63,8 @@ class BatchedTarget:
         self.cache = batched_cache(single.num_layers, self.layout)
         self.lengths: list[int] = []  # committed tokens per row
         self._pending: list[int] = []  # tree sizes of the last pass, awaiting commit
+        self._staging: Cache | None = None  # a chunked prefill's entries (`PromptFill`), made on first use
+        self._staged_for: PromptFill | None = None  # whose entries the staging cache holds
 
     @property
     def num_rows(self) -> int:
@@ -60,11 +80,34 @@ class BatchedTarget:
         if self._pending:
             raise RuntimeError("commit the running pass before adding a row")
         logits = self.single.prefill(prompt_ids)
+        return self._take(self.single.cache, len(prompt_ids)), logits
+
+    @torch.inference_mode()
+    def fill(self, prompt: PromptFill, max_tokens: int) -> tuple[int, torch.Tensor] | None:
+        """Run the next `max_tokens` (at most) of a prompt on the staging cache. When that was its last
+        chunk, the prompt becomes a new row: returns (its slot, the last position's logits [V]); else None."""
+        if self._pending:
+            raise RuntimeError("commit the running pass before adding a row")
+        if self._staged_for is not prompt or prompt.done == 0:  # a new prompt (an earlier one left)
+            if self._staging is None:
+                self._staging = preallocated_cache(self.single.num_layers, self.single.capacity)
+            self._staging.reset()
+            self._staged_for, prompt.done = prompt, 0
+        chunk = prompt.ids[prompt.done : prompt.done + max_tokens]
+        logits = self.single.run(chunk[None].to(self.device), None, None, self._staging, prompt.done, True)
+        prompt.done += chunk.numel()
+        if prompt.done < prompt.ids.numel():
+            return None
+        self._staged_for = None
+        return self._take(self._staging, prompt.done), logits[0, -1]
+
+    def _take(self, cache: Cache, length: int) -> int:
+        """Copy a one-sequence cache's first `length` entries into a new row; returns its slot."""
         row = self.num_rows
-        for mine, theirs in zip(self._layers, self.single.cache.layers, strict=True):
-            mine.write_row(row, theirs.keys[0], theirs.values[0])
-        self.lengths.append(len(prompt_ids))
-        return row, logits
+        for mine, theirs in zip(self._layers, cache.layers, strict=True):
+            mine.write_row(row, theirs.keys[0, :, :length], theirs.values[0, :, :length])
+        self.lengths.append(length)
+        return row
 
     @torch.inference_mode()
     def remove(self, row: int) -> int | None:

@@ -4,7 +4,8 @@ Endpoints: POST /v1/chat/completions and /v1/completions (JSON or `stream: true`
 server-sent events in OpenAI's chunk format, ending with `data: [DONE]`),
 GET /v1/models, /health and /metrics (Prometheus text). The speculative method
 is chosen per request with the extra field `"specdec": {"method", "options"}`
-and every reply carries the request's decoding stats under `"specdec"`.
+and every reply names it under `"specdec"`, with the request's decoding stats
+when the server runs with --expose-stats.
 
 Methods and their options: `--method SPEC` is the default for requests without
 `specdec.method`; `--method-config METHOD:opt=value,...` (repeatable) sets a
@@ -27,22 +28,33 @@ Invariants:
   "code"}} with a 4xx status for the client's mistakes (FastAPI's 422 becomes
   400) and 500 without a traceback for ours; nothing a request sends can stop
   the worker or the process;
-- a request is refused before it is queued when its prompt does not fit the
-  context, its method or options are not valid or not a request's to set, its
+- a request is refused before it is queued when its prompt plus max_tokens
+  does not fit the context (400, code context_length_exceeded), its method or options are not valid or not a request's to set, its
   method needs server-side setup this server lacks (all 400, naming the option
   or method), or the queue is full (429); no request loads, converts, measures,
   calibrates or touches a path;
 - a client that goes away cancels its generation (streaming: at the next text
   piece; non-streaming: within DISCONNECT_POLL_S);
-- with an API key, every path but /health needs `Authorization: Bearer KEY`;
-  bodies larger than max_body_bytes are refused (413);
+- with API keys, every path but /health needs `Authorization: Bearer KEY` for one
+  of them, and the state proposers learn across requests (session store,
+  recycle table) is kept per key: a request's proposer is built on the model
+  scoped by its key (`specdec.serve.pool`), so no client drafts from another
+  key's text; bodies larger than max_body_bytes are refused (413);
+- a client gets request_timeout_s for its headers and again for its body, else
+  408 and the connection closed (`specdec.serve.http`, `specdec.serve.guard`);
+- a long prompt joining running requests is prefilled prefill_chunk tokens per
+  decode step (`specdec.engine.Batch`), so it delays the running streams by
+  about one chunk's pass per token, and a client that leaves stops it between chunks;
 - on shutdown (SIGINT/SIGTERM) uvicorn lets in-flight responses finish for up to
-  shutdown_timeout_s, then the scheduler cancels what is left and stops.
+  shutdown_timeout_s, then the scheduler cancels what is left and stops; a
+  SIGTERM shutdown that went through ends the process with status 0.
 """
 
 import asyncio
 import copy
+import functools
 import logging
+import signal
 import sys
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -54,7 +66,7 @@ import jinja2.exceptions
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from specdec.engine import Engine
+from specdec.engine import DEFAULT_PREFILL_CHUNK, Engine
 from specdec.generation import GenerationConfig
 from specdec.models import DEFAULT_MODEL, LoadedModel
 from specdec.models.base import check_pack
@@ -62,7 +74,8 @@ from specdec.prompts import encode_prompt
 from specdec.proposers import MethodError
 from specdec.proposers.budget import load_or_measure
 from specdec.sampling import SamplingParams
-from specdec.serve.guard import PUBLIC_PATHS, Guard
+from specdec.serve.guard import PUBLIC_PATHS, Guard, tenant
+from specdec.serve.http import HeaderDeadlineProtocol
 from specdec.serve.metrics import ServerMetrics
 from specdec.serve.options import MethodSettings, RequestRefused, Resolved
 from specdec.serve.pool import DEFAULT_CAPACITY, ProposerPool
@@ -107,7 +120,7 @@ class ServerConfig:
     pool_capacity: int = DEFAULT_CAPACITY  # distinct method configs whose proposers are kept
     host: str = "127.0.0.1"
     port: int = 8000
-    api_key: str | None = None
+    api_keys: tuple[str, ...] = ()  # each one lets clients in; learned state is kept per key
     max_queue: int = 64  # requests waiting (the running ones not counted) before 429
     max_batch: int = 8  # requests decoded together (continuous batching); 1: one at a time
     max_tokens_limit: int = 1024  # largest max_tokens a request may ask for
@@ -116,6 +129,9 @@ class ServerConfig:
     pack: str = "auto"  # LoadedModel.pack
     cache_dir: str | None = None
     shutdown_timeout_s: float = 30.0
+    request_timeout_s: float = 30.0  # for a request's headers, and again for its body; then 408
+    prefill_chunk: int = DEFAULT_PREFILL_CHUNK  # prompt tokens prefilled per step while others decode
+    expose_stats: bool = False  # add each request's decoding statistics to its reply
     log_level: str = "info"
 
     def __post_init__(self) -> None:
@@ -123,8 +139,10 @@ class ServerConfig:
             raise ValueError("max_queue must be >= 0, max_tokens_limit >= 1 and max_body_bytes >= 1024")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
-        if self.api_key is not None and not self.api_key.strip():
-            raise ValueError("the API key is empty")
+        if any(not key.strip() for key in self.api_keys):
+            raise ValueError("an API key is empty")
+        if not self.request_timeout_s > 0 or self.prefill_chunk < 1:
+            raise ValueError("request_timeout_s must be > 0 and prefill_chunk >= 1")
         if self.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
         if self.pool_capacity < 1:
@@ -157,7 +175,9 @@ class Service:
         self.pool.get(self.methods.server_config(self.methods.default))
         # The batch plans each pass's width with this machine's measured pass costs (cached per machine).
         costs = load_or_measure(loaded) if config.max_batch > 1 else None
-        self.scheduler = Scheduler(self.engine, config.max_queue, self.metrics, self.pool, config.max_batch, costs)
+        self.scheduler = Scheduler(
+            self.engine, config.max_queue, self.metrics, self.pool, config.max_batch, costs, config.prefill_chunk
+        )
         # Requests are tokenized on their own thread with their own tokenizer copy, so the event loop
         # never waits on a chat template and never shares a tokenizer with the decode worker.
         self.tokenizer = copy.deepcopy(loaded.tokenizer)
@@ -214,9 +234,18 @@ class Service:
     def settings(self, body: Any, chat: bool, num_prompt_tokens: int) -> GenerationConfig:
         limit = self.config.max_tokens_limit
         max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens
-        if max_tokens is None:
-            room = self.context - num_prompt_tokens if self.context else limit
-            max_tokens = min(limit, room) if chat else min(limit, COMPLETIONS_DEFAULT_MAX_TOKENS)
+        room = self.context - num_prompt_tokens if self.context else limit
+        if max_tokens is None:  # the default fits what is left of the context
+            max_tokens = min(limit, room) if chat else min(limit, COMPLETIONS_DEFAULT_MAX_TOKENS, room)
+        elif max_tokens > room:
+            raise APIError(
+                400,
+                f"This model's maximum context length is {self.context} tokens. However, you requested "
+                f"{num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in the prompt, {max_tokens} "
+                "for the completion). Please reduce the length of the prompt or the completion.",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
         stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
         try:
             temperature = body.temperature if body.temperature >= MIN_TEMPERATURE else 0.0
@@ -245,9 +274,9 @@ class Service:
         def sink(event: Any) -> None:
             loop.call_soon_threadsafe(events.put_nowait, event)
 
-        job = Job(prompt_ids, method.config, method.name, settings, endpoint, body.stream, sink)
+        job = Job(prompt_ids, method.config, method.name, settings, endpoint, body.stream, sink, tenant(request.scope))
         self.submit(job)
-        reply = Reply(chat, self.model_name, method.name, method.visible, len(prompt_ids))
+        reply = Reply(chat, self.model_name, method.name, method.visible, len(prompt_ids), self.config.expose_stats)
         if body.stream:
             usage = bool(body.stream_options and body.stream_options.include_usage)
             headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -330,9 +359,13 @@ def create_app(config: ServerConfig, loaded: LoadedModel) -> FastAPI:
     app.state.service = service
     install_error_handlers(app)
     app.add_middleware(
-        Guard, api_key=config.api_key, max_body_bytes=config.max_body_bytes, metrics=service.metrics
+        Guard,
+        api_keys=config.api_keys,
+        max_body_bytes=config.max_body_bytes,
+        metrics=service.metrics,
+        body_timeout_s=config.request_timeout_s,
     )
-    if config.api_key:
+    if config.api_keys:
         document_bearer_auth(app, PUBLIC_PATHS)
     generation = {"responses": {**ERROR_RESPONSES, 200: {"content": SSE_CONTENT}}}
 
@@ -372,7 +405,7 @@ def serve(config: ServerConfig) -> None:
 
     loaded = load_model(config.model, dtype=config.dtype, cache_dir=config.cache_dir, pack=config.pack)
     app = create_app(config, loaded)  # prepares the configured methods (measure, load, calibrate)
-    if config.api_key is None and config.host not in ("127.0.0.1", "localhost", "::1"):
+    if not config.api_keys and config.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without --api-key: anyone who can reach it can use it", config.host)
     print(
         f"specdec: serving {loaded.name} (default method {config.method}) on "
@@ -386,5 +419,18 @@ def serve(config: ServerConfig) -> None:
         port=config.port,
         log_level=config.log_level,
         timeout_graceful_shutdown=max(1, round(config.shutdown_timeout_s)),
+        http=functools.partial(HeaderDeadlineProtocol, header_timeout_s=config.request_timeout_s),
     )
-    uvicorn.Server(uv_config).run()
+    # uvicorn handles SIGTERM itself (a graceful shutdown), then restores the handler it found and raises
+    # the signal again; with the default handler that ends the process with 143, which supervisors read
+    # as "killed". The handler it finds here exits with 0 instead: the shutdown went through.
+    previous = signal.signal(signal.SIGTERM, _exit_cleanly)
+    try:
+        uvicorn.Server(uv_config).run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_cleanly(signum: int, frame: Any) -> None:
+    """SIGTERM outside uvicorn's own handling: the server has shut down (or has not started): exit 0."""
+    raise SystemExit(0)

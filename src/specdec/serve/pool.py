@@ -20,12 +20,17 @@ Invariants:
   window). What a pooled proposer keeps across requests are its adaptive
   statistics (acceptance rates, draft-length fits): they change its speed, never
   its output, which verification keeps lossless;
+- a proposer is kept per (state scope, config): `acquire(config, scope)` builds
+  on the model with `state_scope` set to the scope (`LoadedModel.state_scope`),
+  so what proposers learn across requests (session store, recycle table) is
+  shared only by requests of one scope (the server's: one per API key);
 - every method is thread-safe (one lock), so a second worker could not corrupt it.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -59,7 +64,8 @@ class ProposerPool:
         self.loaded = loaded
         self.capacity = capacity
         self.recipes = dict(recipes)
-        self._proposers: collections.OrderedDict[Any, list[Any]] = collections.OrderedDict()  # config -> kept
+        # (scope, config) -> the proposers kept for it
+        self._proposers: collections.OrderedDict[tuple[str, Any], list[Any]] = collections.OrderedDict()
         self._busy: set[int] = set()  # ids of acquired proposers
         self._parts: dict[Hashable, Any] = {}
         self._lock = threading.Lock()
@@ -83,26 +89,26 @@ class ProposerPool:
             if recipe is not None and key is not None and key not in self._parts:
                 raise RequestRefused(recipe.missing, "specdec.method", "method_not_available")
 
-    def get(self, config: Any) -> Any:
-        """The first kept proposer for `config`, or one assembled from prepared parts."""
+    def get(self, config: Any, scope: str = "") -> Any:
+        """The first kept proposer for `config` in `scope`, or one assembled from prepared parts."""
         with self._lock:
-            kept = self._proposers.get(config)
+            kept = self._proposers.get((scope, config))
             if kept:
-                self._proposers.move_to_end(config)
+                self._proposers.move_to_end((scope, config))
                 self._hits += 1
                 return kept[0]
-            return self._build(config)
+            return self._build(config, scope)
 
-    def acquire(self, config: Any) -> Any:
-        """A proposer for `config` that no running generation holds; give it back with `release`."""
+    def acquire(self, config: Any, scope: str = "") -> Any:
+        """A proposer for `config` in `scope` that no running generation holds; give it back with `release`."""
         with self._lock:
-            kept = self._proposers.get(config, [])
+            kept = self._proposers.get((scope, config), [])
             idle = next((p for p in kept if id(p) not in self._busy), None)
             if idle is not None:
-                self._proposers.move_to_end(config)
+                self._proposers.move_to_end((scope, config))
                 self._hits += 1
             else:
-                idle = self._build(config)
+                idle = self._build(config, scope)
             self._busy.add(id(idle))
             return idle
 
@@ -110,18 +116,19 @@ class ProposerPool:
         with self._lock:
             self._busy.discard(id(proposer))
 
-    def _build(self, config: Any) -> Any:
+    def _build(self, config: Any, scope: str) -> Any:
         """Assemble and keep a new proposer (the lock is held)."""
         recipe, key = self._needs(config)
+        scoped = dataclasses.replace(self.loaded, state_scope="/".join(filter(None, (self.loaded.state_scope, scope))))
         if recipe is None:
-            proposer = config.build(self.loaded)
+            proposer = config.build(scoped)
         elif key is not None and key not in self._parts:
             raise RequestRefused(recipe.missing, "specdec.method", "method_not_available")
         else:
-            proposer = recipe.assemble(self.loaded, config, self._parts.get(key))
+            proposer = recipe.assemble(scoped, config, self._parts.get(key))
         self._builds += 1
-        self._proposers.setdefault(config, []).append(proposer)
-        self._proposers.move_to_end(config)
+        self._proposers.setdefault((scope, config), []).append(proposer)
+        self._proposers.move_to_end((scope, config))
         if len(self._proposers) > self.capacity:
             self._proposers.popitem(last=False)  # one still running stays valid for its user
             self._evictions += 1

@@ -10,7 +10,12 @@ Invariants:
   engine's ("stop": EOS or a stop string; "length": max_tokens or the context);
 - streaming: chat streams start with a role-only delta; the chunk with
   `finish_reason` (or, with include_usage, the usage chunk after it) is the last
-  one before `data: [DONE]` and carries the request's `specdec` stats;
+  one before `data: [DONE]` and carries the request's `specdec` field;
+- the `specdec` field names the method and its request options; the decoding
+  statistics (acceptance, timings, queue time) are added only when the server
+  exposes them (`--expose-stats`): they depend on what earlier requests left in
+  the server's shared state and on the load, so they could tell one client about
+  another's;
 - error bodies are {"error": {"message", "type", "param", "code"}} and never
   hold a traceback or another request's data.
 """
@@ -107,10 +112,18 @@ class Reply:
     """Builds the chat or completion reply (full, or as chunks) of one request."""
 
     def __init__(
-        self, chat: bool, model: str, method_name: str, options: dict[str, Any], num_prompt_tokens: int
+        self,
+        chat: bool,
+        model: str,
+        method_name: str,
+        options: dict[str, Any],
+        num_prompt_tokens: int,
+        expose_stats: bool = False,
     ):
-        """`options`: the method's options as a client may see them (server-side ones, paths, left out)."""
+        """`options`: the method's options as a client may see them (server-side ones, paths, left out);
+        expose_stats: add the decoding statistics to the `specdec` field."""
         self.chat = chat
+        self.expose_stats = expose_stats
         self.model = model
         self.method_name = method_name
         self.options = _jsonable(options)
@@ -153,6 +166,8 @@ class Reply:
         }
 
     def stats(self, done: DoneEvent) -> dict:
+        if not self.expose_stats:
+            return {"method": self.method_name, "options": self.options}
         stats = done.output.stats.to_dict()
         stats["accepted_histogram"] = {str(k): v for k, v in stats["accepted_histogram"].items()}
         return {
@@ -191,7 +206,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
         kind = "invalid_request_error" if error.status_code < 500 else "server_error"
-        return reply(APIError(error.status_code, str(error.detail), type=kind))
+        code = {408: "request_timeout", 413: "request_too_large"}.get(error.status_code)
+        response = reply(APIError(error.status_code, str(error.detail), type=kind, code=code))
+        response.headers.update(error.headers or {})  # e.g. Connection: close after a late body
+        return response
 
     async def internal(request: Request, error: Exception) -> JSONResponse:
         log.error("internal error on %s", request.url.path, exc_info=error)

@@ -2,9 +2,11 @@
 
 Why: on a CPU a forward pass over 8 tokens costs about what a pass over 1 does,
 so one worker thread runs up to `max_batch` requests in one batched decode loop
-(`specdec.batching`): between two steps it admits waiting jobs into free rows
-(each prefilled alone), drops cancelled ones, and hands finished ones their
-output. The event loop stays free to accept, validate and stream requests and
+(`specdec.engine.Batch`): between two steps it admits waiting jobs into free rows,
+drops cancelled ones (a joining prompt between two of its prefill chunks), and
+hands finished ones their output. A prompt that joins running rows is prefilled
+a chunk per step, so no prompt stalls the running streams for longer than one
+chunk's pass. The event loop stays free to accept, validate and stream requests and
 to answer /health and /metrics.
 
 Invariants:
@@ -13,8 +15,9 @@ Invariants:
 - a job's events go only to that job's own `sink`: zero or more `TextEvent`s
   (only when it streams), then exactly one `DoneEvent`, `ErrorEvent` or
   `CancelledEvent`;
-- each running job holds its own proposer, taken from `acquire(config)` (the
-  server's `ProposerPool`) and handed back with `release` when it ends;
+- each running job holds its own proposer, taken from `acquire(config, state_scope)`
+  (the server's `ProposerPool`; the scope keeps what proposers learn across
+  requests apart per API key) and handed back with `release` when it ends;
   `begin(prompt_ids)` resets its per-request state, so no token one request
   drafted or saw can reach another, and a row's output never depends on the
   other rows (`specdec.engine`);
@@ -28,6 +31,7 @@ Invariants:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import threading
 import time
@@ -35,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from specdec.engine import Batch, Engine, Row
+from specdec.engine import DEFAULT_PREFILL_CHUNK, Batch, Engine, Row
 from specdec.generation import GenerationConfig, GenerationOutput
 from specdec.proposers.budget import CostModel
 from specdec.serve.metrics import ServerMetrics
@@ -86,6 +90,7 @@ class Job:
     endpoint: str
     stream: bool
     sink: Callable[[Event], None]  # called from the worker thread; must be thread-safe
+    state_scope: str = ""  # whose cross-request state its proposer may use and feed (one per API key)
     cancelled: threading.Event = field(default_factory=threading.Event)
     submitted_at: float = field(default_factory=time.perf_counter)
 
@@ -104,9 +109,11 @@ class Scheduler:
         pool: ProposerSource | None = None,
         max_batch: int = 1,
         costs: CostModel | None = None,
+        prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
     ) -> None:
         """pool: where a job's proposer comes from (default: built afresh per job); costs: the pass cost
-        curve the batch plans its width with (None: trees verified as proposed)."""
+        curve the batch plans its width with (None: trees verified as proposed); prefill_chunk: prompt
+        tokens prefilled per step while other rows decode."""
         if max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {max_queue}")
         if max_batch < 1:
@@ -116,6 +123,7 @@ class Scheduler:
         self.max_queue = max_queue
         self.max_batch = max_batch
         self.costs = costs
+        self.prefill_chunk = prefill_chunk
         self.metrics = metrics
         self._waiting: collections.deque[Job] = collections.deque()
         self._running: dict[Row, tuple[Job, Any, float]] = {}  # row -> (job, proposer, queue seconds)
@@ -177,9 +185,12 @@ class Scheduler:
             self._report(job, CancelledEvent(), "cancelled")
         return None
 
+    def _new_batch(self) -> Batch:
+        return self.engine.batch(self.costs, self.max_batch, self.prefill_chunk)
+
     def _work(self) -> None:
-        batch = self.engine.batch(self.costs, self.max_batch)
-        while (jobs := self._admit(self.max_batch - len(batch.rows))) is not None:
+        batch = self._new_batch()
+        while (jobs := self._admit(self.max_batch - len(batch.active))) is not None:
             for job in jobs:
                 self._start(batch, job)
             for row, (job, _, _) in list(self._running.items()):
@@ -192,7 +203,7 @@ class Scheduler:
                 log.exception("a batched decoding step failed")
                 for row in list(self._running):
                     self._end(row, ErrorEvent(error), "failed")
-                batch = self.engine.batch(self.costs, self.max_batch)
+                batch = self._new_batch()
                 continue
             for row in finished:
                 self._settle(row)
@@ -212,7 +223,7 @@ class Scheduler:
                 self._send(job, TextEvent(text))
 
         try:
-            proposer = self.pool.acquire(job.method_config)
+            proposer = self.pool.acquire(job.method_config, job.state_scope)
         except Exception as error:  # noqa: BLE001 - reported to this job's client
             self._report(job, ErrorEvent(error), "failed")
             return
@@ -257,7 +268,7 @@ class Scheduler:
 
 
 class ProposerSource(Protocol):
-    def acquire(self, config: Any) -> Any: ...
+    def acquire(self, config: Any, state_scope: str = "") -> Any: ...
     def release(self, proposer: Any) -> None: ...
 
 
@@ -267,8 +278,8 @@ class _FreshProposers:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def acquire(self, config: Any) -> Any:
-        return config.build(self.engine.loaded)
+    def acquire(self, config: Any, state_scope: str = "") -> Any:
+        return config.build(dataclasses.replace(self.engine.loaded, state_scope=state_scope))
 
     def release(self, proposer: Any) -> None:
         pass

@@ -145,23 +145,24 @@ class Usage(BaseModel):
 
 
 class SpecdecStats(BaseModel):
-    """Per-request decoding stats (the engine's vocabulary; see DESIGN.md, Metrics)."""
+    """The request's method and options; with `--expose-stats`, its decoding stats too (the engine's
+    vocabulary; see DESIGN.md, Metrics), which are left out otherwise."""
 
     method: str
     options: dict[str, Any]
-    mat: float
-    num_forward_passes: int
-    num_prompt_tokens: int
-    num_new_tokens: int
-    accepted_histogram: dict[str, int]
-    acceptance_rate: float
-    retrieval_success: float
-    tokens_per_s: float
-    wall_time_s: float
-    prefill_s: float
-    draft_time_s: float
-    verify_time_s: float
-    queue_time_s: float
+    mat: float | None = None
+    num_forward_passes: int | None = None
+    num_prompt_tokens: int | None = None
+    num_new_tokens: int | None = None
+    accepted_histogram: dict[str, int] | None = None
+    acceptance_rate: float | None = None
+    retrieval_success: float | None = None
+    tokens_per_s: float | None = None
+    wall_time_s: float | None = None
+    prefill_s: float | None = None
+    draft_time_s: float | None = None
+    verify_time_s: float | None = None
+    queue_time_s: float | None = None
 
 
 class AssistantMessage(BaseModel):
