@@ -200,7 +200,7 @@ CASES = (
     # REST's datastore (formerly tests/test_datastore.py)
     Case("datastore", with_store("datastore:path={store}"), greedy(*ALL), fast=True, ran=drafted),
     Case("datastore:max_branches=3,budget=12,min_ngram=1",
-         with_store("datastore:path={store},max_branches=3,budget=12,min_ngram=1"), greedy(*SOME)),
+         with_store("datastore:path={store},max_branches=3,budget=12,min_ngram=1"), greedy(*SOME), ran=drafted),
     Case("datastore-sampled", with_store("datastore:path={store},min_ngram=1"), sampled(("translation",), (HOT,)),
          24, fast=True),
     # the session store, each prompt twice (formerly tests/test_session_store.py)
