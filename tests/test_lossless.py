@@ -19,13 +19,14 @@ made and accepted (a matrix that never drafted would pass vacuously).
 
 from __future__ import annotations
 
-import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_datastore import CORPUS
+from test_layerskip import SKIP
 from test_logitspec_sources import fresh as fresh_sources_logitspec
 from test_recycle import fresh as fresh_recycle_proposer
 
@@ -45,9 +46,6 @@ HOT = SamplingParams(temperature=0.9, seed=3)
 # Short prompts first: a case's first row is its cheapest (the fast tier's).
 ALL = ("translation", "mt_bench", "qa", "math_reasoning", "summarization", "rag")
 SOME = ("mt_bench", "summarization", "math_reasoning")  # short and long prompts, prose and numbers
-STDLIB = Path(sysconfig.get_paths()["stdlib"])
-CORPUS = [STDLIB / name for name in ("textwrap.py", "string.py", "shlex.py", "fnmatch.py")]  # not benchmark data
-SKIP = "4,6,8,10,12,14,16,18,20,22"
 
 
 @dataclass(frozen=True)
@@ -60,11 +58,6 @@ class Case:
     new_tokens: int = 32
     fast: bool = False  # its first row is in the fast tier
     ran: Callable[[Any, list], bool] | None = None  # over the proposer and all rows' outputs: the path ran
-
-    def __post_init__(self) -> None:
-        assert all(sampling.temperature == 0 for _, sampling in self.rows) or all(
-            sampling.temperature > 0 for _, sampling in self.rows
-        )
 
 
 def greedy(*categories: str) -> tuple[tuple[str, SamplingParams], ...]:
