@@ -33,7 +33,8 @@ from collections import defaultdict
 import torch
 
 from specdec.data import default_questions_path, load_questions
-from specdec.engine import Engine, GenerationConfig
+from specdec.engine import Engine
+from specdec.generation import GenerationConfig
 from specdec.models import load_model, machine_fingerprint
 from specdec.prompts import encode_prompt
 from specdec.proposers.draft import QUANTIZE, DraftConfig

@@ -37,7 +37,8 @@ import torch
 from tqdm import tqdm
 
 from specdec.data import load_questions
-from specdec.engine import Engine, GenerationConfig, ProposalContext
+from specdec.engine import Engine
+from specdec.generation import GenerationConfig, ProposalContext
 from specdec.models import load_model
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from specdec.data import load_questions
-from specdec.engine import Engine, GenerationConfig
+from specdec.engine import Engine
+from specdec.generation import GenerationConfig
 from specdec.prompts import encode_prompt
 from specdec.proposers.plain import PlainProposer
 from specdec.sampling import SamplingParams

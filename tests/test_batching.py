@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.batching.engine import BatchEngine, generate_batch
 from specdec.batching.planner import RowRates, cut, plan_width
 from specdec.batching.target import BatchedTarget
 from specdec.data import load_questions
-from specdec.engine import GenerationConfig
+from specdec.engine import generate_batch
+from specdec.generation import GenerationConfig
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.proposers.budget import load_or_measure
@@ -105,7 +105,7 @@ def test_seeded_sampled_rows_emit_plain_sampling(engine, default_model, prompts,
 def test_rows_join_mid_run_and_cancelled_rows_leave(engine, default_model, prompts, costs):
     config = GenerationConfig(max_new_tokens=10)
     expected = [engine.generate(p, PlainProposer(), config).token_ids for p in prompts[:3]]
-    batch = BatchEngine(engine, costs, max_batch=3)
+    batch = engine.batch(costs, max_batch=3)
     first = batch.add(prompts[0], PlainProposer(), config)
     doomed = batch.add(prompts[2], PlainProposer(), config)
     for _ in range(4):
@@ -124,7 +124,7 @@ def test_a_failing_proposer_ends_only_its_own_row(engine, default_model, prompts
             raise RuntimeError("broken proposer")
 
     config = GenerationConfig(max_new_tokens=8)
-    batch = BatchEngine(engine, costs)
+    batch = engine.batch(costs)
     good = batch.add(prompts[0], PlainProposer(), config)
     bad = batch.add(prompts[1], Broken(), config)
     batch.run()

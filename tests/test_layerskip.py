@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from specdec.data import load_questions
-from specdec.engine import GenerationConfig
+from specdec.generation import GenerationConfig
 from specdec.models import LoadedModel
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method

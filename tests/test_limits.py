@@ -9,7 +9,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specdec.engine import Engine, GenerationConfig
+from specdec.engine import Engine
+from specdec.generation import GenerationConfig
 from specdec.models import LoadedModel
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_retrieval import has_path
 
-from specdec.engine import ProposalContext
+from specdec.generation import ProposalContext
 from specdec.proposers import MethodError, parse_method
 from specdec.proposers.budget import CostModel, best_prefix, chain_pays
 from specdec.proposers.logitspec import LogitSpecConfig, LogitSpecProposer, uninformative_prior

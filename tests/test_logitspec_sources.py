@@ -25,7 +25,7 @@ from test_retrieval import has_path
 
 from specdec.datastore import Datastore, DatastoreError
 from specdec.datastore_build import build_datastore, suffix_array
-from specdec.engine import GenerationConfig, ProposalContext
+from specdec.generation import GenerationConfig, ProposalContext
 from specdec.proposers import MethodError, parse_method
 from specdec.proposers.budget import CostModel
 from specdec.proposers.logitspec import LogitSpecConfig, LogitSpecProposer

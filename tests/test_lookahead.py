@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specdec.data import load_questions
-from specdec.engine import GenerationConfig
+from specdec.generation import GenerationConfig
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.proposers.lookahead import LookaheadConfig, LookaheadProposer
@@ -42,7 +42,7 @@ def _fake_result(tree: DraftTree, next_tokens: dict[int, int], emitted: list[int
 
 
 def test_diagonal_ngrams_enter_the_pool():
-    from specdec.engine import ProposalContext
+    from specdec.generation import ProposalContext
 
     proposer = LookaheadProposer(LookaheadConfig(window=3, ngram=3, guesses=1, max_nodes=8))
     proposer.begin([1, 2, 3, 4])  # first guess: the prompt's last 3 tokens

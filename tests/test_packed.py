@@ -18,7 +18,8 @@ import torch
 from spec_prompts import prompts_by_category
 from test_target import tiny_qwen2
 
-from specdec.engine import Engine, GenerationConfig
+from specdec.engine import Engine
+from specdec.generation import GenerationConfig
 from specdec.packed import PAD_MIN_WEIGHT, PAD_ROWS, PackedLinear, can_pack, packed_view, wants_packing
 from specdec.proposers import budget, parse_method
 from specdec.target import TargetModel

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spec_prompts import prompts_by_category
 
-from specdec.engine import GenerationConfig, ProposalContext
+from specdec.generation import GenerationConfig, ProposalContext
 from specdec.proposers import parse_method
 from specdec.proposers.per_model import forget
 from specdec.proposers.recycle import (

@@ -20,7 +20,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
 from specdec.data import load_questions
-from specdec.engine import GenerationConfig, ProposalContext
+from specdec.generation import GenerationConfig, ProposalContext
 from specdec.models import LoadedModel, machine_fingerprint
 from specdec.prompts import encode_prompt
 from specdec.proposers import MethodError, parse_method

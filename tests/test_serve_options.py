@@ -18,15 +18,7 @@ from typing import Any
 import pytest
 
 from specdec.proposers import METHODS, MethodError, make_config, method_config_class
-from specdec.serve.options import (
-    REQUEST_OPTIONS,
-    ChoiceOption,
-    FlagOption,
-    FloatOption,
-    IntOption,
-    MethodSettings,
-    RequestRefused,
-)
+from specdec.serve.options import REQUEST_OPTIONS, MethodSettings, RequestRefused
 
 SERVER_SIDE = {
     "draft": {"draft_model", "cache_dir", "quantize", "cost_ratio", "verify_cost"},
@@ -59,24 +51,33 @@ def test_every_allowed_default_is_within_its_bounds():
     for name, allowed in REQUEST_OPTIONS.items():
         defaults = make_config(name)
         for option, bound in allowed.items():
-            assert bound.parse(getattr(defaults, option)) == getattr(defaults, option), (name, option)
+            value = getattr(defaults, option)
+            assert bound.parse(value, in_request=True) == value, (name, option)
+
+
+def test_every_number_a_request_may_set_is_capped():
+    for name, allowed in REQUEST_OPTIONS.items():
+        for option, spec in allowed.items():
+            if spec.kind in (int, float):
+                assert spec.low is not None and spec.request_max is not None, (name, option)
 
 
 @pytest.mark.parametrize(
-    ("bound", "good", "bad"),
+    ("option", "good", "bad"),  # logitspec's: budget in [1, 64] for requests, min_gain in [0, 10], ...
     [
-        (IntOption(1, 64), [1, 64, "7", " 8 ", 9.0], [0, 65, -1, 10**30, True, "x", "", 2.5, None, [3]]),
-        (FloatOption(0.0, 10.0), [0, 10, "2.5", 0.1], ["nan", "inf", float("nan"), -0.1, 11, True, None, "x"]),
-        (ChoiceOption(("earliest", "latest")), ["latest", " earliest"], ["first", 1, None, True]),
-        (FlagOption(), [True, False, "true", "No", "1", "0"], [1, 0, "maybe", None, 2.0]),
+        ("budget", [1, 64, "7", " 8 ", 9.0], [0, 65, -1, 10**30, True, "x", "", 2.5, None, [3]]),
+        ("min_gain", [0, 10, "2.5", 0.1], ["nan", "inf", float("nan"), -0.1, 11, True, None, "x"]),
+        ("prefer", ["latest", " earliest"], ["first", 1, None, True]),
+        ("adaptive", [True, False, "true", "No", "1", "0"], [1, 0, "maybe", None, 2.0]),
     ],
 )
-def test_bounds_accept_and_refuse(bound, good, bad):
+def test_bounds_accept_and_refuse(option, good, bad):
+    bound = REQUEST_OPTIONS["logitspec"][option]
     for value in good:
-        bound.parse(value)
+        bound.parse(value, in_request=True)
     for value in bad:
         with pytest.raises((ValueError, TypeError)):
-            bound.parse(value)
+            bound.parse(value, in_request=True)
 
 
 # ------------------------------------------------------------------ refusals
@@ -127,7 +128,7 @@ def test_options_in_the_method_string_go_through_the_same_allowlist(method, opti
 def test_out_of_bounds_values_are_refused_naming_the_option(method, options, option):
     error = refusal(method, options)
     assert error.code == "invalid_value" and error.param.startswith("specdec.")
-    assert repr(option) in str(error)
+    assert f"option {option} must be" in str(error)
 
 
 def test_unknown_methods_malformed_strings_and_clashing_options_are_refused():

@@ -34,16 +34,9 @@ from starlette.testclient import TestClient
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from specdec.proposers import METHODS, method_config_class
+from specdec.proposers.schema import OptionSpec
 from specdec.serve.app import ServerConfig, create_app
-from specdec.serve.options import (
-    REQUEST_OPTIONS,
-    ChoiceOption,
-    FloatOption,
-    IntOption,
-    MethodSettings,
-    Option,
-    RequestRefused,
-)
+from specdec.serve.options import REQUEST_OPTIONS, MethodSettings, RequestRefused
 from specdec.serve.replies import event_error, install_error_handlers
 from specdec.serve.scheduler import ErrorEvent
 
@@ -247,16 +240,17 @@ METHOD_STRINGS = st.one_of(
 OPTIONS = st.dictionaries(OPTION_NAMES, OPTION_VALUES, max_size=4)
 
 
-def near_bounds(bound: Option) -> st.SearchStrategy:
-    """Values at, inside and just outside one allowed option's bounds, typed or as strings."""
-    if isinstance(bound, IntOption):
-        values = st.integers(bound.low - 1, bound.high + 1)
+def near_bounds(spec: OptionSpec) -> st.SearchStrategy:
+    """Values at, inside and just outside one allowed option's bounds (a request's), typed or as strings."""
+    if spec.choices:
+        return st.sampled_from([*spec.choices, "bogus"])
+    if spec.kind is bool:
+        return st.booleans() | st.sampled_from(["yes", "no", "maybe"])
+    low, high = spec.low[1], spec.request_max
+    if spec.kind is int:
+        values = st.integers(low - 1, high + 1)
         return values | values.map(str)
-    if isinstance(bound, FloatOption):
-        return st.floats(bound.low - 0.5, bound.high + 0.5)
-    if isinstance(bound, ChoiceOption):
-        return st.sampled_from([*bound.choices, "bogus"])
-    return st.booleans() | st.sampled_from(["yes", "no", "maybe"])
+    return st.floats(low - 0.5, high + 0.5)
 
 
 @st.composite

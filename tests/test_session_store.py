@@ -18,7 +18,8 @@ import pytest
 
 from specdec.bench.config import parse_methods
 from specdec.bench.runner import SpecdecContender
-from specdec.engine import Engine, GenerationConfig
+from specdec.engine import Engine
+from specdec.generation import GenerationConfig
 from specdec.proposers import parse_method
 from specdec.proposers.logitspec_sources import Sources
 from specdec.proposers.per_model import forget

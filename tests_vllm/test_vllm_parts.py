@@ -32,10 +32,10 @@ def test_options_file_then_environment_then_defaults(tmp_path):
 @pytest.mark.parametrize(
     "environ, message",
     [
-        ({"SPECDEC_VLLM_K": "many"}, "SPECDEC_VLLM_K: option 'k' must be a int"),
+        ({"SPECDEC_VLLM_K": "many"}, "SPECDEC_VLLM_K: logitspec: option k must be an integer"),
         ({"SPECDEC_VLLM_PREFER": "newest"}, "prefer must be one of"),
         ({"SPECDEC_VLLM_NODE_COST": "1.5"}, "node_cost must be in [0, 1)"),
-        ({"SPECDEC_VLLM_MEASURE_COST": "maybe"}, "option 'measure_cost' must be a bool"),
+        ({"SPECDEC_VLLM_MEASURE_COST": "maybe"}, "option measure_cost must be true or false"),
         ({CONFIG_ENV: "/no/such/options.json"}, "cannot read a JSON object"),
     ],
 )

@@ -45,7 +45,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     from specdec.api import generate
-    from specdec.engine import Engine, GenerationConfig, GenerationOutput
+    from specdec.engine import Engine
+    from specdec.generation import GenerationConfig, GenerationOutput
     from specdec.models import LoadedModel, ModelLoadError, load_model
     from specdec.proposers import METHODS, parse_method
     from specdec.sampling import SamplingParams

@@ -30,7 +30,8 @@ import torch
 from tqdm import tqdm
 
 from specdec.data import Question
-from specdec.engine import Engine, GenerationConfig
+from specdec.engine import Engine
+from specdec.generation import GenerationConfig
 from specdec.prompts import encode_prompt
 from specdec.proposers.logitspec import retrieve
 from specdec.proposers.ngram_index import NGramIndex

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specdec.batching.engine import generate_batch
-from specdec.engine import Engine, GenerationConfig, GenerationOutput
+from specdec.engine import Engine, generate_batch
+from specdec.generation import GenerationConfig, GenerationOutput
 from specdec.models import LoadedModel
 from specdec.prompts import Messages, encode_prompt
 from specdec.proposers import make_config, parse_method

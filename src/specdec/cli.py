@@ -57,7 +57,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-batch", type=_positive_int, default=8, help="with --batch: prompts per forward pass")
     add_model_options(p)
     add_sampling_options(p)
-    p.add_argument("--method", default="plain", help="plain, pld, logitspec, ... (name:opt=value,...)")
+    p.add_argument("--method", default="plain", help="plain, pld, logitspec, ... (name:opt=value,...; see `specdec methods`)")
     p.add_argument("-o", "--option", type=_key_value, action="append", default=[], help="method option KEY=VALUE")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--chat", action="store_true", help="apply the model's chat template")
@@ -67,7 +67,8 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from specdec.engine import Engine, GenerationConfig
+    from specdec.engine import Engine
+    from specdec.generation import GenerationConfig
     from specdec.models import load_model
     from specdec.prompts import encode_prompt
     from specdec.proposers import parse_method
@@ -135,8 +136,26 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_methods(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("methods", help="the drafting methods and their options (bounds, defaults, who may set them)")
+    p.add_argument("names", nargs="*", help="methods to list (default: all)")
+    p.set_defaults(func=_cmd_methods)
+
+
+def _cmd_methods(args: argparse.Namespace) -> int:
+    from specdec.proposers import METHODS, method_config_class
+    from specdec.proposers.schema import option_lines
+
+    for name in args.names or list(METHODS):
+        lines = option_lines(method_config_class(name))
+        print(name if lines else f"{name}  (no options)")
+        for line in lines:
+            print(line)
+    return 0
+
+
 # Each subcommand registers itself here; keep one function per subcommand.
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_generate, _add_demo]
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_generate, _add_demo, _add_methods]
 
 
 def _add_models(sub: argparse._SubParsersAction) -> None:

@@ -11,7 +11,8 @@ import sys
 import torch
 
 from specdec.data import DataError, load_questions
-from specdec.engine import Engine, GenerationConfig, GenerationOutput
+from specdec.engine import Engine
+from specdec.generation import GenerationConfig, GenerationOutput
 from specdec.models import load_model
 from specdec.prompts import encode_prompt
 from specdec.proposers import METHODS, parse_method

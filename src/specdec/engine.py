@@ -1,158 +1,66 @@
-"""The decode loop shared by every method, plain decoding included.
+"""The one decode loop, for every method and every caller: a batch of rows, one row the common case.
 
-    prompt --prefill--> KV cache, last logits, first token (the first root)
-    until EOS / stop string / max_new_tokens / context full:
-        proposer.propose(ctx) -> DraftTree     (root = last emitted token)
-        verify(target, tree)  -> VerifyResult  (one forward pass, KV committed)
-        proposer.observe(result)
-        emit result.tokens one by one (streaming, stop checks)
+    add(prompt)  --prefill--> a row (its first token emitted at once)
+    step():
+        each row: proposer.propose(ctx) -> DraftTree          (root = last emitted token)
+        node budget: one width for the pass, trees cut to it  (only with a cost curve)
+        verify(target, trees, draws) -> VerifyResult per row  (one forward pass, paths committed)
+        each row: proposer.observe(result), emit tokens (streaming, stop checks)
+        rows that finished leave; new rows may be added before the next step
+
+`Engine.generate` is a batch of one row run to its end; `generate_batch`, the
+server and the list-of-prompts API keep several rows in flight (continuous
+batching). Each row keeps its own proposer, sampling generator, emitter and
+statistics, so a row's output depends only on its own prompt, settings and
+seed: in fp32 greedy it equals that prompt decoded alone, and a seeded sampled
+row draws the same random numbers whatever else shares the pass.
 
 Invariants:
-- output never overshoots: emission stops at the first EOS (kept in token_ids,
-  like transformers' generate), at a stop string (cut from the text), or at
-  exactly `max_new_tokens`, even inside a run of accepted tokens;
-- MAT counts decode steps only: the prefill's forward pass and the first token it
-  yields are left out, so plain decoding has MAT = 1.00 exactly and a proposer
-  whose every draft of depth d is accepted has MAT = d + 1 exactly.
-  `num_forward_passes` = decode steps + 1 (the prefill) for one prompt;
-- randomness comes only from one `torch.Generator` seeded from the sampling params;
-  the t-th sampled token is drawn with its t-th uniform (`specdec.uniforms`), so
-  with drafts that carry no probabilities a seed gives plain sampling's tokens.
+- output never overshoots (`specdec.generation.Emitter`); MAT counts decode
+  steps only, so plain decoding has MAT = 1.00 exactly and a proposer whose every
+  draft of depth d is accepted has MAT = d + 1 exactly; `num_forward_passes` =
+  decode steps + 1 (the prefill);
+- acceptance happens in `specdec.verify` only;
+- randomness comes only from each row's `torch.Generator`, seeded from its
+  sampling params; the t-th sampled token is drawn with the t-th uniform
+  (`specdec.uniforms`);
+- a proposer that raises ends its own row with the error (`Row.error`); the other
+  rows go on; `Engine.generate` raises it.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
 from specdec.attention import AttentionPlan, resolve_plan
+from specdec.batching.planner import RowRates, cut, plan_width
+from specdec.batching.target import BatchedTarget
+from specdec.generation import (
+    Emitter,
+    GenerationConfig,
+    GenerationOutput,
+    GenerationStats,
+    ProposalContext,
+    Proposer,
+    StepStats,
+)
 from specdec.models import LoadedModel
 from specdec.packed import verify_model
-from specdec.sampling import SamplingParams, draw_next, make_generator
+from specdec.proposers.budget import CostModel
+from specdec.sampling import draw_next, make_generator
 from specdec.target import TargetModel
-from specdec.text import TextStream
 from specdec.tree import DraftTree
 from specdec.uniforms import PositionUniforms
-from specdec.verify import VerifyResult, verify
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    max_new_tokens: int = 128
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    stop: tuple[str, ...] = ()
-    ignore_eos: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens <= 0:
-            raise ValueError(f"max_new_tokens must be a positive integer (got {self.max_new_tokens!r})")
-
-
-@dataclass(frozen=True)
-class ProposalContext:
-    token_ids: list[int]  # prompt + generated so far (read-only); the last one is this step's root
-    last_logits: torch.Tensor  # [V] target logits the root was drawn from
-    num_prompt_tokens: int
-    sampling: SamplingParams
-    max_depth: int  # drafts deeper than this cannot be emitted (max_new_tokens, the model's context)
-
-
-class Proposer(Protocol):
-    def begin(self, prompt_ids: list[int]) -> None: ...
-    def propose(self, ctx: ProposalContext) -> DraftTree: ...
-    def observe(self, result: VerifyResult) -> None: ...
-
-
-@dataclass
-class StepStats:
-    tree_size: int
-    num_accepted: int
-    draft_s: float
-    verify_s: float
-
-
-@dataclass
-class GenerationStats:
-    num_prompt_tokens: int = 0
-    num_new_tokens: int = 0
-    num_forward_passes: int = 0
-    prefill_s: float = 0.0
-    wall_time_s: float = 0.0
-    steps: list[StepStats] = field(default_factory=list)
-
-    @property
-    def num_decode_steps(self) -> int:
-        return len(self.steps)
-
-    @property
-    def mat(self) -> float:
-        """Mean tokens emitted per decoding forward pass (prefill and its token excluded)."""
-        return (self.num_new_tokens - 1) / self.num_decode_steps if self.steps else 1.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.num_new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
-
-    @property
-    def draft_time_s(self) -> float:
-        return sum(s.draft_s for s in self.steps)
-
-    @property
-    def verify_time_s(self) -> float:
-        return sum(s.verify_s for s in self.steps)
-
-    @property
-    def retrieval_success(self) -> float:
-        """Share of steps whose proposer offered at least one draft token."""
-        return sum(s.tree_size > 1 for s in self.steps) / len(self.steps) if self.steps else 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Accepted draft tokens over drafted tokens (tree nodes below the root)."""
-        drafted = sum(s.tree_size - 1 for s in self.steps)
-        return sum(s.num_accepted for s in self.steps) / drafted if drafted else 0.0
-
-    @property
-    def accepted_histogram(self) -> dict[int, int]:
-        return dict(sorted(Counter(s.num_accepted for s in self.steps).items()))
-
-    def to_dict(self, with_steps: bool = False) -> dict:
-        out = {
-            "num_prompt_tokens": self.num_prompt_tokens,
-            "num_new_tokens": self.num_new_tokens,
-            "num_forward_passes": self.num_forward_passes,
-            "num_decode_steps": self.num_decode_steps,
-            "mat": self.mat,
-            "wall_time_s": self.wall_time_s,
-            "tokens_per_s": self.tokens_per_s,
-            "prefill_s": self.prefill_s,
-            "draft_time_s": self.draft_time_s,
-            "verify_time_s": self.verify_time_s,
-            "acceptance_rate": self.acceptance_rate,
-            "retrieval_success": self.retrieval_success,
-            "accepted_histogram": self.accepted_histogram,
-        }
-        if with_steps:
-            out["steps"] = [asdict(s) for s in self.steps]
-        return out
-
-
-@dataclass
-class GenerationOutput:
-    token_ids: list[int]  # new tokens only (EOS included when it ended the generation)
-    text: str
-    finish_reason: str  # "stop" (EOS or stop string) or "length"
-    stats: GenerationStats
+from specdec.verify import Draws, VerifyResult, verify
 
 
 class Engine:
-    """Runs the decode loop of any proposer against one loaded target model."""
+    """One loaded target model and its limits; decodes through `Batch`es of rows."""
 
     def __init__(self, loaded: LoadedModel, attention: str | AttentionPlan = "auto") -> None:
         """attention: "auto" (the plan measured once per machine, see `specdec.attention`), an
@@ -162,6 +70,11 @@ class Engine:
         self.tokenizer = loaded.tokenizer
         self.target = TargetModel(verify_model(loaded), attention=resolve_plan(loaded, attention))
         self.eos_token_ids = frozenset(loaded.eos_token_ids)
+        self._solo: Batch | None = None  # generate()'s batch of one, its cache buffers reused
+
+    def batch(self, costs: CostModel | None = None, max_batch: int = 8) -> Batch:
+        """An empty batch on this engine (its own KV cache); see `Batch`."""
+        return Batch(self, costs, max_batch)
 
     def generate(
         self,
@@ -170,38 +83,14 @@ class Engine:
         config: GenerationConfig,
         on_text: Callable[[str], None] | None = None,
     ) -> GenerationOutput:
-        prompt_ids = [int(t) for t in prompt_ids]
-        self.check_prompt(prompt_ids)
-        sampling = config.sampling
-        generator = make_generator(sampling, self.target.device)
-        positions = PositionUniforms(generator, self.target.device)  # token t is drawn with the t-th uniform
-        stats = GenerationStats(num_prompt_tokens=len(prompt_ids))
-        out = Emitter(self, config, on_text)
-        start = time.perf_counter()
-        proposer.begin(prompt_ids)
-        logits = self.target.prefill(prompt_ids)
-        stats.num_forward_passes = 1
-        tokens = [*prompt_ids, draw_next(logits, sampling, positions)]
-        stats.prefill_s = time.perf_counter() - start
-        done = out.emit(tokens[-1:])
-        while not done and len(tokens) < self.context_limit:
-            ctx = ProposalContext(tokens, logits, len(prompt_ids), sampling, self.max_depth(tokens, out))
-            t0 = time.perf_counter()
-            tree = proposer.propose(ctx)
-            t1 = time.perf_counter()
-            if len(tokens) + tree.max_depth >= self.context_limit:  # past max_new_tokens is only cut
-                raise RuntimeError(f"{type(proposer).__name__} drafted past the model's context")
-            result = verify(self.target, tree, sampling, generator, positions)
-            t2 = time.perf_counter()
-            proposer.observe(result)
-            stats.num_forward_passes += 1
-            stats.steps.append(StepStats(tree.num_nodes, result.num_accepted, t1 - t0, t2 - t1))
-            tokens.extend(result.tokens)
-            logits = result.next_logits
-            done = out.emit(result.tokens)
-        stats.wall_time_s = time.perf_counter() - start
-        stats.num_new_tokens = len(out.stream.token_ids)
-        return GenerationOutput(out.stream.token_ids, out.finish(), out.finish_reason, stats)
+        """Decode one prompt to its end: a batch of one row, the proposer's trees verified whole."""
+        if self._solo is None or self._solo.rows:  # a call interrupted mid-way leaves rows behind
+            self._solo = self.batch(costs=None, max_batch=1)
+        row = self._solo.add(prompt_ids, proposer, config, on_text)
+        self._solo.run()
+        if row.error is not None:
+            raise row.error
+        return row.output
 
     @property
     def context_limit(self) -> int | float:
@@ -225,37 +114,219 @@ class Engine:
             raise ValueError(f"prompt token ids must lie in [0, {vocab})")
 
 
-class Emitter:
-    """Hands emitted tokens to the text stream one by one and decides when to stop."""
+@dataclass(eq=False)
+class Row:
+    """One sequence in the batch, from admission to its output."""
 
-    def __init__(self, engine: Engine, config: GenerationConfig, on_text: Callable[[str], None] | None):
-        self.stream = TextStream(engine.tokenizer, config.stop)
-        self.eos = frozenset() if config.ignore_eos else engine.eos_token_ids
-        self.max_new_tokens = config.max_new_tokens
-        self.on_text = on_text
-        self.finish_reason = "length"
+    prompt_ids: list[int]
+    proposer: Proposer
+    config: GenerationConfig
+    emitter: Emitter
+    draws: Draws
+    started: float
+    tokens: list[int] = field(default_factory=list)
+    logits: torch.Tensor | None = None  # [V] the last emitted token was drawn from these
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    rates: RowRates = field(default_factory=RowRates)
+    output: GenerationOutput | None = None
+    error: Exception | None = None
+    cancelled: bool = False
+    draft_s: float = 0.0  # the current step's proposal time
 
     @property
-    def remaining(self) -> int:
-        return self.max_new_tokens - len(self.stream.token_ids)
+    def finished(self) -> bool:
+        return self.output is not None or self.error is not None or self.cancelled
 
-    def emit(self, tokens: list[int]) -> bool:
-        """Emit tokens in order; True once generation must end."""
-        for token in tokens:
-            self._send(self.stream.push(token))
-            if token in self.eos or self.stream.stopped:
-                self.finish_reason = "stop"
-                return True
-            if self.remaining <= 0:
-                return True
-        return False
 
-    def finish(self) -> str:
-        self._send(self.stream.finish())
-        if self.stream.stopped:
-            self.finish_reason = "stop"
-        return self.stream.text
+class Batch:
+    """Up to `max_batch` decode loops, one forward pass per step."""
 
-    def _send(self, text: str) -> None:
-        if text and self.on_text is not None:
-            self.on_text(text)
+    def __init__(self, engine: Engine, costs: CostModel | None = None, max_batch: int = 8) -> None:
+        """costs: pass seconds per token count, to plan one node budget per pass (`batching.planner`);
+        None: every tree is verified whole, as its proposer sized it."""
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.engine = engine
+        self.costs = costs
+        self.max_batch = max_batch
+        self.target = BatchedTarget(engine.target)
+        self.rows: list[Row] = []  # rows[b] sits in slot b of the batched cache
+
+    @property
+    def has_room(self) -> bool:
+        return len(self.rows) < self.max_batch
+
+    def add(
+        self,
+        prompt_ids: Sequence[int],
+        proposer: Proposer,
+        config: GenerationConfig,
+        on_text: Callable[[str], None] | None = None,
+    ) -> Row:
+        """Admit a sequence: prefill it alone and emit its first token. A row may finish right here."""
+        if not self.has_room:
+            raise RuntimeError(f"the batch is full ({self.max_batch} rows)")
+        engine = self.engine
+        prompt_ids = [int(t) for t in prompt_ids]
+        engine.check_prompt(prompt_ids)
+        generator = make_generator(config.sampling, engine.target.device)
+        draws = Draws(config.sampling, generator, PositionUniforms(generator, engine.target.device))
+        emitter = Emitter(engine.tokenizer, engine.eos_token_ids, config, on_text)
+        row = Row(prompt_ids, proposer, config, emitter, draws, time.perf_counter())
+        row.stats.num_prompt_tokens = len(prompt_ids)
+        try:
+            proposer.begin(prompt_ids)
+            _, row.logits = self.target.add(prompt_ids)
+            self.rows.append(row)
+            row.stats.num_forward_passes = 1
+            row.tokens = [*prompt_ids, draw_next(row.logits, config.sampling, draws.positions)]
+            row.stats.prefill_s = time.perf_counter() - row.started
+            done = row.emitter.emit(row.tokens[-1:])
+        except Exception as err:  # noqa: BLE001 - one request's failure must not end the batch
+            row.error = err
+            done = True
+        if done:
+            self._finish(row)
+        return row
+
+    def cancel(self, row: Row) -> None:
+        """Drop a row between steps (a client went away); its output is never made."""
+        row.cancelled = True
+        self._leave(row)
+
+    def step(self) -> list[Row]:
+        """One forward pass over every row; returns the rows that finished in it."""
+        if not self.rows:
+            return []
+        trees = self._propose()
+        start = time.perf_counter()
+        results = verify(self.target, trees, [row.draws for row in self.rows])
+        verify_s = time.perf_counter() - start
+        finished = [
+            row for row, result in zip(list(self.rows), results, strict=True) if self._advance(row, result, verify_s)
+        ]
+        for row in finished:
+            self._finish(row)
+        return finished
+
+    def run(self) -> None:
+        """Step until every row has finished."""
+        while self.rows:
+            self.step()
+
+    def _propose(self) -> list[DraftTree]:
+        trees = []
+        for row in self.rows:
+            t0 = time.perf_counter()
+            depth = self.engine.max_depth(row.tokens, row.emitter)
+            ctx = ProposalContext(row.tokens, row.logits, len(row.prompt_ids), row.config.sampling, depth)
+            try:
+                tree = row.proposer.propose(ctx)
+                if len(row.tokens) + tree.max_depth >= self.engine.context_limit:
+                    raise RuntimeError(f"{type(row.proposer).__name__} drafted past the model's context")
+            except Exception as err:  # noqa: BLE001 - the row ends; verify its root alone this step
+                row.error, tree = err, DraftTree.chain(row.tokens[-1])
+            row.draft_s = time.perf_counter() - t0
+            trees.append(tree)
+        return trees if self.costs is None else self._budget(trees)
+
+    def _budget(self, trees: list[DraftTree]) -> list[DraftTree]:
+        """Cut the trees to the pass width that maximises the batch's expected tokens per second."""
+        probs = [row.rates.node_probs(tree) for row, tree in zip(self.rows, trees, strict=True)]
+        fixed = [not getattr(row.proposer, "prunable", True) for row in self.rows]
+        for b, row in enumerate(self.rows):
+            if not fixed[b] and not row.config.sampling.greedy and trees[b].draft_probs is not None:
+                # Rejection sampling takes one random draw per node, so a sampled row with drafted
+                # probabilities is cut by its own plan alone: its seeded output must not depend on what
+                # shares the batch. Deterministic drafts draw by output position (specdec.uniforms).
+                width = plan_width([probs[b]], [False], self.costs.cost)
+                trees[b], probs[b], fixed[b] = cut(trees[b], width), probs[b][:width], True
+        width = plan_width(probs, fixed, self.costs.cost)
+        return [tree if keep else cut(tree, width) for tree, keep in zip(trees, fixed, strict=True)]
+
+    def _advance(self, row: Row, result: VerifyResult, verify_s: float) -> bool:
+        """Observe, emit and record one step of a row; True when the row is done."""
+        if row.error is not None:
+            return True
+        try:
+            row.proposer.observe(result)
+        except Exception as err:  # noqa: BLE001
+            row.error = err
+            return True
+        if self.costs is not None:
+            row.rates.observe(result.tree, result.path)
+        row.stats.num_forward_passes += 1
+        row.stats.steps.append(StepStats(result.tree.num_nodes, result.num_accepted, row.draft_s, verify_s))
+        row.tokens.extend(result.tokens)
+        row.logits = result.next_logits
+        done = row.emitter.emit(result.tokens)
+        return done or len(row.tokens) >= self.engine.context_limit
+
+    def _finish(self, row: Row) -> None:
+        self._leave(row)
+        if row.error is not None or row.cancelled:
+            return
+        row.stats.wall_time_s = time.perf_counter() - row.started
+        row.stats.num_new_tokens = len(row.emitter.stream.token_ids)
+        text = row.emitter.finish()
+        row.output = GenerationOutput(row.emitter.stream.token_ids, text, row.emitter.finish_reason, row.stats)
+
+    def _leave(self, row: Row) -> None:
+        if row not in self.rows:
+            return
+        slot = self.rows.index(row)
+        moved = self.target.remove(slot)
+        last = self.rows.pop()
+        if moved is not None:
+            self.rows[slot] = last
+
+
+def generate_batch(
+    engine: Engine,
+    prompts: Sequence[Sequence[int]],
+    proposers: Sequence[Proposer] | Callable[[], Proposer],
+    config: GenerationConfig | Sequence[GenerationConfig],
+    costs: CostModel | None = None,
+    max_batch: int = 8,
+    on_done: Callable[[int, Row], None] | None = None,
+    raise_errors: bool = True,
+) -> list[GenerationOutput | None]:
+    """Generate for every prompt, up to `max_batch` at a time (rows join as others finish).
+
+    proposers: one per prompt, or a factory called at most `max_batch` times (a finished row's proposer
+    serves the next prompt: `begin` resets it). config: one for all, or one per prompt. on_done(i, row)
+    is called as prompt i finishes. Raises the first failed row's error once all are done (with
+    raise_errors; else a failed prompt's output is None).
+    """
+    configs = [config] * len(prompts) if isinstance(config, GenerationConfig) else list(config)
+    if callable(proposers):
+        make, idle = proposers, []
+    else:
+        make, idle = None, list(reversed(proposers))
+        if len(idle) != len(prompts):
+            raise ValueError("need one proposer per prompt")
+    if len(configs) != len(prompts):
+        raise ValueError("need one config per prompt")
+    batch = engine.batch(costs, max_batch)
+    rows: list[Row] = []
+    waiting = list(range(len(prompts)))
+
+    def settle(row: Row) -> None:
+        if make is not None:
+            idle.append(row.proposer)
+        if on_done is not None:
+            on_done(rows.index(row), row)
+
+    while waiting or batch.rows:
+        while waiting and batch.has_room:
+            i = waiting.pop(0)
+            proposer = idle.pop() if idle else make()
+            rows.append(batch.add(prompts[i], proposer, configs[i]))
+            if rows[-1].finished:
+                settle(rows[-1])
+        for row in batch.step():
+            settle(row)
+    for row in rows:
+        if row.error is not None and raise_errors:
+            raise row.error
+    return [row.output for row in rows]

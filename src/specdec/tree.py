@@ -138,6 +138,11 @@ class DraftTree:
         return self.parents.tolist()
 
     @cached_property
+    def is_chain(self) -> bool:
+        """Every node's parent is the node before it (the ordinary causal case)."""
+        return self.parent_list == list(range(-1, self.num_nodes - 1))
+
+    @cached_property
     def _ancestry(self) -> tuple[torch.Tensor, torch.Tensor]:
         return ancestry(self.parents)
 

@@ -1,26 +1,42 @@
-"""One verification step: a single target forward pass over a draft tree.
+"""One verification step: a single target forward pass over every row's draft tree.
 
 Why a module of its own: every method (retrieval, draft model, lookahead, plain
 decoding) goes through exactly this, so losslessness lives in one place. The
-target scores every node at once, the acceptance rule picks the path the target
-itself would have produced, the KV cache keeps only that path, and the logits at
-the last accepted node are handed on: the emitted final token was drawn from
-them, and LogitSpec reads its next-next candidates from them.
+target scores every node of every row at once, the acceptance rule picks, per
+row, the path the target itself would have produced, the KV cache keeps only
+those paths, and the logits at each row's last accepted node are handed on: the
+emitted final token was drawn from them, and LogitSpec reads its next-next
+candidates from them.
 
-Invariant: `result.tokens` is never empty (at least the bonus/recovered token)
-and `result.tokens[:-1]` are the tokens of `result.path[1:]`.
+Invariants: a row's result depends only on its own tree, logits and draws (its
+own generator and position uniforms), never on what shares the pass;
+`result.tokens` is never empty (at least the bonus/recovered token) and
+`result.tokens[:-1]` are the tokens of `result.path[1:]`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from specdec.sampling import SamplingParams, accept
-from specdec.target import TargetModel
 from specdec.tree import DraftTree
 from specdec.uniforms import PositionUniforms
+
+if TYPE_CHECKING:
+    from specdec.batching.target import BatchedTarget
+
+
+@dataclass(frozen=True)
+class Draws:
+    """How one row draws its tokens: its sampling settings and its own random numbers."""
+
+    sampling: SamplingParams
+    generator: torch.Generator | None
+    positions: PositionUniforms  # token t of the row is drawn with the t-th uniform (`specdec.uniforms`)
 
 
 @dataclass(frozen=True)
@@ -40,15 +56,12 @@ class VerifyResult:
         return len(self.path) - 1
 
 
-def verify(
-    target: TargetModel,
-    tree: DraftTree,
-    sampling: SamplingParams,
-    generator: torch.Generator | None,
-    positions: PositionUniforms | None = None,
-) -> VerifyResult:
-    """positions: the request's uniforms by output position (see `specdec.uniforms`)."""
-    target_logits = target.forward_tree(tree.tokens, tree.parents)  # [N, V]
-    acceptance = accept(tree, target_logits, sampling, generator, positions)
-    target.commit(acceptance.path)
-    return VerifyResult(acceptance.tokens, acceptance.path, target_logits, tree)
+def verify(target: BatchedTarget, trees: Sequence[DraftTree], draws: Sequence[Draws]) -> list[VerifyResult]:
+    """trees[b], draws[b]: row b's tree and draws -> row b's result, its accepted path committed."""
+    logits = target.verify_trees(trees)  # [n_b, V] per row, one forward pass
+    results = []
+    for tree, target_logits, row in zip(trees, logits, draws, strict=True):
+        acceptance = accept(tree, target_logits, row.sampling, row.generator, row.positions)
+        results.append(VerifyResult(acceptance.tokens, acceptance.path, target_logits, tree))
+    target.commit([result.path for result in results])
+    return results

@@ -37,6 +37,7 @@ class BatchLayout:
 
     def __init__(self) -> None:
         self.starts = torch.zeros(0, dtype=torch.int64)  # [B] committed length per row
+        self.context = 0  # max(starts): the cache length transformers sees before the pass
 
 
 class BatchedLayer(DynamicLayer):
@@ -92,18 +93,23 @@ class BatchedLayer(DynamicLayer):
         starts = self.layout.starts.to(key_states.device)
         end = int(starts.max()) + tokens
         self.ensure(rows, end)
-        positions = starts[:, None] + torch.arange(tokens, device=starts.device)  # [B, T]
-        row_index = torch.arange(rows, device=starts.device)[:, None]  # [B, 1]
-        # Advanced indices around a slice put their dims first: the target is [B, T, kv_heads, D].
-        self._keys[row_index, :, positions] = key_states.transpose(1, 2)
-        self._values[row_index, :, positions] = value_states.transpose(1, 2)
+        if rows == 1:  # one sequence: a plain slice write, as a one-sequence cache does
+            self._keys[:1, :, end - tokens : end] = key_states
+            self._values[:1, :, end - tokens : end] = value_states
+        else:
+            positions = starts[:, None] + torch.arange(tokens, device=starts.device)  # [B, T]
+            row_index = torch.arange(rows, device=starts.device)[:, None]  # [B, 1]
+            # Advanced indices around a slice put their dims first: the target is [B, T, kv_heads, D].
+            self._keys[row_index, :, positions] = key_states.transpose(1, 2)
+            self._values[row_index, :, positions] = value_states.transpose(1, 2)
         self.length = end
         self.keys = self._keys[:rows, :, :end]
         self.values = self._values[:rows, :, :end]
         return self.keys, self.values
 
     def get_seq_length(self) -> int:
-        return self.length
+        """The cache length before the running pass (transformers reads it to place a causal pass)."""
+        return self.layout.context
 
     def keep_paths(self, row_index: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Copy entries src -> dst per row: row_index [R, 1], src/dst [R, P] absolute positions."""

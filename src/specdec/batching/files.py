@@ -9,7 +9,7 @@ order: {"index", "text", "token_ids", "finish_reason", "stats"}.
 
 Invariants: the whole file is read and checked before any decoding (a bad line
 is reported with its line number and nothing runs); each row's output equals
-that prompt run alone (`specdec.batching.engine`).
+that prompt run alone (`specdec.engine`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any, TextIO
 
 from tqdm.auto import tqdm
 
-from specdec.batching.engine import Row, generate_batch
-from specdec.engine import Engine, GenerationConfig
+from specdec.engine import Engine, Row, generate_batch
+from specdec.generation import GenerationConfig
 from specdec.prompts import Messages, encode_prompt
 from specdec.proposers.budget import load_or_measure
 from specdec.sampling import SamplingParams

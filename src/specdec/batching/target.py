@@ -86,20 +86,30 @@ class BatchedTarget:
             raise ValueError(f"need one tree per row ({self.num_rows}), got {len(trees)}")
         if self._pending:
             raise RuntimeError("commit the previous pass before verifying another")
+        self.layout.starts = torch.tensor(self.lengths, dtype=torch.int64)
+        self.layout.context = max(self.lengths)
+        if len(trees) == 1 and trees[0].is_chain:
+            # One sequence, a chain: the ordinary causal case; transformers builds its own mask (none at
+            # all for one token) from the cache length, as a plain decoding step does.
+            tokens, positions, mask = trees[0].tokens[None], None, None
+        else:
+            tokens, positions, mask = self._tree_inputs(trees)
+        logits = self.single.run(
+            tokens.to(self.device), positions, mask, self.cache, self.layout.context
+        )  # [B, T, V]
+        self._pending = [tree.num_nodes for tree in trees]
+        return [logits[b, : tree.num_nodes] for b, tree in enumerate(trees)]
+
+    def _tree_inputs(self, trees: Sequence[DraftTree]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """tokens [B, T], positions [B, T] and the additive mask of a pass over rows padded to width T."""
         width = max(tree.num_nodes for tree in trees)
-        starts = torch.tensor(self.lengths, dtype=torch.int64)
+        starts = self.layout.starts
         tokens = torch.zeros(len(trees), width, dtype=torch.int64)  # [B, T]
         positions = starts[:, None].repeat(1, width)  # [B, T]; padding sits at the row's next position
         for b, tree in enumerate(trees):
             tokens[b, : tree.num_nodes] = tree.tokens
             positions[b, : tree.num_nodes] += tree.depths
-        mask = self._mask(trees, width)
-        self.layout.starts = starts
-        logits = self.single.run(
-            tokens.to(self.device), positions.to(self.device), mask, self.cache, max(self.lengths)
-        )  # [B, T, V]
-        self._pending = [tree.num_nodes for tree in trees]
-        return [logits[b, : tree.num_nodes] for b, tree in enumerate(trees)]
+        return tokens, positions.to(self.device), self._mask(trees, width)
 
     def _mask(self, trees: Sequence[DraftTree], width: int) -> torch.Tensor:
         """Additive mask [B, 1, T, max(lengths) + T]: own prefix, own ancestors; padding sees itself."""

@@ -9,11 +9,14 @@ They come instead from
    `{"k": 60, "node_cost": 0.05}`;
 2. `SPECDEC_VLLM_<NAME>` environment variables (`SPECDEC_VLLM_K=30`), which
    override the file;
-3. the defaults below.
+3. the defaults: those of the method configs the options come from
+   (`derived_config`: k, max_ngram, prefer, min_ngram are declared, with
+   their bounds, once, in `LogitSpecConfig` and `PLDConfig`).
 
 The draft length is vLLM's own `num_speculative_tokens`.
 
-Invariants: options are frozen dataclasses validated when the proposer is built,
+Invariants: options are frozen configs validated when the proposer is built,
+with the same messages as the command line and the server,
 so a bad value stops vLLM at startup with a one-line message, never mid-serving;
 a key that no specdec vLLM proposer knows is an error (a typo must not be
 silently ignored); keys of the other proposer are ignored, so one file can hold
@@ -25,24 +28,21 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from specdec.proposers.logitspec import LogitSpecConfig
-from specdec.proposers.pld import PLDConfig
+from specdec.proposers.pld import PLDConfig, check_min_ngram
+from specdec.proposers.schema import MethodError, derived_config, method_config, option, option_specs
 
 ENV_PREFIX = "SPECDEC_VLLM_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"
 
 
-@dataclass(frozen=True)
-class LogitSpecOptions:
-    """LogitSpec in chain mode.
+@method_config("logitspec")
+class _ChainPricing:
+    """vLLM's LogitSpec only (chain mode).
 
-    k: next-next candidates from the top-k of the logits the root was drawn from (paper: 60);
-    max_ngram: longest suffix matched in the n-gram index (falls back to 1);
-    prefer: which earlier occurrence a match continues, "latest" or "earliest";
     node_cost: what one more draft token costs, as a share of a decoding step's
       expected gain of one token: a chain keeps a token while its chance of being
       accepted exceeds this (0 = the longest most promising chain);
@@ -52,92 +52,57 @@ class LogitSpecOptions:
       always when false.
     """
 
-    k: int = 60
-    max_ngram: int = 3
-    prefer: str = "latest"
-    node_cost: float = 0.05
+    node_cost: Annotated[float, option(ge=0.0, lt=1.0)] = 0.05
     measure_cost: bool = True
 
-    def __post_init__(self) -> None:
-        LogitSpecConfig(k=self.k, max_ngram=self.max_ngram, prefer=self.prefer)  # the same checks
-        if not 0.0 <= self.node_cost < 1.0:
-            raise ValueError(f"node_cost must be in [0, 1), got {self.node_cost}")
 
-
-@dataclass(frozen=True)
-class PromptLookupOptions:
-    """Prompt lookup (transformers' semantics): max_ngram, min_ngram and prefer as in `PLDConfig`."""
-
-    max_ngram: int = 3
-    min_ngram: int = 1
-    prefer: str = "earliest"
-
-    def __post_init__(self) -> None:
-        PLDConfig(max_ngram=self.max_ngram, min_ngram=self.min_ngram, prefer=self.prefer)  # the same checks
-
-
+# LogitSpec in chain mode: k, max_ngram and prefer as declared by LogitSpecConfig, then the pricing
+LogitSpecOptions = derived_config(
+    "LogitSpecOptions", __name__, LogitSpecConfig, ("k", "max_ngram", "prefer"), _ChainPricing
+)
+# Prompt lookup (transformers' semantics): max_ngram, min_ngram and prefer as declared by PLDConfig
+PromptLookupOptions = derived_config(
+    "PromptLookupOptions", __name__, PLDConfig, ("max_ngram", "min_ngram", "prefer"),
+    post_init=lambda self: check_min_ngram(self.min_ngram, self.max_ngram),
+)  # fmt: skip
 OPTION_CLASSES = (LogitSpecOptions, PromptLookupOptions)
 
 
-def _known_fields() -> dict[str, Any]:
-    """Every option name of any proposer -> its default (whose type the value must have)."""
-    known: dict[str, Any] = {}
-    for cls in OPTION_CLASSES:
-        known.update({f.name: f.default for f in fields(cls)})
-    return known
-
-
-def _typed(name: str, value: Any, default: Any, source: str) -> Any:
-    """`value` converted to the type of `default`; ValueError naming `source` otherwise."""
-    kind = type(default)
-    if kind is bool:
-        return _boolean(name, value, source)
+def _parse(cls: type, name: str, raw: Any, source: str) -> Any:
+    """`raw` as option `name` of `cls` (the schema's rules and message), or ValueError naming `source`."""
     try:
-        if isinstance(value, str) and kind is not str:
-            return kind(value.strip())
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, kind) and not isinstance(value, bool):
-            return value
-    except ValueError:
-        pass
-    raise ValueError(f"{source}: option {name!r} must be a {kind.__name__}, got {value!r}")
+        return option_specs(cls)[name].parse(raw)
+    except MethodError as error:
+        raise ValueError(f"{source}: {error}") from None
 
 
-def _boolean(name: str, value: Any, source: str) -> bool:
-    """A JSON boolean, or a word such as "1", "true", "no" (bool("false") would be True)."""
-    if isinstance(value, bool):
-        return value
-    words = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
-    if isinstance(value, str) and value.strip().lower() in words:
-        return words[value.strip().lower()]
-    raise ValueError(f"{source}: option {name!r} must be a bool (true/false, 1/0), got {value!r}")
-
-
-def _from_file(path: str, known: Mapping[str, Any]) -> dict[str, Any]:
+def _from_file(path: str) -> dict[str, Any]:
     try:
         data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"{CONFIG_ENV}={path}: cannot read a JSON object ({error})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{CONFIG_ENV}={path}: must hold one JSON object, got {type(data).__name__}")
-    unknown = sorted(set(data) - set(known))
+    known = {name for cls in OPTION_CLASSES for name in option_specs(cls)}
+    unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"{CONFIG_ENV}={path}: unknown options {unknown}; known: {sorted(known)}")
-    return {name: _typed(name, value, known[name], path) for name, value in data.items()}
+    return data
 
 
 def read_options(cls: type, environ: Mapping[str, str] | None = None) -> Any:
     """An instance of `cls` (LogitSpecOptions or PromptLookupOptions): file, then environment, then defaults."""
     environ = os.environ if environ is None else environ
-    known = _known_fields()
-    values: dict[str, Any] = {}
     path = environ.get(CONFIG_ENV, "").strip()
-    if path:
-        values.update(_from_file(path, known))
-    for name, default in known.items():
+    from_file = _from_file(path) if path else {}
+    values = {
+        name: _parse(cls, name, raw, path) for name, raw in from_file.items() if name in option_specs(cls)
+    }
+    for name in option_specs(cls):
         raw = environ.get(ENV_PREFIX + name.upper())
         if raw is not None and raw.strip():
-            values[name] = _typed(name, raw, default, ENV_PREFIX + name.upper())
-    own = {f.name for f in fields(cls)}
-    return cls(**{name: value for name, value in values.items() if name in own})
+            values[name] = _parse(cls, name, raw, ENV_PREFIX + name.upper())
+    try:
+        return cls(**values)
+    except MethodError as error:  # options that do not fit together
+        raise ValueError(f"{path or 'environment'}: {error}") from None

@@ -1,7 +1,8 @@
 """The method registry: every drafting method by name, with its options.
 
-A method is a frozen config dataclass (its fields are the method's options, with
-defaults that work) whose `build(loaded_model)` returns a fresh `Proposer`.
+A method is a frozen config (its fields are the method's options, declared once
+with their bounds in `specdec.proposers.schema`, with defaults that work) whose
+`build(loaded_model)` returns a fresh `Proposer`.
 Methods are named here and imported lazily, so `specdec --help` stays fast and a
 method's heavy dependencies load only when it is used.
 
@@ -12,9 +13,14 @@ values of the wrong type are refused with a message that lists what is allowed.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-from typing import Any, get_type_hints
+from typing import Any
+
+from specdec.proposers.schema import MethodError, parse_options
+
+__all__ = [
+    "METHODS", "MethodError", "make_config", "method_config_class", "method_name", "parse_method", "split_method",
+]
 
 # name -> "module:ConfigClass"
 METHODS: dict[str, str] = {
@@ -31,10 +37,6 @@ METHODS: dict[str, str] = {
 }
 
 
-class MethodError(ValueError):
-    """An unknown method, an unknown option, or a bad option value."""
-
-
 def method_config_class(name: str) -> type:
     if name not in METHODS:
         raise MethodError(f"unknown method {name!r}; known methods: {', '.join(sorted(METHODS))}")
@@ -42,39 +44,10 @@ def method_config_class(name: str) -> type:
     return getattr(importlib.import_module(module_name), class_name)
 
 
-def _coerce(name: str, option: str, kind: Any, raw: Any) -> Any:
-    if not isinstance(raw, str):
-        ok = isinstance(raw, kind) and not (kind is int and isinstance(raw, bool))
-        if kind is float and isinstance(raw, int) and not isinstance(raw, bool):
-            return float(raw)
-        if not ok:
-            raise MethodError(f"{name}: option {option} must be {kind.__name__}, got {raw!r}")
-        return raw
-    try:
-        if kind is bool:
-            if raw.lower() not in {"true", "false", "1", "0", "yes", "no"}:
-                raise ValueError(raw)
-            return raw.lower() in {"true", "1", "yes"}
-        return kind(raw)
-    except ValueError:
-        raise MethodError(f"{name}: option {option} must be {kind.__name__}, got {raw!r}") from None
-
-
 def make_config(name: str, options: dict[str, Any] | None = None) -> Any:
     """The config of method `name` with `options` (strings or typed values) applied and validated."""
     cls = method_config_class(name)
-    hints = get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for option, raw in (options or {}).items():
-        if option not in fields:
-            allowed = ", ".join(sorted(fields)) or "none"
-            raise MethodError(f"{name}: unknown option {option!r}; options: {allowed}")
-        kwargs[option] = _coerce(name, option, hints[option], raw)
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as err:
-        raise MethodError(f"{name}: {err}") from None
+    return cls(**parse_options(cls, options or {}))  # rules across options: MethodError from the config
 
 
 def split_method(spec: str) -> tuple[str, dict[str, str]]:

@@ -27,17 +27,18 @@ never deeper than `ctx.max_depth`, never more than `budget` nodes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Annotated
 
 from specdec.datastore import Datastore, DatastoreError
-from specdec.engine import ProposalContext
+from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
-from specdec.proposers.pld import cut_after_eos
+from specdec.proposers.pld import check_min_ngram, cut_after_eos
+from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
 
-@dataclass(frozen=True)
+@method_config("datastore")
 class DatastoreConfig:
     """REST-style drafting from a datastore folder.
 
@@ -48,23 +49,14 @@ class DatastoreConfig:
     """
 
     path: str = ""
-    max_ngram: int = 8
-    min_ngram: int = 2
-    max_continuation: int = 10
-    max_branches: int = 1
-    budget: int = 32
+    max_ngram: Annotated[int, option(ge=1, request_max=16)] = 8
+    min_ngram: Annotated[int, option(ge=1, request_max=16)] = 2
+    max_continuation: Annotated[int, option(ge=1, request_max=20)] = 10
+    max_branches: Annotated[int, option(ge=1, request_max=8)] = 1
+    budget: Annotated[int, option(ge=1, request_max=64)] = 32
 
     def __post_init__(self) -> None:
-        if self.max_ngram < 1:
-            raise ValueError(f"max_ngram must be >= 1, got {self.max_ngram}")
-        if not 1 <= self.min_ngram <= self.max_ngram:
-            raise ValueError(f"min_ngram must be in [1, max_ngram={self.max_ngram}], got {self.min_ngram}")
-        if self.max_continuation < 1:
-            raise ValueError(f"max_continuation must be >= 1, got {self.max_continuation}")
-        if self.max_branches < 1:
-            raise ValueError(f"max_branches must be >= 1, got {self.max_branches}")
-        if self.budget < 1:
-            raise ValueError(f"budget must be >= 1 (the root), got {self.budget}")
+        check_min_ngram(self.min_ngram, self.max_ngram)
 
     def open(self, loaded: LoadedModel) -> Datastore:
         """The datastore at `path`, checked against the model's tokenizer (DatastoreError if unusable)."""

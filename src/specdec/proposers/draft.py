@@ -54,14 +54,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import torch
 
-from specdec.engine import ProposalContext
+from specdec.generation import ProposalContext
 from specdec.models import LoadedModel, load_model
 from specdec.packed import maybe_packed
-from specdec.proposers.chain_length import ChainSettings, DraftLength, PassTimes
+from specdec.proposers.chain_length import SCHEDULES, ChainSettings, DraftLength, PassTimes
+from specdec.proposers.draft_jump import MAX_NGRAM as JUMP_MAX_NGRAM
 from specdec.proposers.draft_jump import RetrievalJump
 from specdec.proposers.draft_module import (
     LastLogitsOnly,
@@ -71,6 +72,7 @@ from specdec.proposers.draft_module import (
     quantize_int8,
     wants_int8,
 )
+from specdec.proposers.schema import method_config, option
 from specdec.sampling import SamplingParams, logits_to_probs
 from specdec.target import TargetModel
 from specdec.tree import DraftTree
@@ -93,36 +95,31 @@ _SEED_MIX = 0x9E3779B97F4A7C15
 MAX_FILL = 64
 
 
-@dataclass(frozen=True)
+@method_config("draft")
 class DraftConfig:
     """A small draft model sharing the target's tokenizer; dtype and device follow the target."""
 
     draft_model: str = ""  # name or path for load_model, e.g. qwen2.5-coder-0.5b (required)
-    k: int = 4  # draft length (the starting one for the heuristic)
-    adaptive: bool = True
-    schedule: str = "timed"  # timed | cost | heuristic (see specdec.proposers.chain_length)
-    max_k: int = 12
-    cost_ratio: float = 0.0  # draft pass / target pass; 0 = from parameter counts
-    verify_cost: float = VERIFY_COST_PER_TOKEN
+    k: Annotated[int, option(ge=1, request_max=16)] = 4  # draft length (the starting one for the heuristic)
+    adaptive: Annotated[bool, option(request=True)] = True
+    # see specdec.proposers.chain_length
+    schedule: Annotated[Literal[SCHEDULES], option(request=True)] = "timed"
+    max_k: Annotated[int, option(ge=1, request_max=16)] = 12
+    cost_ratio: Annotated[float, option(ge=0.0)] = 0.0  # draft pass / target pass; 0 = from parameter counts
+    verify_cost: Annotated[float, option(ge=0.0)] = VERIFY_COST_PER_TOKEN
     cache_dir: str = ""  # where load_model keeps converted models ("" = its default)
-    quantize: str = "auto"  # none: the target's dtype; int8: dynamic int8 Linear layers (CPU); auto: int8 for large drafts on CPU
-    text: str = "auto"  # drafts through text (another tokenizer): auto (when they differ) | always | never
-    jump: int = 0  # >0: copy the text where a match of >= this many tokens agrees with the draft (draft_jump)
-    jump_length: int = 10  # most tokens one jump copies
-    fill: int = 0  # greedy: verify up to this many nodes, spare ones holding the draft's runner-up picks (0 = the chain)
+    # none: the target's dtype; int8: dynamic int8 Linear layers (CPU); auto: int8 for large drafts on CPU
+    quantize: Literal[QUANTIZE] = "auto"
+    # drafts through text (another tokenizer): auto (when they differ) | always | never
+    text: Literal[TEXT_CHOICES] = "auto"
+    # >0: copy the text where a match of >= this many tokens agrees with the draft (draft_jump)
+    jump: Annotated[int, option(ge=0, le=JUMP_MAX_NGRAM)] = 0
+    jump_length: Annotated[int, option(ge=1)] = 10  # most tokens one jump copies
+    # greedy: verify up to this many nodes, spare ones holding the draft's runner-up picks (0 = the chain)
+    fill: Annotated[int, option(ge=0, le=MAX_FILL)] = 0
 
     def __post_init__(self) -> None:
-        self.chain_settings(0.5)  # validates k, max_k, schedule
-        if self.cost_ratio < 0 or self.verify_cost < 0:
-            raise ValueError("cost_ratio and verify_cost must be >= 0")
-        if self.quantize not in QUANTIZE:
-            raise ValueError(f"quantize must be one of {', '.join(QUANTIZE)} (got {self.quantize!r})")
-        if self.text not in TEXT_CHOICES:
-            raise ValueError(f"text must be one of {', '.join(TEXT_CHOICES)} (got {self.text!r})")
-        if self.jump:
-            RetrievalJump(self.jump, self.jump_length)  # validates both
-        if not 0 <= self.fill <= MAX_FILL:
-            raise ValueError(f"fill must be in [0, {MAX_FILL}] (tree nodes), got {self.fill}")
+        self.chain_settings(0.5)  # k <= max_k
 
     def chain_settings(self, cost_ratio: float) -> ChainSettings:
         cost = max((self.cost_ratio or cost_ratio) + self.verify_cost, 1e-3)

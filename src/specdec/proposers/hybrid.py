@@ -40,16 +40,18 @@ time; the tree never exceeds `budget` nodes nor `ctx.max_depth` levels.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import torch
 
-from specdec.engine import ProposalContext
+from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
 from specdec.proposers.chain_length import SCHEDULES, DraftLength
-from specdec.proposers.draft import DraftConfig, DraftProposer
+from specdec.proposers.draft import QUANTIZE, DraftConfig, DraftProposer
+from specdec.proposers.draft_jump import MAX_NGRAM as JUMP_MAX_NGRAM
 from specdec.proposers.hybrid_gate import AskGate
 from specdec.proposers.logitspec import STRONG_MATCH, LogitSpecConfig, LogitSpecProposer
+from specdec.proposers.schema import method_config, option
 from specdec.proposers.universal import UniversalDraftProposer
 from specdec.sampling import point_mass_rows
 from specdec.tree import DraftTree
@@ -59,29 +61,28 @@ WHEN = ("weak", "always")
 RATES = ("kind", "overall")
 
 
-@dataclass(frozen=True)
+@method_config("hybrid")
 class HybridConfig:
     """LogitSpec (adaptive) with a draft model's chain as one more source in the tree."""
 
     draft_model: str = ""  # name or path for load_model (required); another tokenizer drafts through text
-    k: int = 60  # LogitSpec's next-next candidates
-    budget: int = 64  # nodes per tree, root and the draft's chain included
-    max_k: int = 8  # longest draft chain
-    schedule: str = "timed"  # the draft chain's length rule (see chain_length)
-    when: str = "weak"  # weak: draft only without a strong own-text match; always: every step
-    rate: str = "overall"  # the gate values an ask's extra tokens at LogitSpec's own rate: over all steps, or that kind's
-    quantize: str = "auto"  # the draft's: none | int8 | auto (int8 for large drafts on CPU; see draft.py)
-    jump: int = 0  # the draft's lookahead over the text's continuation (draft_jump); 0 = off
+    k: Annotated[int, option(ge=0, request_max=100)] = 60  # LogitSpec's next-next candidates
+    # nodes per tree, root and the draft's chain included
+    budget: Annotated[int, option(ge=1, request_max=64)] = 64
+    max_k: Annotated[int, option(ge=1, request_max=16)] = 8  # longest draft chain
+    schedule: Annotated[Literal[SCHEDULES], option(request=True)] = "timed"  # the draft chain's length rule
+    # weak: draft only without a strong own-text match; always: every step
+    when: Annotated[Literal[WHEN], option(request=True)] = "weak"
+    # the gate values an ask's extra tokens at LogitSpec's own rate: over all steps, or that kind's
+    rate: Literal[RATES] = "overall"
+    # the draft's: none | int8 | auto (int8 for large drafts on CPU; see draft.py)
+    quantize: Literal[QUANTIZE] = "auto"
+    # the draft's lookahead over the text's continuation (draft_jump); 0 = off
+    jump: Annotated[int, option(ge=0, le=JUMP_MAX_NGRAM)] = 0
     cache_dir: str = ""
     costs_dir: str = ""
 
     def __post_init__(self) -> None:
-        if self.when not in WHEN:
-            raise ValueError(f"when must be one of {', '.join(WHEN)} (got {self.when!r})")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)} (got {self.schedule!r})")
-        if self.rate not in RATES:
-            raise ValueError(f"rate must be one of {', '.join(RATES)} (got {self.rate!r})")
         self.logitspec_config()
         self.draft_config()
 

@@ -61,7 +61,8 @@ class _Kind:
 class AskGate:
     """Per kind of step (the caller's key), whether asking the draft has been paying."""
 
-    per_kind: bool = False  # value extra tokens at LogitSpec's rate on that kind of step (False: over all steps)
+    # value extra tokens at LogitSpec's rate on that kind of step (False: over all steps)
+    per_kind: bool = False
     kinds: dict[int, _Kind] = field(default_factory=dict)
     asks: int = 0
     skipped: int = 0  # steps the gate refused (counted for reports and tests)

@@ -43,19 +43,20 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Annotated, Literal
 
 import torch
 from transformers import DynamicCache
 
 from specdec.models import LoadedModel, default_cache_dir
 from specdec.packed import verify_model
-from specdec.proposers.chain_length import ChainSettings
+from specdec.proposers.chain_length import SCHEDULES, ChainSettings
 from specdec.proposers.draft import VERIFY_COST_PER_TOKEN, DraftProposer
 from specdec.proposers.draft_module import LAYER_OVERHEAD_PARAMS, compute_params
 from specdec.proposers.plain import PlainProposer
+from specdec.proposers.schema import method_config, option
 from specdec.target import TargetModel
 
 CALIBRATION_PROMPTS = (
@@ -135,21 +136,22 @@ def parse_skip(text: str) -> tuple[int, ...]:
         raise ValueError(f"layerskip: skip must be comma-separated layer indices, got {text!r}") from None
 
 
-@dataclass(frozen=True)
+@method_config("layerskip")
 class LayerSkipConfig:
     """Self-speculation: the target with some decoder layers skipped drafts for itself."""
 
     skip: str = ""  # layer indices, "4,6,8" or "4+6+8" (in method strings); "" = calibrate (cached)
-    k: int = 3
-    adaptive: bool = True
-    schedule: str = "timed"  # timed | cost | heuristic (see specdec.proposers.chain_length)
-    max_k: int = 8
-    verify_cost: float = VERIFY_COST_PER_TOKEN
+    k: Annotated[int, option(ge=1, request_max=16)] = 3
+    adaptive: Annotated[bool, option(request=True)] = True
+    # see specdec.proposers.chain_length
+    schedule: Annotated[Literal[SCHEDULES], option(request=True)] = "timed"
+    max_k: Annotated[int, option(ge=1, request_max=16)] = 8
+    verify_cost: Annotated[float, option(ge=0.0)] = VERIFY_COST_PER_TOKEN
     cache_dir: str = ""  # where calibration results are kept ("" = ~/.cache/specdec)
 
     def __post_init__(self) -> None:
         parse_skip(self.skip)
-        ChainSettings(self.k, self.max_k, self.adaptive, self.schedule)
+        ChainSettings(self.k, self.max_k, self.adaptive, self.schedule)  # k <= max_k
 
     def build(self, loaded: LoadedModel) -> DraftProposer | PlainProposer:
         skip = parse_skip(self.skip)

@@ -61,10 +61,10 @@ vocabulary and no per-node tensor operations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Annotated, Literal
 
 from specdec.datastore import Datastore
-from specdec.engine import ProposalContext
+from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
 from specdec.proposers.budget import AcceptanceStats, CostModel, chain_pays, load_or_measure
 from specdec.proposers.logitspec_learn import (
@@ -95,6 +95,7 @@ from specdec.proposers.logitspec_sources import (
 )
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.pld import PREFER_CHOICES, PLDConfig, PLDProposer, synced_index
+from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
@@ -108,7 +109,7 @@ POOL_FACTOR = 4  # candidate nodes considered per step, as a multiple of the bud
 STRONG_MATCH = 2  # own text matched at least this many tokens: other stores rank after it, recycle waits
 
 
-@dataclass(frozen=True)
+@method_config("logitspec")
 class LogitSpecConfig:
     """LogitSpec drafting; adaptive (cost-aware) tree size by default.
 
@@ -127,33 +128,23 @@ class LogitSpecConfig:
     costs_dir: cache folder of measured cost curves ("" = ~/.cache/specdec/costs).
     """
 
-    k: int = 60
-    budget: int = 64
-    max_ngram: int = 3
-    max_continuation: int = 20
-    prefer: str = "latest"
-    adaptive: bool = True
-    min_gain: float = 0.1
-    floor: bool = True
-    third: bool = False
-    recycle: bool = True
-    session: bool = False
+    # request caps keep a request's work per step small; the store's size is server-side (the
+    # `session` method's), and the datastore is a path the server names
+    k: Annotated[int, option(ge=0, request_max=100)] = 60
+    budget: Annotated[int, option(ge=1, request_max=64)] = 64
+    max_ngram: Annotated[int, option(ge=1, request_max=5)] = 3
+    max_continuation: Annotated[int, option(ge=1, request_max=20)] = 20
+    prefer: Annotated[Literal[PREFER_CHOICES], option(request=True)] = "latest"
+    adaptive: Annotated[bool, option(request=True)] = True
+    min_gain: Annotated[float, option(ge=0.0, request_max=10.0)] = 0.1
+    floor: Annotated[bool, option(request=True)] = True
+    third: Annotated[bool, option(request=True)] = False
+    recycle: Annotated[bool, option(request=True)] = True
+    session: Annotated[bool, option(request=True)] = False
     datastore: str = ""
     costs_dir: str = ""
 
     def __post_init__(self) -> None:
-        if self.k < 0:
-            raise ValueError(f"k must be >= 0, got {self.k}")
-        if self.budget < 1:
-            raise ValueError(f"budget must be >= 1 (the root), got {self.budget}")
-        if self.max_ngram < 1:
-            raise ValueError(f"max_ngram must be >= 1, got {self.max_ngram}")
-        if self.max_continuation < 1:
-            raise ValueError(f"max_continuation must be >= 1, got {self.max_continuation}")
-        if self.prefer not in PREFER_CHOICES:
-            raise ValueError(f"prefer must be one of {PREFER_CHOICES}, got {self.prefer!r}")
-        if self.min_gain < 0:
-            raise ValueError(f"min_gain must be >= 0, got {self.min_gain}")
         extras = [name for name in ("third", "session", "datastore") if getattr(self, name)]
         if extras and not self.adaptive:
             raise ValueError(f"{', '.join(extras)} need adaptive=true (the paper's fixed tree has no other sources)")

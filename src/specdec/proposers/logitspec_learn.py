@@ -64,7 +64,8 @@ class Step:
     floor_ngram: int
     heat: int
     thirds: list[Third] = field(default_factory=list)
-    chains: list[tuple[tuple, list[int]]] = field(default_factory=list)  # (key prefix, chain) of other sources
+    # (key prefix, chain) of other sources
+    chains: list[tuple[tuple, list[int]]] = field(default_factory=list)
     recycle_rows: dict[int, list[int]] = field(default_factory=dict)  # token -> its successors, as drafted
     sources: list[str] = field(default_factory=list)  # per tree node, "" for the root
 

@@ -36,27 +36,27 @@ percent of a target pass (see the machine notes in DESIGN.md).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from typing import Annotated
 
-from specdec.engine import ProposalContext
+from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
+from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
 
-@dataclass(frozen=True)
+@method_config("lookahead")
 class LookaheadConfig:
     """Jacobi window W, n-gram size N, G verified n-grams per step (see module docstring)."""
 
-    window: int = 4  # W: Jacobi guesses per step
-    ngram: int = 4  # N: pool n-grams are a key token + N-1 continuation tokens
-    guesses: int = 2  # G: pool n-grams verified per step
-    pool_size: int = 8  # continuations kept per key token
-    max_nodes: int = 16  # tree budget, root included
+    window: Annotated[int, option(ge=1, request_max=8)] = 4  # W: Jacobi guesses per step
+    # N: pool n-grams are a key token + N-1 continuation tokens
+    ngram: Annotated[int, option(ge=2, request_max=6)] = 4
+    guesses: Annotated[int, option(ge=0, request_max=8)] = 2  # G: pool n-grams verified per step
+    pool_size: Annotated[int, option(ge=1, request_max=16)] = 8  # continuations kept per key token
+    max_nodes: Annotated[int, option(ge=2, request_max=64)] = 16  # tree budget, root included
 
     def __post_init__(self) -> None:
-        if self.window < 1 or self.ngram < 2 or self.guesses < 0 or self.pool_size < 1:
-            raise ValueError("lookahead needs window >= 1, ngram >= 2, guesses >= 0, pool_size >= 1")
         if self.max_nodes < self.window + 1:
             raise ValueError(f"max_nodes ({self.max_nodes}) must hold the root and the window ({self.window})")
 

@@ -6,15 +6,14 @@ methods use, which makes "token-identical to plain decoding" a like-for-like cla
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from specdec.engine import ProposalContext
+from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
+from specdec.proposers.schema import method_config
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
 
-@dataclass(frozen=True)
+@method_config("plain")
 class PlainConfig:
     """No options: one token per forward pass."""
 

@@ -21,18 +21,25 @@ chain with `draft_probs=None` (deterministic guesses; verification is lossless).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Annotated, Literal
 
-from specdec.engine import ProposalContext
+from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
 from specdec.proposers.ngram_index import NGramIndex
+from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
 PREFER_CHOICES = ("earliest", "latest")
 
 
-@dataclass(frozen=True)
+def check_min_ngram(min_ngram: int, max_ngram: int) -> None:
+    """The rule across two bounded options that n-gram lookups share."""
+    if min_ngram > max_ngram:
+        raise ValueError(f"min_ngram must be in [1, max_ngram={max_ngram}], got {min_ngram}")
+
+
+@method_config("pld")
 class PLDConfig:
     """Prompt lookup: chain drafts from the longest earlier match of the context's last n-gram.
 
@@ -42,20 +49,13 @@ class PLDConfig:
     prefer: which occurrence wins, "earliest" (transformers) or "latest".
     """
 
-    max_ngram: int = 3
-    min_ngram: int = 1
-    num_pred_tokens: int = 10
-    prefer: str = "earliest"
+    max_ngram: Annotated[int, option(ge=1, request_max=5)] = 3
+    min_ngram: Annotated[int, option(ge=1, request_max=5)] = 1
+    num_pred_tokens: Annotated[int, option(ge=1, request_max=20)] = 10
+    prefer: Annotated[Literal[PREFER_CHOICES], option(request=True)] = "earliest"
 
     def __post_init__(self) -> None:
-        if self.max_ngram < 1:
-            raise ValueError(f"max_ngram must be >= 1, got {self.max_ngram}")
-        if not 1 <= self.min_ngram <= self.max_ngram:
-            raise ValueError(f"min_ngram must be in [1, max_ngram={self.max_ngram}], got {self.min_ngram}")
-        if self.num_pred_tokens < 1:
-            raise ValueError(f"num_pred_tokens must be >= 1, got {self.num_pred_tokens}")
-        if self.prefer not in PREFER_CHOICES:
-            raise ValueError(f"prefer must be one of {PREFER_CHOICES}, got {self.prefer!r}")
+        check_min_ngram(self.min_ngram, self.max_ngram)
 
     def build(self, loaded: LoadedModel) -> PLDProposer:
         return PLDProposer(self, loaded.eos_token_ids)

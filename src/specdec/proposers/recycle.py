@@ -47,15 +47,15 @@ from __future__ import annotations
 import heapq
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
 
-from specdec.engine import ProposalContext
+from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
 from specdec.proposers.per_model import shared
+from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
@@ -207,7 +207,7 @@ def tree_paths(tokens: list[int], parents: list[int]) -> list[list[int]]:
     return paths
 
 
-@dataclass(frozen=True)
+@method_config("recycle")
 class RecycleConfig:
     """Token Recycling: a tree grown from the target's recycled top-k successors.
 
@@ -215,17 +215,10 @@ class RecycleConfig:
     (the paper's template has 81); max_depth: deepest level below the root (paper: 6).
     """
 
-    k: int = 8
-    budget: int = 32
-    max_depth: int = 6
-
-    def __post_init__(self) -> None:
-        if self.k < 1:
-            raise ValueError(f"k must be >= 1, got {self.k}")
-        if self.budget < 1:
-            raise ValueError(f"budget must be >= 1 (the root), got {self.budget}")
-        if self.max_depth < 1:
-            raise ValueError(f"max_depth must be >= 1, got {self.max_depth}")
+    # one successor table per k and model, so a request's k is capped tightly
+    k: Annotated[int, option(ge=1, request_max=16)] = 8
+    budget: Annotated[int, option(ge=1, request_max=96)] = 32
+    max_depth: Annotated[int, option(ge=1, request_max=8)] = 6
 
     def build(self, loaded: LoadedModel) -> RecycleProposer:
         return RecycleProposer(self, RecycleTable.for_model(loaded.model, self.k, loaded.state_scope), loaded.eos_token_ids)

@@ -44,14 +44,14 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from specdec.engine import ProposalContext
+from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.per_model import shared
-from specdec.proposers.pld import cut_after_eos, synced_index
+from specdec.proposers.pld import check_min_ngram, cut_after_eos, synced_index
+from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
@@ -186,7 +186,7 @@ class SessionStore:
         return found[0] if found else []
 
 
-@dataclass(frozen=True)
+@method_config("session")
 class SessionConfig:
     """Drafts from the request's own text, else from earlier requests on the same model.
 
@@ -194,20 +194,13 @@ class SessionConfig:
     num_pred_tokens: draft length; max_tokens: the store's capacity in tokens (server-side).
     """
 
-    max_ngram: int = 4
-    min_ngram: int = 2
-    num_pred_tokens: int = 10
-    max_tokens: int = 1_000_000
+    max_ngram: Annotated[int, option(ge=1)] = 4
+    min_ngram: Annotated[int, option(ge=1, request_max=4)] = 2
+    num_pred_tokens: Annotated[int, option(ge=1, request_max=20)] = 10
+    max_tokens: Annotated[int, option(ge=1)] = 1_000_000
 
     def __post_init__(self) -> None:
-        if self.max_ngram < 1:
-            raise ValueError(f"max_ngram must be >= 1, got {self.max_ngram}")
-        if not 1 <= self.min_ngram <= self.max_ngram:
-            raise ValueError(f"min_ngram must be in [1, max_ngram={self.max_ngram}], got {self.min_ngram}")
-        if self.num_pred_tokens < 1:
-            raise ValueError(f"num_pred_tokens must be >= 1, got {self.num_pred_tokens}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        check_min_ngram(self.min_ngram, self.max_ngram)
 
     def build(self, loaded: LoadedModel) -> SessionProposer:
         store = SessionStore.for_model(loaded.model, self.max_tokens, self.max_ngram, loaded.state_scope)

@@ -30,7 +30,7 @@ Invariants:
 
 from __future__ import annotations
 
-from specdec.engine import ProposalContext
+from specdec.generation import ProposalContext
 from specdec.proposers.draft import DraftProposer
 from specdec.proposers.draft_module import TokenizerMismatchError
 from specdec.sampling import SamplingParams

@@ -54,7 +54,8 @@ import jinja2.exceptions
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from specdec.engine import Engine, GenerationConfig
+from specdec.engine import Engine
+from specdec.generation import GenerationConfig
 from specdec.models import DEFAULT_MODEL, LoadedModel
 from specdec.models.base import check_pack
 from specdec.prompts import encode_prompt

@@ -6,10 +6,12 @@ settings that make the server spend its time converting, measuring or
 calibrating (`quantize`, layerskip's `skip` and `verify_cost`). So each
 method's options are split in two:
 
-- request options (`REQUEST_OPTIONS`): a request may set them, in the method
-  string (`"logitspec:k=10"`) or in `specdec.options`, each typed and bounded;
+- request options (`REQUEST_OPTIONS`, derived from the configs: the options
+  declared with `option(request=True)` or a `request_max` cap, see
+  `specdec.proposers.schema`): a request may set them, in the method string
+  (`"logitspec:k=10"`) or in `specdec.options`, each typed and bounded;
 - server-side options: every other option of the method (deny by default, so an
-  option added to a config later is server-side until it is listed here). They
+  option added to a config later is server-side until declared otherwise). They
   are set by `specdec serve --method SPEC` (for its method) and the repeatable
   `--method-config METHOD:opt=value,...`, else they keep the method's defaults.
 
@@ -24,17 +26,12 @@ Invariants:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from specdec.proposers import METHODS, MethodError, make_config, method_config_class, split_method
-from specdec.proposers.chain_length import SCHEDULES
-from specdec.proposers.pld import PREFER_CHOICES
-
-TRUE_WORDS = frozenset({"true", "1", "yes"})
-FALSE_WORDS = frozenset({"false", "0", "no"})
+from specdec.proposers.schema import OptionSpec, option_specs
 
 
 class RequestRefused(ValueError):
@@ -46,164 +43,26 @@ class RequestRefused(ValueError):
         self.code = code
 
 
-@dataclass(frozen=True)
-class IntOption:
-    """An integer in [low, high]; JSON integers, integral floats and decimal strings are accepted."""
-
-    low: int
-    high: int
-
-    def parse(self, raw: Any) -> int:
-        if isinstance(raw, bool):
-            raise ValueError("a boolean is not an integer")
-        if isinstance(raw, float) and raw.is_integer():
-            raw = int(raw)
-        value = int(raw.strip()) if isinstance(raw, str) else raw
-        if not isinstance(value, int):
-            raise ValueError(f"{raw!r} is not an integer")
-        if not self.low <= value <= self.high:
-            raise ValueError(f"{value} is out of bounds")
-        return value
-
-    def describe(self) -> str:
-        return f"an integer in [{self.low}, {self.high}]"
-
-
-@dataclass(frozen=True)
-class FloatOption:
-    """A finite number in [low, high]."""
-
-    low: float
-    high: float
-
-    def parse(self, raw: Any) -> float:
-        if isinstance(raw, bool) or not isinstance(raw, int | float | str):
-            raise ValueError(f"{raw!r} is not a number")
-        value = float(raw)
-        if not (math.isfinite(value) and self.low <= value <= self.high):
-            raise ValueError(f"{raw!r} is out of bounds")
-        return value
-
-    def describe(self) -> str:
-        return f"a number in [{self.low:g}, {self.high:g}]"
-
-
-@dataclass(frozen=True)
-class ChoiceOption:
-    """One of a few strings."""
-
-    choices: tuple[str, ...]
-
-    def parse(self, raw: Any) -> str:
-        if not isinstance(raw, str) or raw.strip() not in self.choices:
-            raise ValueError(f"{raw!r} is not a choice")
-        return raw.strip()
-
-    def describe(self) -> str:
-        return "one of " + ", ".join(self.choices)
-
-
-@dataclass(frozen=True)
-class FlagOption:
-    """A boolean: JSON true/false, or the strings true/false/1/0/yes/no (method strings)."""
-
-    def parse(self, raw: Any) -> bool:
-        if isinstance(raw, bool):
-            return raw
-        word = raw.strip().lower() if isinstance(raw, str) else None
-        if word in TRUE_WORDS or word in FALSE_WORDS:
-            return word in TRUE_WORDS
-        raise ValueError(f"{raw!r} is not a boolean")
-
-    def describe(self) -> str:
-        return "true or false"
-
-
-Option = IntOption | FloatOption | ChoiceOption | FlagOption
-CHAIN_OPTIONS: dict[str, Option] = {
-    "k": IntOption(1, 16),
-    "max_k": IntOption(1, 16),
-    "adaptive": FlagOption(),
-    "schedule": ChoiceOption(SCHEDULES),
+# What a request may set, per method: the options its config declares with `request` (and a cap)
+REQUEST_OPTIONS: dict[str, dict[str, OptionSpec]] = {
+    name: {option: spec for option, spec in option_specs(method_config_class(name)).items() if spec.request}
+    for name in METHODS
 }
-# What a request may set, per method. Bounds keep every request's work per step small
-# (tree sizes, draft lengths, n-gram sizes).
-REQUEST_OPTIONS: dict[str, dict[str, Option]] = {
-    "plain": {},
-    "pld": {
-        "max_ngram": IntOption(1, 5),
-        "min_ngram": IntOption(1, 5),
-        "num_pred_tokens": IntOption(1, 20),
-        "prefer": ChoiceOption(PREFER_CHOICES),
-    },
-    "logitspec": {
-        "k": IntOption(0, 100),
-        "budget": IntOption(1, 64),
-        "max_ngram": IntOption(1, 5),
-        "max_continuation": IntOption(1, 20),
-        "prefer": ChoiceOption(PREFER_CHOICES),
-        "adaptive": FlagOption(),
-        "min_gain": FloatOption(0.0, 10.0),
-        "floor": FlagOption(),
-        "third": FlagOption(),
-        "recycle": FlagOption(),
-        "session": FlagOption(),  # the store's size is server-side (the `session` method's); datastore: a path
-    },
-    "draft": dict(CHAIN_OPTIONS),
-    "hybrid": {
-        "k": IntOption(0, 100),
-        "budget": IntOption(1, 64),
-        "max_k": IntOption(1, 16),
-        "schedule": ChoiceOption(SCHEDULES),
-        "when": ChoiceOption(("weak", "always")),
-    },
-    "layerskip": dict(CHAIN_OPTIONS),
-    "lookahead": {
-        "window": IntOption(1, 8),
-        "ngram": IntOption(2, 6),
-        "guesses": IntOption(0, 8),
-        "pool_size": IntOption(1, 16),
-        "max_nodes": IntOption(2, 64),
-    },
-    "recycle": {  # the successor table's width k: one table per k and model, so k is bounded tightly
-        "k": IntOption(1, 16),
-        "budget": IntOption(1, 96),
-        "max_depth": IntOption(1, 8),
-    },
-    "datastore": {  # the datastore folder is server-side: --method-config datastore:path=DIR
-        "max_ngram": IntOption(1, 16),
-        "min_ngram": IntOption(1, 16),
-        "max_continuation": IntOption(1, 20),
-        "max_branches": IntOption(1, 8),
-        "budget": IntOption(1, 64),
-    },
-    "session": {  # the store's size and n-gram width (max_tokens, max_ngram) are server-side
-        "min_ngram": IntOption(1, 4),
-        "num_pred_tokens": IntOption(1, 20),
-    },
-}
-
-
-def option_names(name: str) -> list[str]:
-    """Every option of method `name` (its config's fields)."""
-    return [field.name for field in fields(method_config_class(name))]
 
 
 def check_option(name: str, option: str, raw: Any, param: str) -> Any:
     """The typed value of one request option, or RequestRefused naming it."""
     allowed = REQUEST_OPTIONS.get(name, {})
-    listing = ", ".join(sorted(allowed)) or "none"
     if option not in allowed:
-        why = "is set by the server, not by requests" if option in option_names(name) else "is not an option"
+        known = option in option_specs(method_config_class(name))
+        why = "is set by the server, not by requests" if known else "is not an option"
+        listing = ", ".join(sorted(allowed)) or "none"
         message = f"{name}: option {option!r} {why}; a request may set: {listing}"
         raise RequestRefused(message, param, "option_not_allowed")
-    bound = allowed[option]
     try:
-        return bound.parse(raw)
-    except (ValueError, TypeError, OverflowError):
-        text = repr(raw) if len(repr(raw)) <= 40 else repr(raw)[:40] + "..."
-        message = f"{name}: option {option!r} must be {bound.describe()}, got {text}"
-        raise RequestRefused(message, param, "invalid_value") from None
+        return allowed[option].parse(raw, in_request=True)
+    except MethodError as error:  # the schema's message: the option, its bound, the value
+        raise RequestRefused(str(error), param, "invalid_value") from None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ Invariants:
   server's `ProposerPool`) and handed back with `release` when it ends;
   `begin(prompt_ids)` resets its per-request state, so no token one request
   drafted or saw can reach another, and a row's output never depends on the
-  other rows (`specdec.batching.engine`);
+  other rows (`specdec.engine`);
 - a cancelled job never starts, or leaves the batch at the next step boundary;
 - the worker never dies on a job's error: a failing proposer ends its own row; a
   failing batched pass fails the rows in it and the worker starts a fresh batch;
@@ -35,8 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from specdec.batching.engine import BatchEngine, Row
-from specdec.engine import Engine, GenerationConfig, GenerationOutput
+from specdec.engine import Batch, Engine, Row
+from specdec.generation import GenerationConfig, GenerationOutput
 from specdec.proposers.budget import CostModel
 from specdec.serve.metrics import ServerMetrics
 
@@ -178,7 +178,7 @@ class Scheduler:
         return None
 
     def _work(self) -> None:
-        batch = BatchEngine(self.engine, self.costs, self.max_batch)
+        batch = self.engine.batch(self.costs, self.max_batch)
         while (jobs := self._admit(self.max_batch - len(batch.rows))) is not None:
             for job in jobs:
                 self._start(batch, job)
@@ -192,13 +192,13 @@ class Scheduler:
                 log.exception("a batched decoding step failed")
                 for row in list(self._running):
                     self._end(row, ErrorEvent(error), "failed")
-                batch = BatchEngine(self.engine, self.costs, self.max_batch)
+                batch = self.engine.batch(self.costs, self.max_batch)
                 continue
             for row in finished:
                 self._settle(row)
             self.metrics.running.set(self.num_running)
 
-    def _start(self, batch: BatchEngine, job: Job) -> None:
+    def _start(self, batch: Batch, job: Job) -> None:
         queue_time_s = time.perf_counter() - job.submitted_at
         if job.cancelled.is_set():
             self._report(job, CancelledEvent(), "cancelled")

@@ -1,0 +1,188 @@
+"""What one generation is asked for and what it gives back: the decode loop's vocabulary.
+
+Why a module of its own: proposers, the server, the bench and the engine all
+speak these types; keeping them apart from the loop (`specdec.engine`) means a
+proposer imports its context type without importing the engine.
+
+Invariants:
+- `GenerationConfig` is frozen and validated on construction;
+- MAT counts decode steps only: the prefill's forward pass and the first token it
+  yields are left out, so plain decoding has MAT = 1.00 exactly;
+- `Emitter` never overshoots: it stops at the first EOS (kept in token_ids, like
+  transformers' generate), at a stop string (cut from the text), or at exactly
+  `max_new_tokens`, even inside a run of accepted tokens.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Collection
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+import torch
+
+from specdec.sampling import SamplingParams
+from specdec.text import TextStream
+from specdec.tree import DraftTree
+from specdec.verify import VerifyResult
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_new_tokens: int = 128
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens <= 0:
+            raise ValueError(f"max_new_tokens must be a positive integer (got {self.max_new_tokens!r})")
+
+
+@dataclass(frozen=True)
+class ProposalContext:
+    token_ids: list[int]  # prompt + generated so far (read-only); the last one is this step's root
+    last_logits: torch.Tensor  # [V] target logits the root was drawn from
+    num_prompt_tokens: int
+    sampling: SamplingParams
+    max_depth: int  # drafts deeper than this cannot be emitted (max_new_tokens, the model's context)
+
+
+class Proposer(Protocol):
+    """What the engine asks of every method.
+
+    `prunable`: whether the batch's node budget may cut the proposer's tree to a prefix of its node
+    order (False where the tree's shape is the algorithm, e.g. lookahead's Jacobi window). A proposer
+    that does not set it is prunable.
+    """
+
+    prunable: bool
+
+    def begin(self, prompt_ids: list[int]) -> None: ...
+    def propose(self, ctx: ProposalContext) -> DraftTree: ...
+    def observe(self, result: VerifyResult) -> None: ...
+
+
+@dataclass
+class StepStats:
+    tree_size: int
+    num_accepted: int
+    draft_s: float
+    verify_s: float
+
+
+@dataclass
+class GenerationStats:
+    num_prompt_tokens: int = 0
+    num_new_tokens: int = 0
+    num_forward_passes: int = 0
+    prefill_s: float = 0.0
+    wall_time_s: float = 0.0
+    steps: list[StepStats] = field(default_factory=list)
+
+    @property
+    def num_decode_steps(self) -> int:
+        return len(self.steps)
+
+    @property
+    def mat(self) -> float:
+        """Mean tokens emitted per decoding forward pass (prefill and its token excluded)."""
+        return (self.num_new_tokens - 1) / self.num_decode_steps if self.steps else 1.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.num_new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    @property
+    def draft_time_s(self) -> float:
+        return sum(s.draft_s for s in self.steps)
+
+    @property
+    def verify_time_s(self) -> float:
+        return sum(s.verify_s for s in self.steps)
+
+    @property
+    def retrieval_success(self) -> float:
+        """Share of steps whose proposer offered at least one draft token."""
+        return sum(s.tree_size > 1 for s in self.steps) / len(self.steps) if self.steps else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted draft tokens over drafted tokens (tree nodes below the root)."""
+        drafted = sum(s.tree_size - 1 for s in self.steps)
+        return sum(s.num_accepted for s in self.steps) / drafted if drafted else 0.0
+
+    @property
+    def accepted_histogram(self) -> dict[int, int]:
+        return dict(sorted(Counter(s.num_accepted for s in self.steps).items()))
+
+    def to_dict(self, with_steps: bool = False) -> dict:
+        out = {
+            "num_prompt_tokens": self.num_prompt_tokens,
+            "num_new_tokens": self.num_new_tokens,
+            "num_forward_passes": self.num_forward_passes,
+            "num_decode_steps": self.num_decode_steps,
+            "mat": self.mat,
+            "wall_time_s": self.wall_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "prefill_s": self.prefill_s,
+            "draft_time_s": self.draft_time_s,
+            "verify_time_s": self.verify_time_s,
+            "acceptance_rate": self.acceptance_rate,
+            "retrieval_success": self.retrieval_success,
+            "accepted_histogram": self.accepted_histogram,
+        }
+        if with_steps:
+            out["steps"] = [asdict(s) for s in self.steps]
+        return out
+
+
+@dataclass
+class GenerationOutput:
+    token_ids: list[int]  # new tokens only (EOS included when it ended the generation)
+    text: str
+    finish_reason: str  # "stop" (EOS or stop string) or "length"
+    stats: GenerationStats
+
+
+class Emitter:
+    """Hands emitted tokens to the text stream one by one and decides when to stop."""
+
+    def __init__(
+        self,
+        tokenizer: object,
+        eos_token_ids: Collection[int],
+        config: GenerationConfig,
+        on_text: Callable[[str], None] | None,
+    ) -> None:
+        self.stream = TextStream(tokenizer, config.stop)
+        self.eos = frozenset() if config.ignore_eos else frozenset(eos_token_ids)
+        self.max_new_tokens = config.max_new_tokens
+        self.on_text = on_text
+        self.finish_reason = "length"
+
+    @property
+    def remaining(self) -> int:
+        return self.max_new_tokens - len(self.stream.token_ids)
+
+    def emit(self, tokens: list[int]) -> bool:
+        """Emit tokens in order; True once generation must end."""
+        for token in tokens:
+            self._send(self.stream.push(token))
+            if token in self.eos or self.stream.stopped:
+                self.finish_reason = "stop"
+                return True
+            if self.remaining <= 0:
+                return True
+        return False
+
+    def finish(self) -> str:
+        self._send(self.stream.finish())
+        if self.stream.stopped:
+            self.finish_reason = "stop"
+        return self.stream.text
+
+    def _send(self, text: str) -> None:
+        if text and self.on_text is not None:
+            self.on_text(text)
