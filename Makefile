@@ -1,9 +1,10 @@
 # Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+# `make test`: lint and the fast tier (a few minutes); `make test-all`: every test (CI runs it).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint install clean vllm-env test-vllm
+.PHONY: demo test test-all lint install clean vllm-env test-vllm
 
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -25,7 +26,11 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests tests_vllm benchmarks/vllm_bench.py benchmarks/vllm_profile.py benchmarks/vllm_serve_client.py
 
+# Tests marked `slow` (pyproject.toml) are the full tier's only.
 test: lint
+	$(PY) -m pytest -q -m "not slow"
+
+test-all: lint
 	$(PY) -m pytest -q
 
 clean:

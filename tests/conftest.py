@@ -88,3 +88,24 @@ def small_draft(default_model):
         state[name] = tensor
     draft.load_state_dict(state, strict=True)
     return draft.eval().requires_grad_(False)
+
+
+@pytest.fixture(scope="session")
+def bench_prompts(default_model, spec_bench_subset) -> dict[str, list[int]]:
+    """Category -> the chat-templated prompt ids of its first question in the committed subset, and
+    `counting`: an answer that repeats itself (what lookahead's Jacobi guesses are made for)."""
+    from spec_prompts import prompts_by_category
+
+    from specdec.prompts import encode_prompt
+
+    prompts = prompts_by_category(default_model.tokenizer, spec_bench_subset)
+    counting = encode_prompt(default_model.tokenizer, "Count from 1 to 40, separated by commas.", chat=True)
+    return {**{name.rsplit("-", 1)[0]: ids for name, ids in prompts.items()}, "counting": counting}
+
+
+@pytest.fixture(scope="session")
+def plain_runs(engine, bench_prompts):
+    """Plain decoding's outputs on `bench_prompts`, each computed once per session (`spec_prompts.PlainRuns`)."""
+    from spec_prompts import PlainRuns
+
+    return PlainRuns(engine, bench_prompts)

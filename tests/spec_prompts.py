@@ -1,10 +1,9 @@
-"""Spec-Bench prompts of every category and their plain greedy outputs, for "token-identical to plain" tests.
+"""Spec-Bench prompts of every category and plain decoding's outputs on them, for "token-identical to plain" tests.
 
-Why a module: every drafting method's identity test compares against the same
-thing, plain greedy decoding on the committed Spec-Bench subset, one prompt per
-category (chat template applied). Plain functions, not fixtures, so each test
-module keeps its own module-scoped fixtures and token counts; plain outputs are
-computed once per (engine, prompt, length) and shared by the modules.
+Why a module: every lossless test compares against the same thing, plain decoding on
+the committed Spec-Bench subset, one prompt per category (chat template applied).
+`PlainRuns` computes each plain output once; conftest.py holds one for the session
+(`plain_runs`), so the matrix in tests/test_lossless.py and the tests beside it share them.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from specdec.engine import Engine
 from specdec.generation import GenerationConfig
 from specdec.prompts import encode_prompt
 from specdec.proposers.plain import PlainProposer
+from specdec.sampling import SamplingParams
 
 CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 
@@ -31,17 +31,16 @@ def prompts_by_category(
     }
 
 
-# (engine id, prompt, max_new_tokens) -> plain greedy tokens: test modules on the session's engine share them.
-_PLAIN: dict[tuple[int, tuple[int, ...], int], list[int]] = {}
+class PlainRuns:
+    """Plain decoding's tokens per (prompt, length, sampling), each computed once: what lossless tests compare with."""
 
+    def __init__(self, engine: Engine, prompts: dict[str, list[int]]) -> None:
+        self.engine, self.prompts = engine, prompts
+        self.outputs: dict[tuple[str, int, SamplingParams], list[int]] = {}
 
-def plain_outputs(engine: Engine, prompts: dict[str, list[int]], max_new_tokens: int) -> dict[str, list[int]]:
-    """Plain greedy output tokens per prompt (computed once per engine, prompt and length)."""
-    config = GenerationConfig(max_new_tokens=max_new_tokens)
-    out = {}
-    for name, ids in prompts.items():
-        key = (id(engine), tuple(ids), max_new_tokens)
-        if key not in _PLAIN:
-            _PLAIN[key] = engine.generate(ids, PlainProposer(), config).token_ids
-        out[name] = _PLAIN[key]
-    return out
+    def tokens(self, name: str, max_new_tokens: int, sampling: SamplingParams | None = None) -> list[int]:
+        key = (name, max_new_tokens, sampling or SamplingParams())
+        if key not in self.outputs:
+            config = GenerationConfig(max_new_tokens=max_new_tokens, sampling=key[2])
+            self.outputs[key] = self.engine.generate(self.prompts[name], PlainProposer(), config).token_ids
+        return self.outputs[key]

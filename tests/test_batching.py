@@ -43,6 +43,7 @@ def _configs(sampling: SamplingParams | None = None) -> list[GenerationConfig]:
     return [GenerationConfig(max_new_tokens=n, sampling=sampling or SamplingParams()) for n in LENGTHS]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["plain", "pld", "logitspec", "logitspec:adaptive=false", "lookahead"])
 def test_every_row_equals_its_prompt_alone(engine, default_model, prompts, costs, method):
     configs = _configs()
@@ -57,6 +58,7 @@ def test_every_row_equals_its_prompt_alone(engine, default_model, prompts, costs
     assert [out.text for out in batched] == [out.text for out in alone]
 
 
+@pytest.mark.slow
 def test_draft_model_rows_with_cut_chains_stay_identical(engine, default_model, prompts, costs):
     """A draft model's chain cut by the planner leaves the draft's own cache ahead: it must roll back."""
     configs = _configs()[:3]

@@ -94,6 +94,7 @@ def recompute(rows: list[dict], method: str) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_results_folder_and_rows(bench_run):
     summary, out_dir, rows = bench_run
     for name in FILES:
@@ -117,6 +118,7 @@ def test_results_folder_and_rows(bench_run):
     assert "| **overall** |" in (out_dir / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_summary_agrees_with_rows(bench_run):
     summary, _, rows = bench_run
     plain = recompute(rows, "plain")
@@ -134,6 +136,7 @@ def test_summary_agrees_with_rows(bench_run):
     assert set(summary.categories) == {"writing", "summarization"}
 
 
+@pytest.mark.slow
 def test_plain_is_token_identical_to_transformers_greedy(bench_run):
     summary, _, rows = bench_run
     plain = {(r["question_id"], r["turn"]): r["token_ids"] for r in rows if r["method"] == "plain"}
@@ -148,6 +151,7 @@ def test_plain_is_token_identical_to_transformers_greedy(bench_run):
             assert row["forward_passes"] == row["new_tokens"] and row["mat"] == 1.0
 
 
+@pytest.mark.slow
 def test_speculative_method_ran(bench_run):
     if "pld" not in METHODS:
         pytest.skip("the pld method is not registered in specdec.proposers.METHODS yet")
@@ -160,6 +164,7 @@ def test_speculative_method_ran(bench_run):
                and (plain["question_id"], plain["turn"]) == (r["question_id"], r["turn"]))
 
 
+@pytest.mark.slow
 def test_second_turn_follows_the_methods_own_first_answer(bench_run, default_model):
     _, _, rows = bench_run
     first, second = QUESTIONS[0]["turns"]
@@ -173,6 +178,7 @@ def test_second_turn_follows_the_methods_own_first_answer(bench_run, default_mod
         assert turn2["num_prompt_tokens"] == len(encode_prompt(default_model.tokenizer, messages, chat=True))
 
 
+@pytest.mark.slow
 def test_cli_prints_the_summary_as_the_last_stdout_line(tmp_path, capsys):
     data = write_questions(tmp_path / "q.jsonl", QUESTIONS[1:])
     out = tmp_path / "out"
@@ -277,6 +283,7 @@ def without_flags(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith("match_")}
 
 
+@pytest.mark.slow
 def test_a_killed_run_keeps_every_completed_pair(resumed):
     killed = resumed["killed_rows"]
     # Question 121, turn 1 for both methods and turn 2 for plain: flushed as each pair completed.
@@ -286,6 +293,7 @@ def test_a_killed_run_keeps_every_completed_pair(resumed):
     assert resumed["killed_manifest"]["finished_utc"] is None
 
 
+@pytest.mark.slow
 def test_resume_runs_only_the_missing_pairs(resumed, default_model):
     killed, rows = resumed["killed_rows"], resumed["rows"]
     first_session = killed[0]["session"]
@@ -309,6 +317,7 @@ def test_resume_runs_only_the_missing_pairs(resumed, default_model):
         assert r["match_plain"] == (r["token_ids"] == by_key[(r["question_id"], r["turn"], "plain")])
 
 
+@pytest.mark.slow
 def test_resumed_summary_and_manifest_cover_all_rows(resumed):
     summary, rows, manifest = resumed["summary"], resumed["rows"], resumed["manifest"]
     for method in RESUME_METHODS:
@@ -327,6 +336,7 @@ def test_resumed_summary_and_manifest_cover_all_rows(resumed):
     assert manifest["run_identity"]["max_new_tokens"] == 4 and manifest["run_identity"]["dtype"] == "float32"
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_different_run_and_names_what_differs(resumed, default_model, tmp_path):
     out = resumed["out"]
     before = {p.name: p.read_bytes() for p in out.iterdir()}
@@ -353,6 +363,7 @@ def test_resume_refuses_a_folder_that_is_no_bench_run(tmp_path):
         run_bench(resume_config(stray, limit=1, model="/no/such/model", dtype="fp32"))
 
 
+@pytest.mark.slow
 def test_cli_resume_of_a_finished_run_runs_nothing(resumed, tmp_path, capsys):
     out = tmp_path / "copy"
     shutil.copytree(resumed["out"], out)

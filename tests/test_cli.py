@@ -34,6 +34,7 @@ def test_generate_json_matches_library(default_model, capsys):
     assert stats["mat"] == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_generate_streams_text_and_prints_stats_from_stdin():
     proc = run_cli("generate", "-", "--dtype", "fp32", "--max-new-tokens", "8", "--stats", stdin="The sky is")
     assert proc.returncode == 0, proc.stderr

@@ -90,15 +90,6 @@ def test_view_with_skips_matches_a_truncated_forward(default_model, prompts):
     assert torch.allclose(view_logits, expected, atol=1e-4)
 
 
-def test_greedy_is_token_identical(engine, default_model, prompts):
-    config = GenerationConfig(max_new_tokens=NEW_TOKENS)
-    for prompt_ids in prompts:
-        expected = engine.generate(prompt_ids, PlainProposer(), config).token_ids
-        for options in (dict(k=3, adaptive=False), dict(adaptive=True)):
-            out = engine.generate(prompt_ids, LayerSkipConfig(skip=SKIP, **options).build(default_model), config)
-            assert out.token_ids == expected
-
-
 def test_seeded_sampling_is_reproducible(engine, default_model, prompts):
     config = GenerationConfig(max_new_tokens=32, sampling=SamplingParams(temperature=0.8, seed=5))
     method = LayerSkipConfig(skip=SKIP, k=3, adaptive=False)

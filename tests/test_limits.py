@@ -71,6 +71,7 @@ def test_no_context_limit_decodes_to_max_new_tokens(default_model):
         assert len(out.token_ids) == 12
 
 
+@pytest.mark.slow
 def test_logitspec_with_long_ngrams_is_lossless(engine, default_model):
     text = "the quick brown fox jumps over the lazy dog. " * 6 + "Repeat the sentence above three times."
     prompt_ids = encode_prompt(default_model.tokenizer, text, chat=True)

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from spec_prompts import plain_outputs, prompts_by_category
+from spec_prompts import prompts_by_category
 from test_logitspec import walk
 from test_retrieval import has_path
 
@@ -30,7 +30,6 @@ from specdec.proposers import MethodError, parse_method
 from specdec.proposers.budget import CostModel
 from specdec.proposers.logitspec.proposer import LogitSpecConfig, LogitSpecProposer
 from specdec.proposers.logitspec.sources import Sources
-from specdec.proposers.plain import PlainProposer
 from specdec.proposers.recycle import RecycleTable, output_vocab_size
 from specdec.proposers.session_store import SessionStore
 from specdec.sampling import SamplingParams
@@ -130,11 +129,6 @@ def prompts(default_model, spec_bench_subset):
 
 
 @pytest.fixture(scope="module")
-def plain_greedy(engine, prompts):
-    return plain_outputs(engine, prompts, NEW_TOKENS)
-
-
-@pytest.fixture(scope="module")
 def stdlib_store(default_model, tmp_path_factory) -> Path:
     return build_datastore(CORPUS, default_model.tokenizer, tmp_path_factory.mktemp("ds") / "stdlib").out_dir
 
@@ -159,33 +153,6 @@ def test_recycle_is_on_by_default_and_off_in_the_paper_mode(default_model):
     assert recycle_of("logitspec:recycle=false") is None
     assert recycle_of("logitspec:adaptive=false") is None  # the paper's tree has no other sources
     assert recycle_of("logitspec:adaptive=false,recycle=true") is None
-
-
-def test_recycled_drafts_when_sampling_keep_plain_sampling(engine, default_model, prompts):
-    """The table outlives requests and serves sampled ones too: their tokens are drawn by output
-    position (specdec.uniforms), so a seed still gives plain sampling's tokens as the table changes."""
-    proposer = fresh(default_model, "logitspec")
-    for seed in (3, 3):  # the second round drafts from a table the first one filled
-        sampled = GenerationConfig(max_new_tokens=NEW_TOKENS, sampling=SamplingParams(temperature=0.9, seed=seed))
-        for ids in prompts.values():
-            plain = engine.generate(ids, PlainProposer(), sampled).token_ids
-            assert engine.generate(ids, proposer, sampled).token_ids == plain
-    assert proposer.source_stats["recycle"]["offered"] > 0
-
-
-@pytest.mark.parametrize("source", ["recycle", "session", "datastore"])
-def test_greedy_is_token_identical_to_plain(engine, default_model, prompts, plain_greedy, stdlib_store, source):
-    option = f"datastore={stdlib_store}" if source == "datastore" else f"{source}=true"
-    proposer = fresh(default_model, f"logitspec:{option}")
-    settings = GenerationConfig(max_new_tokens=NEW_TOKENS)
-    for name, ids in prompts.items():
-        out = engine.generate(ids, proposer, settings)
-        assert out.token_ids == plain_greedy[name], f"logitspec:{option} differs from plain on {name}"
-    if source == "session":  # the same request again: drafted from the store, where its output now is
-        name, ids = next(iter(prompts.items()))
-        assert engine.generate(ids, proposer, settings).token_ids == plain_greedy[name]
-        assert proposer.source_stats["session"]["accepted"] > 0
-    assert proposer.source_stats[source]["offered"] > 0, proposer.source_stats
 
 
 def test_seeded_sampling_is_reproducible(engine, default_model, prompts, stdlib_store):

@@ -68,6 +68,7 @@ def converted(tmp_path_factory):
     return SimpleNamespace(loaded=loaded, cache_dir=cache_dir, folder=folder, **captured)
 
 
+@pytest.mark.slow
 def test_default_load_then_cached_load(converted, monkeypatch):
     loaded = converted.loaded
     assert loaded.name == DEFAULT_MODEL
@@ -89,6 +90,7 @@ def test_default_load_then_cached_load(converted, monkeypatch):
     assert torch.equal(_logits(again, input_ids), _logits(loaded, input_ids))
 
 
+@pytest.mark.slow
 def test_cached_copy_equals_dequantized_gguf(converted):
     input_ids = converted.tokenizer(PROMPT, return_tensors="pt").input_ids
     assert converted.loaded.tokenizer(PROMPT).input_ids == input_ids[0].tolist()
@@ -98,6 +100,7 @@ def test_cached_copy_equals_dequantized_gguf(converted):
     assert torch.equal(_logits(converted.loaded, input_ids), reference)
 
 
+@pytest.mark.slow
 def test_local_folder_and_dtype(converted):
     loaded = load_model(str(converted.folder), dtype=torch.bfloat16, device="cpu")
     assert loaded.name == str(converted.folder)
@@ -106,6 +109,7 @@ def test_local_folder_and_dtype(converted):
     assert loaded.eos_token_ids == converted.loaded.eos_token_ids
 
 
+@pytest.mark.slow
 def test_gguf_path_cache_is_keyed_by_sha256(converted, tmp_path, monkeypatch):
     monkeypatch.setattr(gguf, "convert_gguf", _no_conversion)
     # the bundled file given as a path finds the default model's cache entry
@@ -178,6 +182,7 @@ def test_missing_package_names_the_install_command(monkeypatch):
     assert BUNDLED_INSTALL in str(error.value)
 
 
+@pytest.mark.slow
 def test_tiny_random_llama_folder(converted, tmp_path):
     tokenizer = converted.loaded.tokenizer
     config = LlamaConfig(
@@ -223,6 +228,7 @@ def test_unreachable_hub_id(monkeypatch):
     assert "\n" not in message
 
 
+@pytest.mark.slow
 def test_non_causal_models_are_refused(converted, tmp_path):
     T5Config(d_model=16, num_layers=1, num_heads=2, d_ff=32, vocab_size=100).save_pretrained(tmp_path / "t5")
     with pytest.raises(UnsupportedModelError, match="not a causal language model"):

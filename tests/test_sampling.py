@@ -279,6 +279,7 @@ SCENARIOS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_rule_matches_target_distribution(name: str) -> None:
     seed, scenario = SCENARIOS[name]
@@ -313,6 +314,7 @@ def forgetful_chain(seed: int) -> Rule:
     return rule
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["accept-every-draft", "forgetful-residual"])
 def test_broken_rule_fails_the_same_check(name: str) -> None:
     """The check has teeth: broken rules land outside the bound the real rules meet (same scenario)."""
@@ -343,6 +345,7 @@ def guess_kept_in_residual(tree: DraftTree, target_probs: torch.Tensor, gen: tor
         path.append(node)
 
 
+@pytest.mark.slow
 def test_broken_mixed_rule_fails_the_same_check() -> None:
     seed, scenario = SCENARIOS["mixed-tree"]
     (tv_first, bound_first), (tv_two, bound_two) = check(dataclasses.replace(scenario, rule=guess_kept_in_residual), seed)
@@ -358,6 +361,7 @@ class StuckUniforms(PositionUniforms):
         return super().at(0)
 
 
+@pytest.mark.slow
 def test_broken_position_uniforms_fail_the_same_check() -> None:
     """Reusing one uniform for two positions keeps each token's marginal but couples them: the pair fails."""
     seed, scenario = SCENARIOS["deterministic-by-position"]

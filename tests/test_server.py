@@ -132,6 +132,7 @@ def stream_chat(client: openai.OpenAI, prompt: str, max_tokens: int = 6) -> tupl
 
 
 # ------------------------------------------------------------------ concurrency, queue, cancellation
+@pytest.mark.slow
 def test_eight_concurrent_streaming_clients_get_their_single_client_output(server, client):
     single = {prompt: stream_chat(client, prompt)[0] for prompt in PROMPTS}
     wait_idle(server)
@@ -166,6 +167,7 @@ def _open_stream(stack: ExitStack, server: ServerProcess, body: dict = HOLD, pat
     return response
 
 
+@pytest.mark.slow
 def test_client_disconnect_cancels_its_generation(server):
     wait_idle(server)
     labels = {"endpoint": "completions", "method": "plain"}
@@ -232,6 +234,7 @@ def test_scheduler_is_fifo_bounded_and_closes_cleanly(default_model):
 
 
 # ------------------------------------------------------------------ shutdown (ends the server: keep last)
+@pytest.mark.slow
 def test_sigterm_lets_running_and_queued_streams_finish(server):
     wait_idle(server)
     with ExitStack() as stack:

@@ -189,6 +189,7 @@ def without_lifespan(app: ASGIApp) -> ASGIApp:
     return asgi
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", list(GenerationMode), ids=lambda mode: mode.value)
 def test_fuzz_the_openapi_schema(http, mode):
     """Schema-valid (positive) and schema-breaking (negative) requests to every operation.
@@ -267,6 +268,7 @@ def near_valid(draw: st.DrawFn) -> tuple[str, dict]:
 SPECDEC_FIELDS = near_valid() | st.tuples(METHOD_STRINGS, OPTIONS)
 
 
+@pytest.mark.slow
 @given(fields=SPECDEC_FIELDS, stream=st.booleans(), temperature=st.sampled_from([0.0, 0.8]))
 @settings(max_examples=50, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 def test_fuzzed_methods_and_options_get_200_or_4xx(http, fields, stream, temperature):
@@ -289,6 +291,7 @@ def test_fuzzed_methods_and_options_get_200_or_4xx(http, fields, stream, tempera
 SETTINGS = MethodSettings.from_specs("logitspec:budget=16", ["draft:draft_model=some-draft,cache_dir=/srv/cache"])
 
 
+@pytest.mark.slow
 @given(method=METHOD_STRINGS | st.builds(lambda pair: pair[0], near_valid()), options=OPTIONS)
 @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 def test_fuzzed_requests_never_change_a_server_side_option(method, options):

@@ -15,7 +15,6 @@ import random
 import threading
 
 import pytest
-from spec_prompts import prompts_by_category
 
 from specdec.bench.config import parse_methods
 from specdec.bench.runner import SpecdecContender
@@ -24,8 +23,7 @@ from specdec.generation import GenerationConfig
 from specdec.models import LoadedModel
 from specdec.proposers import parse_method
 from specdec.proposers.logitspec.sources import Sources
-from specdec.proposers.plain import PlainProposer
-from specdec.proposers.session_store import SessionConfig, SessionProposer, SessionStore
+from specdec.proposers.session_store import SessionStore
 
 NEW_TOKENS = 16
 
@@ -154,21 +152,3 @@ def test_bench_gives_each_method_its_own_store(default_model):
     first, second = (SpecdecContender(engine, spec, GenerationConfig(max_new_tokens=4)) for spec in specs)
     assert first.proposer.store is not second.proposer.store
     default_model.state.clear()
-
-
-# ------------------------------------------------------------------ on the real model
-@pytest.fixture(scope="module")
-def prompts(default_model, spec_bench_subset):
-    short = ("mt_bench", "qa", "math_reasoning")  # short prompts: the store matters most there
-    return prompts_by_category(default_model.tokenizer, spec_bench_subset, short)
-
-
-def test_greedy_is_token_identical_to_plain_and_repeats_draft_from_the_store(engine, default_model, prompts):
-    config = GenerationConfig(max_new_tokens=NEW_TOKENS)
-    proposer = SessionProposer(SessionConfig(), SessionStore(), default_model.eos_token_ids)
-    for name, ids in prompts.items():
-        plain = engine.generate(ids, PlainProposer(), config)
-        first = engine.generate(ids, proposer, config)
-        again = engine.generate(ids, proposer, config)  # the store now holds the first answer
-        assert first.token_ids == plain.token_ids == again.token_ids, name
-        assert again.stats.mat > first.stats.mat, name
