@@ -270,9 +270,8 @@ class Batch:
         start = time.perf_counter()
         results = verify(self.target, trees, [row.draws for row in self.rows])
         verify_s = time.perf_counter() - start
-        finished = [
-            row for row, result in zip(list(self.rows), results, strict=True) if self._advance(row, result, verify_s)
-        ]
+        rows = list(self.rows)  # _advance may end rows; the results follow the pass's order
+        finished = [row for row, res in zip(rows, results, strict=True) if self._advance(row, res, verify_s)]
         for row in finished:
             self._finish(row)
         return joined + finished
@@ -337,7 +336,8 @@ class Batch:
         row.stats.wall_time_s = time.perf_counter() - row.started
         row.stats.num_new_tokens = len(row.emitter.stream.token_ids)
         text = row.emitter.finish()
-        row.output = GenerationOutput(row.emitter.stream.token_ids, text, row.emitter.finish_reason, row.stats)
+        emitter = row.emitter
+        row.output = GenerationOutput(emitter.stream.token_ids, text, emitter.finish_reason, row.stats)
 
     def _leave(self, row: Row) -> None:
         if row not in self.rows:
@@ -364,8 +364,8 @@ def generate_batch(
 
     proposers: one per prompt, or a factory called at most `max_batch` times (a finished row's proposer
     serves the next prompt: `begin` resets it). config: one for all, or one per prompt. on_done(i, row)
-    is called as prompt i finishes. prefill_chunk: see `Batch`. Raises the first failed row's error once all are done (with
-    raise_errors; else a failed prompt's output is None).
+    is called as prompt i finishes. prefill_chunk: see `Batch`. Raises the first failed row's error
+    once all are done (with raise_errors; else a failed prompt's output is None).
     """
     configs = [config] * len(prompts) if isinstance(config, GenerationConfig) else list(config)
     if callable(proposers):
