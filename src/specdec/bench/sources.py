@@ -24,7 +24,7 @@ Counts = dict[str, dict[str, int]]
 
 def snapshot(proposer: Any) -> Counts | None:
     """A copy of the proposer's per-source counts, or None when it keeps none."""
-    stats = proposer.source_stats
+    stats = getattr(proposer, "source_stats", None)  # any object: proposers outside the registry too
     if not isinstance(stats, Mapping):
         return None
     return {source: dict(counts) for source, counts in stats.items()}
