@@ -36,6 +36,8 @@ from specdec.proposers.universal import TokenizerRoundTripError
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
 
+pytestmark = pytest.mark.slow  # the full tier (make test-all): draft-model runs on the real model
+
 NEW_TOKENS = 32
 
 

@@ -17,6 +17,8 @@ from specdec.proposers.draft import DraftConfig
 from specdec.proposers.draft_jump import RetrievalJump
 from specdec.sampling import SamplingParams
 
+pytestmark = pytest.mark.slow  # the full tier (make test-all): draft-model runs on the real model
+
 NEW_TOKENS = 32
 
 

@@ -28,6 +28,8 @@ from specdec.proposers.universal import UniversalDraftProposer
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
 
+pytestmark = pytest.mark.slow  # the full tier (make test-all): draft-model runs on the real model
+
 NEW_TOKENS = 40
 CATEGORIES = ("mt_bench", "summarization", "math_reasoning", "rag")
 

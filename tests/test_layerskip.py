@@ -31,6 +31,8 @@ from specdec.proposers.plain import PlainProposer
 from specdec.sampling import SamplingParams
 from specdec.target import TargetModel
 
+pytestmark = pytest.mark.slow  # the full tier (make test-all): calibration runs on the real model
+
 NEW_TOKENS = 32
 SKIP = "4,6,8,10,12,14,16,18,20,22"
 

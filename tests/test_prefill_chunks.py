@@ -26,6 +26,8 @@ from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.proposers.plain import PlainProposer
 
+pytestmark = pytest.mark.slow  # the full tier (make test-all): batched runs with long prompts
+
 CHUNK = 48
 ROUNDING = {"atol": 1e-4, "rtol": 1e-4}  # fp32: chunked passes sum in another order (and may use other kernels)
 STORY = (

@@ -32,6 +32,8 @@ from specdec.sampling import SamplingParams
 from specdec.serve.app import ServerConfig, create_app
 from specdec.serve.scheduler import Job
 
+pytestmark = pytest.mark.slow  # the full tier (make test-all): in-process server over the real model, many requests
+
 METHOD = "logitspec"
 MODEL = "smollm2-135m"
 LIMIT = 32
