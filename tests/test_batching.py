@@ -140,7 +140,7 @@ def test_batched_target_matches_one_sequence_targets_and_grows(default_model, pr
         layer.initial_capacity = 8  # every row outgrows it: the buffers must double with contents kept
     singles = [TargetModel(model) for _ in range(3)]
     for target, prompt in zip(singles, prompts[:3], strict=True):
-        row, logits = batched.add(prompt)
+        row, logits, _ = batched.add(prompt)
         torch.testing.assert_close(logits, target.prefill(prompt))
     steps = [
         (
@@ -154,7 +154,7 @@ def test_batched_target_matches_one_sequence_targets_and_grows(default_model, pr
     ]
     for trees, paths in steps:
         got = batched.verify_trees(trees)
-        for target, tree, logits in zip(singles, trees, got, strict=True):
+        for target, tree, (logits, _) in zip(singles, trees, got, strict=True):
             torch.testing.assert_close(
                 logits, target.forward_tree(tree.tokens, tree.parents), atol=1e-3, rtol=1e-4
             )
@@ -165,7 +165,7 @@ def test_batched_target_matches_one_sequence_targets_and_grows(default_model, pr
     del singles[0]
     singles = [singles[1], singles[0]]
     trees = [DraftTree.chain(11, [12]), DraftTree.chain(13)]
-    for target, tree, logits in zip(singles, trees, batched.verify_trees(trees), strict=True):
+    for target, tree, (logits, _) in zip(singles, trees, batched.verify_trees(trees), strict=True):
         torch.testing.assert_close(
             logits, target.forward_tree(tree.tokens, tree.parents), atol=1e-3, rtol=1e-4
         )

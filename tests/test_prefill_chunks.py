@@ -73,7 +73,7 @@ def test_a_chunked_row_and_the_rows_it_joined_equal_their_prompts_alone(engine, 
 def test_chunked_entries_equal_one_piece_entries(default_model, engine, prompts):
     _, long, _ = prompts
     whole, chunked = BatchedTarget(engine.target), BatchedTarget(engine.target)
-    _, logits = whole.add(long)
+    _, logits, _ = whole.add(long)
     fill = PromptFill(long)
     results = [chunked.fill(fill, CHUNK) for _ in range(math.ceil(len(long) / CHUNK))]
     assert all(r is None for r in results[:-1]) and results[-1] is not None

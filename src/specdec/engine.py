@@ -55,6 +55,7 @@ from specdec.generation import (
     ProposalContext,
     Proposer,
     StepStats,
+    feature_layers,
 )
 from specdec.models import LoadedModel
 from specdec.packed import verify_model
@@ -148,6 +149,7 @@ class Row:
     cancelled: bool = False
     draft_s: float = 0.0  # the current step's proposal time
     fill: PromptFill | None = None  # the prompt's chunked prefill while the row waits for it
+    features: torch.Tensor | None = None  # target features the proposer has not read yet (ProposalContext)
 
     @property
     def finished(self) -> bool:
@@ -210,13 +212,13 @@ class Batch:
         row = Row(prompt_ids, proposer, config, emitter, draws, time.perf_counter())
         row.stats.num_prompt_tokens = len(prompt_ids)
         try:
+            self._capture(feature_layers(proposer))
             proposer.begin(prompt_ids)
             if self.rows or self.waiting:
                 row.fill = PromptFill(prompt_ids)
                 self.waiting.append(row)
                 return row
-            _, logits = self.target.add(prompt_ids)
-            done = self._first_token(row, logits)
+            done = self._first_token(row, self.target.add(prompt_ids))
         except Exception as err:  # noqa: BLE001 - one request's failure must not end the batch
             row.error = err
             done = True
@@ -224,10 +226,21 @@ class Batch:
             self._finish(row)
         return row
 
-    def _first_token(self, row: Row, logits: torch.Tensor) -> bool:
+    def _capture(self, layers: tuple[int, ...]) -> None:
+        """Have every pass return the target features at `layers` (one set per batch: one head)."""
+        if not layers:
+            return
+        held = self.target.capture
+        if held and held != tuple(layers) and any(feature_layers(r.proposer) for r in self.active):
+            raise ValueError(f"this batch's passes capture hidden states {held}; a row asks for {layers}")
+        self.target.capture = tuple(layers)
+
+    def _first_token(self, row: Row, joined: tuple[int, torch.Tensor, torch.Tensor | None]) -> bool:
         """A prefilled row joins the decoding rows: draw and emit its first token; True when done."""
+        _, logits, features = joined
         self.rows.append(row)
         row.fill, row.logits = None, logits
+        row.features = features if feature_layers(row.proposer) else None
         row.stats.num_forward_passes = 1
         row.tokens = [*row.prompt_ids, draw_next(logits, row.config.sampling, row.draws.positions)]
         row.stats.prefill_s = time.perf_counter() - row.started
@@ -243,7 +256,7 @@ class Batch:
             if joined is None:
                 return []
             self.waiting.pop(0)
-            done = self._first_token(row, joined[1])
+            done = self._first_token(row, joined)
         except Exception as err:  # noqa: BLE001 - one request's failure must not end the batch
             if row in self.waiting:
                 self.waiting.remove(row)
@@ -286,7 +299,10 @@ class Batch:
         for row in self.rows:
             t0 = time.perf_counter()
             depth = self.engine.max_depth(row.tokens, row.emitter)
-            ctx = ProposalContext(row.tokens, row.logits, len(row.prompt_ids), row.config.sampling, depth)
+            ctx = ProposalContext(
+                row.tokens, row.logits, len(row.prompt_ids), row.config.sampling, depth, row.features
+            )
+            row.features = None
             try:
                 tree = row.proposer.propose(ctx)
                 if len(row.tokens) + tree.max_depth >= self.engine.context_limit:
@@ -326,6 +342,8 @@ class Batch:
         row.stats.steps.append(StepStats(result.tree.num_nodes, result.num_accepted, row.draft_s, verify_s))
         row.tokens.extend(result.tokens)
         row.logits = result.next_logits
+        if result.features is not None and feature_layers(row.proposer):
+            row.features = result.features[result.path]  # the committed nodes' features, root first
         done = row.emitter.emit(result.tokens)
         return done or len(row.tokens) >= self.engine.context_limit
 

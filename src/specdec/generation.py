@@ -47,6 +47,10 @@ class ProposalContext:
     num_prompt_tokens: int
     sampling: SamplingParams
     max_depth: int  # drafts deeper than this cannot be emitted (max_new_tokens, the model's context)
+    # [K, F] the target's features (`Proposer.feature_layers`) at the K tokens committed since the last
+    # proposal (at the first: the whole prompt), from the passes that committed them; None when the
+    # proposer asks for none
+    features: torch.Tensor | None = None
 
 
 class Proposer(Protocol):
@@ -56,14 +60,23 @@ class Proposer(Protocol):
     order (False where the tree's shape is the algorithm, e.g. lookahead's Jacobi window).
     `source_stats`: per draft source, the nodes offered and accepted over the proposer's life (the
     bench's per-source table), or None for a proposer with one source.
+    `feature_layers`: the target hidden states (`TargetModel.run`'s capture) the proposer reads from
+    `ProposalContext.features`; empty for proposers that read none (no cost then).
     """
 
     prunable: bool
     source_stats: dict[str, dict[str, int]] | None
+    feature_layers: tuple[int, ...]
 
     def begin(self, prompt_ids: list[int]) -> None: ...
     def propose(self, ctx: ProposalContext) -> DraftTree: ...
     def observe(self, result: VerifyResult) -> None: ...
+
+
+def feature_layers(proposer: Proposer) -> tuple[int, ...]:
+    """The hidden states a proposer reads; none for one that does not declare `feature_layers` (a
+    proposer written before the attribute existed keeps working)."""
+    return tuple(getattr(proposer, "feature_layers", ()))
 
 
 @dataclass

@@ -81,6 +81,11 @@ def head_logits(weight: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
     return (weight @ hidden.T).T
 
 
+def _features(out: object, capture: Sequence[int]) -> torch.Tensor | None:
+    """The captured hidden states of a transformers output, concatenated on the last axis."""
+    return torch.cat([out.hidden_states[i] for i in capture], dim=-1) if capture else None
+
+
 def _as_ids(token_ids: Sequence[int] | torch.Tensor, device: torch.device) -> torch.Tensor:
     ids = torch.as_tensor(token_ids, dtype=torch.int64, device=device)
     return ids.reshape(-1)
@@ -200,7 +205,8 @@ class TargetModel:
         last_only: bool = False,
     ) -> torch.Tensor:
         """Logits [T, V] for ids [T] (or [1, V] with last_only), appending their KV entries."""
-        return self.run(ids.unsqueeze(0), position_ids, attention_mask, self.cache, self._num_committed, last_only)[0]
+        logits, _ = self.run(ids.unsqueeze(0), position_ids, attention_mask, self.cache, self._num_committed, last_only)
+        return logits[0]
 
     def run(
         self,
@@ -210,11 +216,15 @@ class TargetModel:
         cache: Cache,
         context: int,
         last_only: bool = False,
-    ) -> torch.Tensor:
-        """One forward pass of the model over `cache`: logits [B, T, V] (T = 1 with last_only).
+        capture: Sequence[int] = (),
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One forward pass of the model over `cache`: (logits [B, T, V] (T = 1 with last_only), features).
 
         input_ids [B, T] int64; position_ids [B, T] or None; attention_mask None or an additive
         [B, 1, T, K] mask; context: committed tokens before the pass (picks the attention plan).
+        capture: hidden-state indices (transformers' `hidden_states[i]`: the input of decoder layer i)
+        whose states are returned, concatenated, as features [B, T, len(capture) * H] at every
+        position (None when capture is empty): what a draft head reads, from the same pass.
         Also serves batched passes (`specdec.batching`), which bring their own cache.
         """
         inputs = dict(
@@ -223,16 +233,20 @@ class TargetModel:
             attention_mask=attention_mask,
             past_key_values=cache,
             use_cache=True,
+            output_hidden_states=bool(capture),
         )
         with self._attention_for(context, input_ids.numel()):
             if self._head is None:
                 keep = {"logits_to_keep": 1} if last_only else {}
-                return self.model(**inputs, **keep).logits
-            hidden = self._decoder(**inputs).last_hidden_state  # [B, T, H]
+                out = self.model(**inputs, **keep)
+                return out.logits, _features(out, capture)
+            out = self._decoder(**inputs)
+        hidden = out.last_hidden_state  # [B, T, H]
         if last_only:
             hidden = hidden[:, -1:]
         rows, tokens = hidden.shape[:2]
-        return head_logits(self._head, hidden.reshape(rows * tokens, -1)).reshape(rows, tokens, -1)
+        logits = head_logits(self._head, hidden.reshape(rows * tokens, -1)).reshape(rows, tokens, -1)
+        return logits, _features(out, capture)
 
     @contextmanager
     def _attention_for(self, context: int, num_new: int) -> Iterator[None]:

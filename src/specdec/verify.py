@@ -45,6 +45,7 @@ class VerifyResult:
     path: list[int]  # accepted node indices, root first
     target_logits: torch.Tensor  # [N, V] target logits at every tree node (row i predicts i's child)
     tree: DraftTree
+    features: torch.Tensor | None = None  # [N, F] the target's captured features at every node, if asked
 
     @property
     def next_logits(self) -> torch.Tensor:
@@ -58,10 +59,10 @@ class VerifyResult:
 
 def verify(target: BatchedTarget, trees: Sequence[DraftTree], draws: Sequence[Draws]) -> list[VerifyResult]:
     """trees[b], draws[b]: row b's tree and draws -> row b's result, its accepted path committed."""
-    logits = target.verify_trees(trees)  # [n_b, V] per row, one forward pass
+    passes = target.verify_trees(trees)  # per row: logits [n_b, V], features; one forward pass
     results = []
-    for tree, target_logits, row in zip(trees, logits, draws, strict=True):
+    for tree, (target_logits, features), row in zip(trees, passes, draws, strict=True):
         acceptance = accept(tree, target_logits, row.sampling, row.generator, row.positions)
-        results.append(VerifyResult(acceptance.tokens, acceptance.path, target_logits, tree))
+        results.append(VerifyResult(acceptance.tokens, acceptance.path, target_logits, tree, features))
     target.commit([result.path for result in results])
     return results

@@ -45,6 +45,7 @@ class PromptFill:
     def __init__(self, prompt_ids: Sequence[int]) -> None:
         self.ids = torch.as_tensor(list(prompt_ids), dtype=torch.int64)  # [L]
         self.done = 0
+        self.features: list[torch.Tensor] = []  # each chunk's captured features [n, F], while filling
 
     @property
     def remaining(self) -> int:
@@ -65,6 +66,9 @@ class BatchedTarget:
         self._pending: list[int] = []  # tree sizes of the last pass, awaiting commit
         self._staging: Cache | None = None  # a chunked prefill's entries (`PromptFill`), made on first use
         self._staged_for: PromptFill | None = None  # whose entries the staging cache holds
+        # Hidden-state indices every pass returns as features (`TargetModel.run`): what the rows' draft
+        # heads read (`Proposer.feature_layers`); empty for methods that read none.
+        self.capture: tuple[int, ...] = ()
 
     @property
     def num_rows(self) -> int:
@@ -74,32 +78,33 @@ class BatchedTarget:
     def _layers(self) -> list[BatchedLayer]:
         return self.cache.layers
 
-    @torch.inference_mode()
-    def add(self, prompt_ids: Sequence[int]) -> tuple[int, torch.Tensor]:
-        """Prefill a new row alone; returns (its slot, the last position's logits [V])."""
-        if self._pending:
-            raise RuntimeError("commit the running pass before adding a row")
-        logits = self.single.prefill(prompt_ids)
-        return self._take(self.single.cache, len(prompt_ids)), logits
+    def add(self, prompt_ids: Sequence[int]) -> tuple[int, torch.Tensor, torch.Tensor | None]:
+        """Prefill a new row in one piece; returns what `fill` returns for its last chunk."""
+        return self.fill(PromptFill(prompt_ids), len(prompt_ids))
 
     @torch.inference_mode()
-    def fill(self, prompt: PromptFill, max_tokens: int) -> tuple[int, torch.Tensor] | None:
+    def fill(self, prompt: PromptFill, max_tokens: int) -> tuple[int, torch.Tensor, torch.Tensor | None] | None:
         """Run the next `max_tokens` (at most) of a prompt on the staging cache. When that was its last
-        chunk, the prompt becomes a new row: returns (its slot, the last position's logits [V]); else None."""
+        chunk, the prompt becomes a new row: returns (its slot, the last position's logits [V], the
+        captured features at every prompt position [L, F] or None); else None."""
         if self._pending:
             raise RuntimeError("commit the running pass before adding a row")
         if self._staged_for is not prompt or prompt.done == 0:  # a new prompt (an earlier one left)
             if self._staging is None:
                 self._staging = preallocated_cache(self.single.num_layers, self.single.capacity)
             self._staging.reset()
-            self._staged_for, prompt.done = prompt, 0
+            self._staged_for, prompt.done, prompt.features = prompt, 0, []
         chunk = prompt.ids[prompt.done : prompt.done + max_tokens]
-        logits = self.single.run(chunk[None].to(self.device), None, None, self._staging, prompt.done, True)
+        ids = chunk[None].to(self.device)
+        logits, features = self.single.run(ids, None, None, self._staging, prompt.done, True, self.capture)
         prompt.done += chunk.numel()
+        if features is not None:
+            prompt.features.append(features[0])
         if prompt.done < prompt.ids.numel():
             return None
         self._staged_for = None
-        return self._take(self._staging, prompt.done), logits[0, -1]
+        features = torch.cat(prompt.features) if prompt.features else None
+        return self._take(self._staging, prompt.done), logits[0, -1], features
 
     def _take(self, cache: Cache, length: int) -> int:
         """Copy a one-sequence cache's first `length` entries into a new row; returns its slot."""
@@ -123,8 +128,9 @@ class BatchedTarget:
         return last if row != last else None
 
     @torch.inference_mode()
-    def verify_trees(self, trees: Sequence[DraftTree]) -> list[torch.Tensor]:
-        """One forward pass over every row's tree (trees[b] for row b); logits [n_b, V] per row."""
+    def verify_trees(self, trees: Sequence[DraftTree]) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """One forward pass over every row's tree (trees[b] for row b); per row, logits [n_b, V] and the
+        captured features [n_b, F] (None when `capture` is empty)."""
         if len(trees) != self.num_rows or not trees:
             raise ValueError(f"need one tree per row ({self.num_rows}), got {len(trees)}")
         if self._pending:
@@ -137,11 +143,14 @@ class BatchedTarget:
             tokens, positions, mask = trees[0].tokens[None], None, None
         else:
             tokens, positions, mask = self._tree_inputs(trees)
-        logits = self.single.run(
-            tokens.to(self.device), positions, mask, self.cache, self.layout.context
-        )  # [B, T, V]
+        logits, features = self.single.run(
+            tokens.to(self.device), positions, mask, self.cache, self.layout.context, capture=self.capture
+        )  # [B, T, V], [B, T, F] or None
         self._pending = [tree.num_nodes for tree in trees]
-        return [logits[b, : tree.num_nodes] for b, tree in enumerate(trees)]
+        return [
+            (logits[b, : tree.num_nodes], None if features is None else features[b, : tree.num_nodes])
+            for b, tree in enumerate(trees)
+        ]
 
     def _tree_inputs(self, trees: Sequence[DraftTree]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """tokens [B, T], positions [B, T] and the additive mask of a pass over rows padded to width T."""

@@ -74,6 +74,7 @@ class DatastoreConfig:
 class DatastoreProposer:
     prunable = True  # a batch may cut the tree to its budget
     source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
+    feature_layers: tuple[int, ...] = ()  # reads no target features
 
     def __init__(
         self, config: DatastoreConfig, datastore: Datastore, eos_token_ids: tuple[int, ...] = ()

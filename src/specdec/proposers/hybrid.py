@@ -102,6 +102,7 @@ class HybridConfig:
 class HybridProposer:
     prunable = True  # a batch may cut the tree to its budget
     source_stats: dict[str, dict[str, int]]  # per-source offered / accepted nodes, over its life
+    feature_layers: tuple[int, ...] = ()  # reads no target features
 
     def __init__(
         self,

@@ -68,6 +68,7 @@ class LookaheadProposer:
     # The Jacobi window's nodes are read back by position in `observe`: a batch must not cut the tree.
     prunable = False
     source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
+    feature_layers: tuple[int, ...] = ()  # reads no target features
 
     def __init__(self, config: LookaheadConfig) -> None:
         self.config = config

@@ -24,6 +24,7 @@ class PlainConfig:
 class PlainProposer:
     prunable = True  # a batch may cut the tree to its budget
     source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
+    feature_layers: tuple[int, ...] = ()  # reads no target features
 
     def begin(self, prompt_ids: list[int]) -> None:
         pass

@@ -64,6 +64,7 @@ class PLDConfig:
 class PLDProposer:
     prunable = True  # a batch may cut the tree to its budget
     source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
+    feature_layers: tuple[int, ...] = ()  # reads no target features
 
     def __init__(self, config: PLDConfig, eos_token_ids: tuple[int, ...] = ()) -> None:
         self.config = config

@@ -210,6 +210,7 @@ class SessionConfig:
 class SessionProposer:
     prunable = True  # a batch may cut the tree to its budget
     source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
+    feature_layers: tuple[int, ...] = ()  # reads no target features
 
     def __init__(self, config: SessionConfig, store: SessionStore, eos_token_ids: Iterable[int] = ()) -> None:
         self.config = config

@@ -88,6 +88,7 @@ class UniversalDraftProposer:
 
     prunable = True  # a batch may cut the tree to its budget
     source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
+    feature_layers: tuple[int, ...] = ()  # reads no target features
 
     def __init__(self, inner: ChainDrafter, draft_tokenizer, target_tokenizer) -> None:
         check_round_trip(target_tokenizer, "the target")
