@@ -1,0 +1,183 @@
+"""EAGLE-3 heads: the checkpoint layout, training, and lossless drafting on a tiny target.
+
+The tiny target shares the bundled tokenizer's vocabulary (so real text trains
+it), with few, narrow layers; its heads are trained here for a few steps. The
+shipped head on the real model is tested in test_eagle_shipped.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from specdec.drafters.eagle3 import (
+    Eagle3Head,
+    HeadError,
+    default_layer_ids,
+    head_config,
+    load_head,
+    save_head,
+)
+from specdec.drafters.features import collate, load_cache
+from specdec.drafters.train import TrainConfig, train, ttt_loss
+from specdec.engine import Engine, generate_batch
+from specdec.generation import GenerationConfig
+from specdec.models import LoadedModel
+from specdec.proposers import make_config
+from specdec.proposers.plain import PlainProposer
+
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog. " * 3,
+    "def add(a, b):\n    return a + b\n\nprint(add(2, 3))\n",
+    "Speculative decoding drafts several tokens and verifies them in one pass of the target model.",
+    "Paris is the capital of France. Berlin is the capital of Germany. Rome is the capital of Italy.",
+    "To make tea, boil water, pour it over the leaves, wait three minutes and strain.",
+    "One, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve.",
+]
+
+
+def tiny_target(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def tiny(default_model) -> LoadedModel:
+    return LoadedModel(tiny_target(len(default_model.tokenizer)), default_model.tokenizer, "tiny-llama", pack="off")
+
+
+@pytest.fixture(scope="module")
+def data_file(tiny, tmp_path_factory):
+    """Chats, and the tiny target's own continuations of the test prompts (already tokenized)."""
+    path = tmp_path_factory.mktemp("data") / "chat.jsonl"
+    rows = [{"messages": [{"role": "user", "content": t[:40]}, {"role": "assistant", "content": t}]} for t in TEXTS]
+    engine = Engine(tiny, attention="sdpa")
+    config = GenerationConfig(max_new_tokens=40, ignore_eos=True)
+    for ids in (tiny.tokenizer(t)["input_ids"] for t in TEXTS):
+        rows.append({"input_ids": ids + engine.generate(ids, PlainProposer(), config).token_ids})
+    path.write_text("\n".join(json.dumps(r) for r in rows * 4) + "\n")
+    return path
+
+
+TRAIN = dict(draft_vocab=256, max_len=64, tokens_per_batch=512, lr=1e-2, epochs=3.0, checkpoint_every=4, holdout=0.1)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny, data_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("head")
+    config = TrainConfig(str(data_file), str(out), **TRAIN)
+    return out, train(tiny, config, log=lambda _: None)
+
+
+def test_head_folder_is_the_eagle3_layout(trained):
+    out, summary = trained
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert config["draft_vocab_size"] == 256 and config["num_hidden_layers"] == 1
+    assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == list(default_layer_ids(6))
+    names = set(load_file(str(out / "model.safetensors")))
+    expected = {"fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d", "midlayer.hidden_norm.weight",
+                "midlayer.input_layernorm.weight", "midlayer.post_attention_layernorm.weight"}  # fmt: skip
+    expected |= {f"midlayer.self_attn.{p}_proj.weight" for p in "qkvo"}
+    expected |= {f"midlayer.mlp.{p}_proj.weight" for p in ("gate", "up", "down")}
+    assert names == expected
+    assert len(summary["heldout_accuracy"]) == 3
+
+
+def test_training_lowers_the_loss_and_resume_continues_exactly(tiny, data_file, trained, tmp_path):
+    out, summary = trained
+    examples = load_cache(out / "features")
+    head = load_head(out, tiny.model, torch.float32)
+    to_draft = torch.full((tiny.model.config.vocab_size,), -100, dtype=torch.int64)
+    to_draft[head.draft_ids] = torch.arange(head.d2t.numel())
+    untrained = Eagle3Head(head.config, tiny.model.get_input_embeddings())
+    untrained.load_state_dict({k: v for k, v in head.state_dict().items() if k in ("d2t", "t2d")}, strict=False)
+    batch = collate(examples[:8])
+    with torch.no_grad():
+        before = ttt_loss(untrained, *batch, 3, to_draft)[0]
+        after = ttt_loss(head, *batch, 3, to_draft)[0]
+    assert float(after) < float(before)
+
+    # Stopped at step 7 (inside the second epoch) and resumed: the same head as the run that went through.
+    cache = str(out / "features")
+    train(tiny, TrainConfig(str(data_file), str(tmp_path), max_steps=7, cache=cache, **TRAIN), log=lambda _: None)
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 7
+    train(tiny, TrainConfig(str(data_file), str(tmp_path), resume=True, cache=cache, **TRAIN), log=lambda _: None)
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == summary["steps"] > 7
+    a, b = load_file(str(out / "model.safetensors")), load_file(str(tmp_path / "model.safetensors"))
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=0, rtol=0)
+
+
+def test_bad_heads_get_clear_errors(tiny, trained, tmp_path, default_model):
+    out, _ = trained
+    with pytest.raises(HeadError, match="no config.json"):
+        load_head(tmp_path, tiny.model)
+    other = tiny_target(len(default_model.tokenizer), seed=1)
+    with pytest.raises(HeadError, match="trained for"):
+        load_head(out, other)
+    small = tiny_target(1000)
+    with pytest.raises(HeadError, match="vocabulary"):
+        load_head(out, small)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text((out / "config.json").read_text())
+    weights = load_file(str(out / "model.safetensors"))
+    del weights["d2t"]
+    save_file(weights, str(broken / "model.safetensors"))
+    with pytest.raises(HeadError, match="no d2t"):
+        load_head(broken, tiny.model)
+
+
+def test_bad_training_data_gets_a_clear_error(tiny, tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text('{"nothing": 1}\nnot json\n')
+    with pytest.raises(ValueError, match="no usable rows"):
+        train(tiny, TrainConfig(str(path), str(tmp_path / "out")), log=lambda _: None)
+
+
+def test_a_checkpoint_from_elsewhere_loads_and_drafts(tiny, tmp_path):
+    """A head written as other tools write it (`layers.0.` names, the embedding included, no t2d)."""
+    config = head_config(tiny.model.config, (1, 3, 4), 128)
+    head = Eagle3Head(config, tiny.model.get_input_embeddings())
+    head.set_vocab(torch.arange(128) * 3)
+    state = {k.replace("midlayer.", "layers.0."): v for k, v in head.state().items() if k != "t2d"}
+    state["embed_tokens.weight"] = tiny.model.get_input_embeddings().weight.detach().clone()
+    folder = tmp_path / "other"
+    save_head(head, folder)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
+    loaded = load_head(folder, tiny.model)
+    assert loaded.layer_ids == (1, 3, 4)
+    assert torch.equal(loaded.draft_ids, torch.arange(128) * 3)
+    assert int(loaded.t2d.sum()) == 128
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"adaptive": "false", "budget": "16"},
+        {"adaptive": "false", "topk": "2"},
+        {"retrieval": "true", "adaptive": "false", "budget": "24"},
+    ],
+)
+def test_eagle_is_lossless_on_the_tiny_target(tiny, trained, options):
+    out, _ = trained
+    engine = Engine(tiny, attention="sdpa")
+    tok = tiny.tokenizer
+    prompts = [tok(t)["input_ids"] for t in TEXTS[:4]]
+    config = GenerationConfig(max_new_tokens=24, ignore_eos=True)
+    method = make_config("eagle", {"head": str(out), **options})
+    plain = [engine.generate(p, PlainProposer(), config).token_ids for p in prompts]
+    solo = [engine.generate(p, method.build(tiny), config) for p in prompts]
+    assert [o.token_ids for o in solo] == plain
+    assert any(o.stats.mat > 1.0 for o in solo)  # the trained head drafts tokens the target keeps
+    batched = generate_batch(engine, prompts, lambda: method.build(tiny), config, max_batch=3)
+    assert [o.token_ids for o in batched] == plain
