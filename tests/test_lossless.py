@@ -225,6 +225,13 @@ CASES = (
     Case("hybrid:when=weak", hybrid(when="weak"), greedy(*SOME, "rag"), 40, fast=True,
          ran=hybrid_draft_accepted_sometimes),
     Case("hybrid:when=always", hybrid(when="always"), greedy(*SOME, "rag"), 40, ran=hybrid_draft_accepted_sometimes),
+    # the EAGLE-3 head shipped for the default model (drafts without probabilities: seeded sampling is
+    # plain sampling's very tokens)
+    Case("eagle", method("eagle"), greedy(*ALL), fast=True, ran=mat_above_one),
+    Case("eagle:adaptive=false,budget=24,topk=4", method("eagle:adaptive=false,budget=24,topk=4"), greedy(*ALL),
+         ran=mat_above_one),
+    Case("eagle:retrieval=true", method("eagle:retrieval=true"), greedy(*ALL), ran=offered("retrieval")),
+    Case("eagle-sampled", method("eagle"), sampled(SOME, SAMPLINGS), 24, fast=True, ran=accepted),
     # layer skipping (formerly tests/test_layerskip.py)
     Case("layerskip:k=3,adaptive=false", lambda request: LayerSkipConfig(skip=SKIP, k=3, adaptive=False).build(
         request.getfixturevalue("default_model")), greedy("translation", "mt_bench", "qa"), fast=True),

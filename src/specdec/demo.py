@@ -16,6 +16,7 @@ from specdec.generation import GenerationConfig, GenerationOutput
 from specdec.models import load_model
 from specdec.prompts import encode_prompt
 from specdec.proposers import METHODS, parse_method
+from specdec.proposers.eagle import has_shipped_head
 
 FALLBACK_PROMPT = (
     "Summarize the following text in two sentences.\n\n"
@@ -24,7 +25,7 @@ FALLBACK_PROMPT = (
     "one is replaced by the large model's own choice, so the output is exactly what the large model "
     "would have written on its own, only sooner."
 )
-DEMO_METHODS = ("plain", "pld", "logitspec")
+DEMO_METHODS = ("plain", "pld", "logitspec", "eagle")  # eagle where a head ships for the model
 
 
 def demo_prompt() -> str:
@@ -42,7 +43,7 @@ def run_demo(
     prompt = demo_prompt()
     prompt_ids = encode_prompt(loaded.tokenizer, prompt, chat=True)
     settings = GenerationConfig(max_new_tokens=max_new_tokens)
-    methods = [m for m in DEMO_METHODS if m in METHODS]
+    methods = [m for m in DEMO_METHODS if m in METHODS and (m != "eagle" or has_shipped_head(loaded))]
     print(f"model: {loaded.name} ({loaded.dtype}, {loaded.device}); prompt: {len(prompt_ids)} tokens")
     print(f"prompt (Spec-Bench summarization): {prompt[:160]!r}...\n")
     # Warm-up so the first timed method does not pay for one-off allocations.

@@ -34,6 +34,7 @@ METHODS: dict[str, str] = {
     "datastore": "specdec.proposers.datastore_lookup:DatastoreConfig",
     "session": "specdec.proposers.session_store:SessionConfig",
     "hybrid": "specdec.proposers.hybrid:HybridConfig",
+    "eagle": "specdec.proposers.eagle:EagleConfig",
 }
 
 

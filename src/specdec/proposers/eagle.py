@@ -1,0 +1,261 @@
+"""EAGLE: a trained head drafts a dynamic tree from the target's own features.
+
+Why: retrieval only helps where the output copies its context; a head that
+reads the target's hidden states (`specdec.drafters.eagle3`) guesses the next
+tokens of any text. EAGLE-2's dynamic tree (arXiv 2406.16858) spends the nodes
+where the head is confident: each level expands the `topk` likeliest nodes by
+cumulative draft probability, and the tree kept is the likeliest nodes overall.
+How many nodes are kept comes from this machine's measured cost curve
+(`budget.CostModel`): the size that maximises expected tokens per second of
+verification, taking the head's cumulative probability as the chance a node is
+accepted; so a tree is only as large as it pays.
+
+The head's features come from the verification pass itself: the engine hands
+each proposal the target's features at the tokens committed since the last one
+(`ProposalContext.features`, captured at `feature_layers`), so the target never
+runs an extra pass. The proposer keeps the head's attention entries for every
+committed position (position t holds the target's feature at t and token t + 1);
+tree nodes get entries only while their step is drafted.
+
+Invariants: lossless whatever the head drafts (verification decides); the head's
+entries cover exactly the committed positions between steps; drafts are
+deterministic guesses (`draft_probs` None), so at temperature > 0 the
+acceptance rule treats them as such and the output keeps the target's
+distribution.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from pathlib import Path
+from typing import Annotated
+
+import torch
+
+from specdec.drafters.eagle3 import Eagle3Head, HeadError, load_head, trained_for
+from specdec.generation import ProposalContext
+from specdec.models import LoadedModel
+from specdec.proposers.budget import CostModel, load_or_measure
+from specdec.proposers.eagle_retrieval import Node, Retrieval
+from specdec.proposers.schema import method_config, option
+from specdec.tree import DraftTree
+from specdec.verify import VerifyResult
+
+HEADS_DIR = Path(__file__).resolve().parent.parent / "heads"  # heads shipped with the package
+
+
+def find_head(loaded: LoadedModel) -> Path:
+    """The shipped head trained for this model (matched by its token embedding), or HeadError."""
+    embedding = loaded.model.get_input_embeddings().weight
+    for config in sorted(HEADS_DIR.glob("*/config.json")):
+        theirs = (json.loads(config.read_text()).get("specdec") or {}).get("target_fingerprint")
+        if theirs is not None and trained_for(theirs, embedding):
+            return config.parent
+    raise HeadError(
+        f"no EAGLE-3 head ships for {loaded.name}: train one with `specdec train --data FILE -o DIR` and use "
+        "eagle:head=DIR"
+    )
+
+
+def has_shipped_head(loaded: LoadedModel) -> bool:
+    try:
+        find_head(loaded)
+    except HeadError:
+        return False
+    return True
+
+
+@method_config("eagle")
+class EagleConfig:
+    """An EAGLE-3 head drafting a dynamic tree (EAGLE-2), sized by this machine's cost curve.
+
+    head: the head's folder (EAGLE-3 layout); "" = the head shipped for the loaded model;
+    depth: most draft steps (the tree's depth);
+    topk: most nodes expanded per step, and children taken per expanded node;
+    min_prob: a node is expanded only if the head gives it at least this cumulative probability
+      (each expanded node costs a row of the head's next step; on a CPU that is not free);
+    budget: most nodes in the tree, root included;
+    adaptive: keep the node count that maximises expected tokens per second (else always `budget`);
+    retrieval: add prompt lookup's and LogitSpec's retrieved continuations as branches of the tree;
+    costs_dir: cache folder of measured cost curves ("" = ~/.cache/specdec/costs).
+    """
+
+    head: str = ""
+    depth: Annotated[int, option(ge=1, le=32, request_max=10)] = 6
+    topk: Annotated[int, option(ge=1, le=32, request_max=10)] = 8
+    min_prob: Annotated[float, option(ge=0.0, le=1.0, request=True)] = 0.05
+    budget: Annotated[int, option(ge=2, le=256, request_max=64)] = 48
+    adaptive: Annotated[bool, option(request=True)] = True
+    retrieval: Annotated[bool, option(request=True)] = False
+    costs_dir: str = ""
+
+    def load(self, loaded: LoadedModel) -> Eagle3Head:
+        folder = Path(self.head).expanduser() if self.head else find_head(loaded)
+        key = ("eagle3-head", str(folder.resolve()))
+        return loaded.state.shared(key, lambda: load_head(folder, loaded.model))
+
+    def build(self, loaded: LoadedModel) -> EagleProposer:
+        costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
+        return EagleProposer(self, self.load(loaded), costs)
+
+
+class EagleProposer:
+    prunable = True  # a batch may cut the tree to its budget
+    source_stats: dict[str, dict[str, int]] | None  # with retrieval: offered / accepted nodes per source
+
+    def __init__(self, config: EagleConfig, head: Eagle3Head, costs: CostModel | None = None) -> None:
+        self.config = config
+        self.head = head
+        self.feature_layers = head.layer_ids
+        self.costs = costs.table(config.budget) if costs is not None else []
+        self._min_score = math.log(config.min_prob) if config.min_prob > 0 else -math.inf
+        self.retrieval = Retrieval() if config.retrieval else None
+        sources = ("eagle", "retrieval", "both")
+        self.source_stats = {s: {"offered": 0, "accepted": 0} for s in sources} if config.retrieval else None
+        self._kept: list[Node] = []  # the last tree's nodes below the root, in tree order
+        self.begin([])
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        if self.retrieval is not None:
+            self.retrieval.begin(prompt_ids)
+        self.keys: torch.Tensor | None = None  # [1, kv, positions, d] the head's entries, committed positions
+        self.values: torch.Tensor | None = None
+        self.pending: list[torch.Tensor] = []  # target features not fed to the head yet
+
+    @property
+    def fed(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    @torch.inference_mode()
+    def propose(self, ctx: ProposalContext) -> DraftTree:
+        root = ctx.token_ids[-1]
+        if ctx.features is not None:
+            self.pending.append(ctx.features)
+        logits, state = self._feed(ctx.token_ids)
+        depth = min(self.config.depth, ctx.max_depth)
+        if depth <= 0:
+            return DraftTree.chain(root)
+        nodes = self._grow(logits, state, len(ctx.token_ids) - 1, depth)
+        if self.retrieval is not None:
+            self.retrieval.add_branches(nodes, ctx.token_ids, depth)
+        return self._tree(root, nodes)
+
+    def observe(self, result: VerifyResult) -> None:
+        """Count and learn per source (with retrieval); the committed tokens' features reach `propose`
+        through the context."""
+        if self.retrieval is None:
+            return
+        kept = self._kept[: result.tree.num_nodes - 1]  # a batch may have cut the tree
+        accepted = set(result.path)
+        for j, node in enumerate(kept, start=1):
+            self.source_stats[node.source]["offered"] += 1
+            self.source_stats[node.source]["accepted"] += j in accepted
+        self.retrieval.observe(kept, result.tree.parents.tolist(), result.path)
+
+    def _feed(self, token_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Give the head the committed positions it lacks; its logits and state at the last one."""
+        committed = len(token_ids) - 1
+        features = torch.cat(self.pending) if self.pending else None
+        new = 0 if features is None else features.shape[0]
+        if self.fed + new != committed or new == 0:
+            raise RuntimeError(
+                f"eagle: the head has {self.fed} positions and {new} new features for {committed} committed tokens"
+            )
+        head = self.head
+        hidden = head.fuse(features)[None]  # [1, m, H]
+        tokens = torch.tensor(token_ids[self.fed + 1 :], device=hidden.device)[None]
+        positions = torch.arange(self.fed, committed, device=hidden.device)[None]
+        q, k, v = head.qkv(hidden, tokens, positions)
+        keys = k if self.keys is None else torch.cat([self.keys, k], dim=2)
+        values = v if self.values is None else torch.cat([self.values, v], dim=2)
+        mask = positions[0, :, None] >= torch.arange(committed, device=hidden.device)[None]  # [m, committed]
+        logits, state = head.finish(hidden, q, keys, values, mask[None, None])
+        self.keys, self.values, self.pending = keys, values, []
+        return logits[0, -1], state[0, -1]
+
+    def _grow(self, logits: torch.Tensor, state: torch.Tensor, root_pos: int, depth: int) -> list[Node]:
+        """EAGLE-2's expansion: `depth` levels, each expanding the `topk` likeliest nodes of the last."""
+        head, k = self.head, self.config.topk
+        draft_ids = head.draft_ids
+        nodes: list[Node] = []
+        level = self._children(logits[None], [-1], [0.0], 1, nodes, draft_ids)
+        tree_keys: list[torch.Tensor] = []  # entries of expanded nodes, [1, kv, 1, d] each, by run order
+        tree_values: list[torch.Tensor] = []
+        run_index: dict[int, int] = {}  # candidate index -> its entry's index in tree_keys
+        states: dict[int, torch.Tensor] = {-1: state}
+        for level_depth in range(1, depth):
+            likely = (i for i in level if nodes[i].score >= self._min_score)
+            chosen = heapq.nlargest(k, likely, key=lambda i: nodes[i].score)
+            if not chosen:
+                break
+            hidden = torch.stack([states[nodes[i].parent] for i in chosen])[None]  # [1, c, H]
+            tokens = torch.tensor([nodes[i].token for i in chosen], device=hidden.device)[None]
+            positions = torch.full_like(tokens, root_pos + level_depth - 1)
+            q, kk, vv = head.qkv(hidden, tokens, positions)
+            for j, i in enumerate(chosen):
+                run_index[i] = len(tree_keys)
+                tree_keys.append(kk[:, :, j : j + 1])
+                tree_values.append(vv[:, :, j : j + 1])
+            keys = torch.cat([self.keys, *tree_keys], dim=2)
+            values = torch.cat([self.values, *tree_values], dim=2)
+            mask = torch.zeros(len(chosen), keys.shape[2], dtype=torch.bool, device=hidden.device)
+            mask[:, : self.fed] = True
+            for j, i in enumerate(chosen):
+                a = i
+                while a >= 0:  # own entry and its ancestors' (all expanded earlier)
+                    mask[j, self.fed + run_index[a]] = True
+                    a = nodes[a].parent
+            out, new_states = head.finish(hidden, q, keys, values, mask[None, None])
+            for j, i in enumerate(chosen):
+                states[i] = new_states[0, j]
+            scores = [nodes[i].score for i in chosen]
+            level = self._children(out[0], chosen, scores, level_depth + 1, nodes, draft_ids)
+        return nodes
+
+    def _children(
+        self, logits: torch.Tensor, parents: list[int], scores: list[float], depth: int, nodes: list[Node],
+        draft_ids: torch.Tensor,
+    ) -> list[int]:
+        """Add each parent's `topk` likeliest children to `nodes`; returns their indices."""
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        top, ids = logp.topk(min(self.config.topk, logp.shape[-1]), dim=-1)
+        targets = draft_ids[ids].tolist()
+        out = []
+        for row, parent in enumerate(parents):
+            for lp, token in zip(top[row].tolist(), targets[row], strict=True):
+                nodes.append(Node(token, parent, scores[row] + lp, depth))
+                out.append(len(nodes) - 1)
+        return out
+
+    def _tree(self, root: int, nodes: list[Node]) -> DraftTree:
+        """The likeliest nodes (each with its parent), as many as pay for their verification."""
+        order = sorted(range(len(nodes)), key=lambda i: (-nodes[i].score, nodes[i].depth))
+        kept: list[int] = []
+        inside: set[int] = set()
+        for i in order:
+            if len(kept) + 1 >= self.config.budget:
+                break
+            if nodes[i].parent == -1 or nodes[i].parent in inside:
+                kept.append(i)
+                inside.add(i)
+        kept = kept[: self._count(kept, nodes)]  # likeliest first, each after its parent: a batch's cut
+        self._kept = [nodes[i] for i in kept]
+        slot = {i: s + 1 for s, i in enumerate(kept)}
+        tokens = [root, *(nodes[i].token for i in kept)]
+        parents = [-1, *(0 if nodes[i].parent == -1 else slot[nodes[i].parent] for i in kept)]
+        return DraftTree(torch.tensor(tokens), torch.tensor(parents))
+
+    def _count(self, kept: list[int], nodes: list[Node]) -> int:
+        """How many of `kept` (likeliest first) to verify: all without a cost curve, else the count
+        that maximises expected tokens per second of verification."""
+        if not self.costs:
+            return len(kept)
+        expected, best, best_rate = 1.0, 0, 1.0 / self.costs[1]
+        for n, i in enumerate(kept, start=1):
+            expected += math.exp(nodes[i].score)
+            rate = expected / self.costs[min(n + 1, len(self.costs) - 1)]
+            if rate > best_rate:
+                best, best_rate = n, rate
+        return best
