@@ -233,8 +233,9 @@ class TargetModel:
             attention_mask=attention_mask,
             past_key_values=cache,
             use_cache=True,
-            output_hidden_states=bool(capture),
         )
+        if capture:  # only then: a draft view's forward (layerskip) takes no such argument
+            inputs["output_hidden_states"] = True
         with self._attention_for(context, input_ids.numel()):
             if self._head is None:
                 keep = {"logits_to_keep": 1} if last_only else {}

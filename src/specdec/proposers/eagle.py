@@ -85,7 +85,7 @@ class EagleConfig:
     head: str = ""
     depth: Annotated[int, option(ge=1, le=32, request_max=10)] = 6
     topk: Annotated[int, option(ge=1, le=32, request_max=10)] = 8
-    min_prob: Annotated[float, option(ge=0.0, le=1.0, request=True)] = 0.05
+    min_prob: Annotated[float, option(ge=0.0, le=1.0)] = 0.05  # server-side: 0 would let a request expand every node
     budget: Annotated[int, option(ge=2, le=256, request_max=64)] = 48
     adaptive: Annotated[bool, option(request=True)] = True
     retrieval: Annotated[bool, option(request=True)] = False
