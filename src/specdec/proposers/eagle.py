@@ -109,6 +109,7 @@ class EagleProposer:
         self.config = config
         self.head = head
         self.feature_layers = head.layer_ids
+        self._draft_ids = head.draft_ids  # [V_d] target ids, made once (not per step)
         self.costs = costs.table(config.budget) if costs is not None else []
         self._min_score = math.log(config.min_prob) if config.min_prob > 0 else -math.inf
         self.retrieval = Retrieval() if config.retrieval else None
@@ -178,7 +179,7 @@ class EagleProposer:
     def _grow(self, logits: torch.Tensor, state: torch.Tensor, root_pos: int, depth: int) -> list[Node]:
         """EAGLE-2's expansion: `depth` levels, each expanding the `topk` likeliest nodes of the last."""
         head, k = self.head, self.config.topk
-        draft_ids = head.draft_ids
+        draft_ids = self._draft_ids
         nodes: list[Node] = []
         level = self._children(logits[None], [-1], [0.0], 1, nodes, draft_ids)
         tree_keys: list[torch.Tensor] = []  # entries of expanded nodes, [1, kv, 1, d] each, by run order
