@@ -39,6 +39,7 @@ import torch
 
 from specdec.attention_plan import DEFAULT, IMPLEMENTATIONS, AttentionPlan
 from specdec.models import LoadedModel, default_cache_dir
+from specdec.packed import is_invariant
 from specdec.target import TargetModel
 from specdec.timing_cache import contended, cost_file, cost_key, write_json_atomic
 
@@ -124,7 +125,11 @@ def load_or_measure_plan(
 
 
 def resolve_plan(loaded: LoadedModel, attention: str | AttentionPlan) -> AttentionPlan:
-    """"auto" -> the measured plan; an implementation name -> a plan that always picks it."""
+    """"auto" -> the measured plan; an implementation name -> a plan that always picks it. Where
+    verification is batch-invariant (`specdec.packed.is_invariant`), every choice gives way to the
+    invariant plan: a node's bits must not depend on the pass's shape."""
+    if is_invariant(loaded):
+        return AttentionPlan.invariant()
     if isinstance(attention, AttentionPlan):
         return attention
     if attention == "auto":

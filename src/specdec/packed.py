@@ -49,6 +49,7 @@ import copy
 
 import torch
 
+from specdec.invariant import MIN_ROWS, wants_invariance
 from specdec.models.base import LoadedModel, check_pack
 from specdec.models.state import ModelState
 
@@ -60,13 +61,14 @@ PAD_MIN_WEIGHT = 2_000_000  # weight entries from which padding pays
 class PackedLinear(torch.nn.Module):
     """y = x @ W.T + b with W held in oneDNN's blocked layout (inference only)."""
 
-    def __init__(self, linear: torch.nn.Linear) -> None:
+    def __init__(self, linear: torch.nn.Linear, min_rows: int = 1) -> None:
+        """min_rows: run every product over at least this many rows (`specdec.invariant.MIN_ROWS`)."""
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
         self.bias = None if linear.bias is None else linear.bias.detach()
         large = linear.weight.numel() >= PAD_MIN_WEIGHT
-        self.min_rows = PAD_ROWS if large and linear.weight.dtype == torch.bfloat16 else 1
+        self.min_rows = max(min_rows, PAD_ROWS if large and linear.weight.dtype == torch.bfloat16 else 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in_features] -> [..., out_features]."""
@@ -103,8 +105,9 @@ def wants_packing(pack: str, model: torch.nn.Module) -> bool:
     return pack == "on" or weight.dtype in _EXACT_DTYPES
 
 
-def packed_view(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy of `model` sharing its tensors, with the decoder's Linear layers (and a bf16 head) packed."""
+def packed_view(model: torch.nn.Module, min_rows: int = 1) -> torch.nn.Module:
+    """A copy of `model` sharing its tensors, with the decoder's Linear layers (and a bf16 head) packed,
+    each product run over at least `min_rows` rows."""
     tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
     view = copy.deepcopy(model, tensors)  # modules and configs copied, tensors shared
     decoder = view.get_decoder() if hasattr(view, "get_decoder") else view
@@ -112,27 +115,36 @@ def packed_view(model: torch.nn.Module) -> torch.nn.Module:
     for parent in list(decoder.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is torch.nn.Linear and child is not head and can_pack(child.weight.dtype, child.weight.device):
-                setattr(parent, name, PackedLinear(child))
+                setattr(parent, name, PackedLinear(child, min_rows))
     if type(head) is torch.nn.Linear and head.weight.dtype in _EXACT_DTYPES and can_pack(head.weight.dtype, head.weight.device):
-        view.set_output_embeddings(PackedLinear(head))
+        view.set_output_embeddings(PackedLinear(head, min_rows))
     view.eval()
     return view
 
 
-def maybe_packed(model: torch.nn.Module, pack: str, state: ModelState | None) -> torch.nn.Module:
+def maybe_packed(
+    model: torch.nn.Module, pack: str, state: ModelState | None, min_rows: int = 1
+) -> torch.nn.Module:
     """`model`'s packed view when `pack` wants it here, else `model`.
 
-    `state`: that of the loaded model whose module `model` is; the view is made once and
-    kept there, so every user of that loaded model runs the same view. None: a view of
-    the caller's own (a draft module that no `LoadedModel` holds).
+    `state`: that of the loaded model whose module `model` is; the view is made once (per
+    `min_rows`) and kept there, so every user of that loaded model runs the same view. None: a
+    view of the caller's own (a draft module that no `LoadedModel` holds).
     """
     if not wants_packing(pack, model):
         return model
     if state is None:
-        return packed_view(model)
-    return state.shared("packed_view", lambda: packed_view(model))
+        return packed_view(model, min_rows)
+    return state.shared(f"packed_view:{min_rows}", lambda: packed_view(model, min_rows))
+
+
+def is_invariant(loaded: LoadedModel) -> bool:
+    """Whether the engine verifies `loaded` batch-invariantly (`specdec.invariant`, `loaded.exact`)."""
+    return wants_invariance(loaded.exact, loaded.dtype, loaded.device, wants_packing(loaded.pack, loaded.model))
 
 
 def verify_model(loaded: LoadedModel) -> torch.nn.Module:
-    """The module the engine verifies on (and cost curves time): `loaded.model` or its packed view."""
-    return maybe_packed(loaded.model, loaded.pack, loaded.state)
+    """The module the engine verifies on (and cost curves time): `loaded.model` or its packed view,
+    whose products run over at least `invariant.MIN_ROWS` rows when verification is invariant."""
+    min_rows = MIN_ROWS if is_invariant(loaded) else 1
+    return maybe_packed(loaded.model, loaded.pack, loaded.state, min_rows)

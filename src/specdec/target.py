@@ -39,7 +39,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
-from specdec.attention_plan import AttentionPlan
+from specdec.attention_plan import INVARIANT, MATERIALIZED_CHUNK, AttentionPlan
+from specdec.invariant import Layout, causal_allowed
 from specdec.kv_cache import DEFAULT_CAPACITY, preallocated_cache
 from specdec.models import UnsupportedModelError
 from specdec.tree import ancestry
@@ -151,8 +152,13 @@ class TargetModel:
         if ids.numel() == 0:
             raise ValueError("cannot prefill an empty token sequence")
         self.reset()
-        logits = self._forward(ids, position_ids=None, attention_mask=None, last_only=True)
-        self._num_committed = ids.numel()
+        # An invariant plan's attention materializes its scores: chunks bound them, at no change of
+        # bits (a node's arithmetic does not depend on the pass around it).
+        chunk = MATERIALIZED_CHUNK if self.attention is not None and self.attention.is_invariant else ids.numel()
+        for start in range(0, ids.numel(), chunk):
+            piece = ids[start : start + chunk]
+            logits = self._forward(piece, position_ids=None, attention_mask=None, last_only=True)
+            self._num_committed += piece.numel()
         return logits[-1]
 
     @torch.inference_mode()
@@ -236,7 +242,9 @@ class TargetModel:
         )
         if capture:  # only then: a draft view's forward (layerskip) takes no such argument
             inputs["output_hidden_states"] = True
-        with self._attention_for(context, input_ids.numel()):
+        with self._attention_for(context, input_ids.numel(), prefill=last_only) as choice:
+            if choice == INVARIANT:  # where each row reads its keys: once per pass, not per layer
+                inputs["specdec_layout"] = self._layout(input_ids.shape, attention_mask, context)
             if self._head is None:
                 keep = {"logits_to_keep": 1} if last_only else {}
                 out = self.model(**inputs, **keep)
@@ -249,18 +257,29 @@ class TargetModel:
         logits = head_logits(self._head, hidden.reshape(rows * tokens, -1)).reshape(rows, tokens, -1)
         return logits, _features(out, capture)
 
+    def _layout(self, shape: torch.Size, attention_mask: torch.Tensor | None, context: int) -> Layout:
+        """The invariant attention's `Layout` for a pass of input_ids `shape` [B, T] after `context`
+        cached tokens: from the additive mask, or causal when there is none."""
+        batch, num_queries = shape
+        if attention_mask is None:
+            allowed = causal_allowed(batch, context, num_queries, self.device)
+        else:
+            allowed = (attention_mask == 0).expand(batch, 1, -1, -1)[:, 0]
+        return Layout.of(allowed, self.dtype)
+
     @contextmanager
-    def _attention_for(self, context: int, num_new: int) -> Iterator[None]:
-        """Run the pass with the planned attention implementation, then give the model back as it was
-        (others use it too: transformers' own `generate` in the benchmarks, draft views)."""
+    def _attention_for(self, context: int, num_new: int, prefill: bool) -> Iterator[str]:
+        """Run the pass with the planned attention implementation (yielded), then give the model back
+        as it was (others use it too: transformers' own `generate` in the benchmarks, draft views).
+        prefill: a prompt's pass (the passes that return the last position's logits only)."""
         own = self.model.config._attn_implementation
-        choice = own if self.attention is None else self.attention.choose(context, num_new)
+        choice = own if self.attention is None else self.attention.choose(context, num_new, prefill)
         if choice == own:
-            yield
+            yield choice
             return
         self.model.set_attn_implementation(choice)
         try:
-            yield
+            yield choice
         finally:
             self.model.set_attn_implementation(own)
 

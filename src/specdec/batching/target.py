@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import torch
 from transformers.cache_utils import Cache
 
+from specdec.attention_plan import MATERIALIZED_CHUNK
 from specdec.batching.cache import BatchedLayer, BatchLayout, batched_cache
 from specdec.kv_cache import preallocated_cache
 from specdec.target import TargetModel
@@ -94,12 +95,15 @@ class BatchedTarget:
                 self._staging = preallocated_cache(self.single.num_layers, self.single.capacity)
             self._staging.reset()
             self._staged_for, prompt.done, prompt.features = prompt, 0, []
-        chunk = prompt.ids[prompt.done : prompt.done + max_tokens]
-        ids = chunk[None].to(self.device)
-        logits, features = self.single.run(ids, None, None, self._staging, prompt.done, True, self.capture)
-        prompt.done += chunk.numel()
-        if features is not None:
-            prompt.features.append(features[0])
+        plan = self.single.attention
+        per_pass = MATERIALIZED_CHUNK if plan is not None and plan.is_invariant else max_tokens
+        end = min(prompt.done + max_tokens, prompt.ids.numel())
+        while prompt.done < end:  # passes of at most `per_pass` tokens (see TargetModel.prefill)
+            ids = prompt.ids[prompt.done : min(end, prompt.done + per_pass)][None].to(self.device)
+            logits, features = self.single.run(ids, None, None, self._staging, prompt.done, True, self.capture)
+            prompt.done += ids.shape[1]
+            if features is not None:
+                prompt.features.append(features[0])
         if prompt.done < prompt.ids.numel():
             return None
         self._staged_for = None

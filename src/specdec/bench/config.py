@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.data import DataError, Question, default_questions_path, load_questions
+from specdec.invariant import check_exact
 from specdec.models import default_device, resolve_dtype
 from specdec.models.base import check_pack
 from specdec.proposers import METHODS, MethodError, make_config, split_method
@@ -74,6 +75,7 @@ class BenchConfig:
     model: str = "smollm2-135m"
     dtype: str = "auto"
     pack: str = "auto"  # our methods' verification (LoadedModel.pack); transformers' baselines run the model as loaded
+    exact: str = "auto"  # batch-invariant verification (LoadedModel.exact)
     device: str | None = None
     cache_dir: str | None = None
     methods: tuple[str, ...] | None = None  # None: DEFAULT_METHODS that exist
@@ -101,6 +103,7 @@ class BenchConfig:
                 raise BenchConfigError(f"{name} must be a positive integer, got {value!r}")
         try:
             check_pack(self.pack)
+            check_exact(self.exact)
         except ValueError as error:
             raise BenchConfigError(str(error)) from None
         if not isinstance(self.warmup, int) or self.warmup < 0:

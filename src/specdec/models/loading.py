@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from specdec.invariant import check_exact
 from specdec.models import gguf, pulled
 from specdec.models.base import (
     LoadedModel,
@@ -91,6 +92,7 @@ def load_model(
     device: str | None = None,
     cache_dir: str | Path | None = None,
     pack: str = "auto",
+    exact: str = "auto",
 ) -> LoadedModel:
     """Load the bundled default, a `.gguf` file, a local HF folder or a hub id as a LoadedModel.
 
@@ -98,9 +100,11 @@ def load_model(
     device: None means "cuda" if available, else "cpu".
     cache_dir: parent folder of converted GGUF models (default ~/.cache/specdec).
     pack: "auto" | "on" | "off": verify with prepacked Linear weights (`LoadedModel.pack`, `specdec.packed`).
+    exact: "auto" | "on" | "off": verify batch-invariantly (`LoadedModel.exact`, `specdec.invariant`).
     """
     check_pack(pack)
-    return replace(_load(name_or_path, dtype, device, cache_dir), pack=pack)
+    check_exact(exact)
+    return replace(_load(name_or_path, dtype, device, cache_dir), pack=pack, exact=exact)
 
 
 def _load(

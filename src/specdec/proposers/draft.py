@@ -60,7 +60,7 @@ import torch
 
 from specdec.generation import ProposalContext
 from specdec.models import LoadedModel, load_model
-from specdec.packed import maybe_packed
+from specdec.packed import maybe_packed, verify_model
 from specdec.proposers.chain_length import SCHEDULES, ChainSettings, DraftLength, PassTimes
 from specdec.proposers.draft_jump import MAX_NGRAM as JUMP_MAX_NGRAM
 from specdec.proposers.draft_jump import RetrievalJump
@@ -167,7 +167,8 @@ class DraftConfig:
             draft_model = quantize_int8(draft_model)
             ratio *= INT8_COST_FACTOR.get(loaded.dtype, 0.32)
         else:  # packed as the target is, so the cost ratio still holds; the target's own view if it drafts itself
-            draft_model = maybe_packed(draft_model, loaded.pack, loaded.state if draft_model is loaded.model else None)
+            own = draft_model is loaded.model
+            draft_model = verify_model(loaded) if own else maybe_packed(draft_model, loaded.pack, None)
         return PreparedDraft(draft_model, ratio)
 
     def build_prepared(

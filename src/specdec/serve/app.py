@@ -68,6 +68,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from specdec.engine import DEFAULT_PREFILL_CHUNK, Engine
 from specdec.generation import GenerationConfig
+from specdec.invariant import check_exact
 from specdec.models import DEFAULT_MODEL, LoadedModel
 from specdec.models.base import check_pack
 from specdec.prompts import encode_prompt
@@ -127,6 +128,7 @@ class ServerConfig:
     max_body_bytes: int = 1 << 20
     dtype: str = "auto"
     pack: str = "auto"  # LoadedModel.pack
+    exact: str = "auto"  # LoadedModel.exact
     cache_dir: str | None = None
     shutdown_timeout_s: float = 30.0
     request_timeout_s: float = 30.0  # for a request's headers, and again for its body; then 408
@@ -148,6 +150,7 @@ class ServerConfig:
         if self.pool_capacity < 1:
             raise ValueError(f"pool_capacity must be >= 1, got {self.pool_capacity}")
         check_pack(self.pack)
+        check_exact(self.exact)
         self.method_settings()  # a bad method spec fails at startup, not per request
 
     def method_settings(self) -> MethodSettings:
@@ -403,7 +406,7 @@ def serve(config: ServerConfig) -> None:
 
     from specdec.models import load_model
 
-    loaded = load_model(config.model, dtype=config.dtype, cache_dir=config.cache_dir, pack=config.pack)
+    loaded = load_model(config.model, dtype=config.dtype, cache_dir=config.cache_dir, pack=config.pack, exact=config.exact)
     app = create_app(config, loaded)  # prepares the configured methods (measure, load, calibrate)
     if not config.api_keys and config.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without --api-key: anyone who can reach it can use it", config.host)

@@ -1,0 +1,236 @@
+"""Batch-invariant verification: a tree node's logits carry the same bits as a one-token pass's.
+
+Why this exists: lossless is the contract, but in bf16 a many-token
+verification pass used to round differently from a one-token decoding step,
+so a speculative method's greedy text could differ from plain decoding's
+(33-50% of prompts), and the server's text depended on which requests shared
+a pass. What broke it was found by comparing a one-token pass with the same
+token inside chains, trees and batches, op by op (bf16, oneDNN on a 2-core
+AVX-512 CPU with avx512_bf16; `tests/test_invariant.py` repeats the check on
+whatever machine runs the suite):
+
+- products by weights: oneDNN's one-row kernel sums in another order than its
+  many-row kernel (a matrix-vector product against a matrix product); from two
+  rows up, every row of every product we tried (2 to 2,048 rows, SmolLM2's and
+  the LM head's shapes) had the bits it has in a two-row product. So every
+  packed product runs at least `MIN_ROWS` rows (`specdec.packed`);
+- attention: PyTorch's SDPA kernel splits its work by the number of queries;
+  transformers' eager attention (two matrix products and a float32 softmax) is
+  row-independent from two query rows up, with one more catch: oneDNN sums the
+  probabilities-by-values product over at most 1,024 keys in one run, and over
+  more in blocks from key 0, so a row whose live keys straddle that limit
+  changes with the number of masked keys after them. `invariant_attention`
+  therefore runs eager attention's arithmetic over at least `MIN_ROWS` query
+  rows and at least `MIN_KEYS` keys, the extra ones zeros behind a blocked
+  mask (exact zeros after the softmax, so they change no sum);
+- everything else on the path (embeddings, rotary tables, RMS norms, residual
+  sums, SiLU) is computed row by row and was already invariant.
+
+With both, a node's logits and hidden states equal, bit for bit, those of a
+one-token pass at its position, whatever tree, batch, cache length or prefill
+chunking surrounds it. Plain decoding and every method then verify with the
+same arithmetic, so greedy output is token-identical to plain decoding in
+bf16 as it is in fp32.
+
+Invariants:
+- it changes which kernels run, never what is computed: the attention is
+  transformers' eager attention (scores, additive mask, float32 softmax,
+  product by values) and the products are the same packed products;
+- the attention is registered through transformers' public
+  `AttentionInterface` / `AttentionMaskInterface` (with eager's mask) under
+  `IMPLEMENTATION`; nothing in transformers is patched;
+- `auto` turns it on where it was shown to hold and to cost little: bf16 /
+  fp16 on CPU with packed weights (`wants_invariance`); fp32 is the exact
+  reference already and keeps its own kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+EXACT = ("auto", "on", "off")  # LoadedModel.exact
+IMPLEMENTATION = "specdec_invariant"  # verification passes (trees, batches, one-token steps)
+PREFILL_IMPLEMENTATION = "specdec_invariant_prefill"  # prompt passes, in chunks of any size
+MIN_ROWS = 2  # oneDNN's one-row kernels sum in another order (module docstring)
+MIN_KEYS = 1025  # past oneDNN's single-run reduction length, whose blocks start at key 0
+TAIL = 32  # keys gathered per query row in position order: itself and the 31 before it
+_INVARIANT_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def check_exact(exact: str) -> None:
+    """Raise ValueError unless `exact` is one of EXACT (one message for every entry point)."""
+    if exact not in EXACT:
+        raise ValueError(f"exact must be one of {', '.join(EXACT)} (got {exact!r})")
+
+
+def wants_invariance(exact: str, dtype: torch.dtype, device: torch.device, packed: bool) -> bool:
+    """Whether verification runs batch-invariant: `auto` in bf16 / fp16 on a CPU with packed weights,
+    `on` wherever the weights are packed (it pads the packed products), `off` never."""
+    check_exact(exact)
+    if exact == "off":
+        return False
+    if not packed:
+        if exact == "on":
+            raise ValueError("exact=on needs packed weights (pack=auto in bf16 on CPU, or pack=on)")
+        return False
+    return exact == "on" or (device.type == "cpu" and dtype in _INVARIANT_DTYPES)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each query row of one pass reads its keys (the same for every layer of the pass).
+
+    A row that sees n keys sits at position n - 1. Its keys are split at position n - TAIL (never
+    past its first hidden key, so the prefix is contiguous cache slots [0, start)): the tail, the
+    keys from the split on, is gathered in position order into TAIL columns; the prefix is read
+    in place. A tree node whose first hidden key is more than TAIL - 1 positions back (a branch
+    point that deep) keeps exact maths but not invariant bits; chains are invariant at any depth.
+    """
+
+    tail_slots: torch.Tensor  # [B, T * TAIL] int64 key slots, row-major (padding: a valid slot)
+    mask: torch.Tensor  # [B, 1, T, TAIL + width] additive: the tail columns, then prefix slots
+    width: int  # prefix slots the pass reads: max(starts), at least MIN_KEYS when any
+
+    @classmethod
+    def of(cls, allowed: torch.Tensor, dtype: torch.dtype) -> Layout:
+        """From allowed [B, T, K] bool (key visible to query) and the scores' dtype."""
+        batch, num_queries, num_keys = allowed.shape
+        device = allowed.device
+        slots = torch.arange(num_keys, device=device)
+        visible = allowed.sum(-1)  # [B, T]
+        first_hidden = torch.where(allowed, num_keys, slots).amin(-1)
+        starts = torch.minimum((visible - TAIL).clamp(min=0), first_hidden)
+        in_tail = allowed & (slots >= starts[..., None])  # [B, T, K]
+        if int(in_tail.sum(-1).max()) > TAIL:
+            raise ValueError(f"a query sees more than {TAIL} keys past its split point (a branch too deep)")
+        order = torch.where(in_tail, slots, num_keys).sort(-1).values[..., :TAIL]  # kept slots first
+        order = torch.nn.functional.pad(order, (0, TAIL - order.shape[-1]))  # fewer keys than TAIL
+        live = torch.arange(TAIL, device=device) < in_tail.sum(-1)[..., None]  # [B, T, TAIL]
+        tail_slots = torch.where(live, order, 0)
+        top = int(starts.max())
+        width = max(top, MIN_KEYS) if top else 0
+        in_prefix = torch.arange(width, device=device) < starts[..., None]  # [B, T, width]
+        blocked = torch.finfo(dtype).min
+        mask = torch.zeros(batch, num_queries, TAIL + width, dtype=dtype, device=device)
+        mask.masked_fill_(~torch.cat([live, in_prefix], -1), blocked)
+        return cls(tail_slots.reshape(batch, -1), mask[:, None], width)
+
+
+def causal_allowed(batch: int, context: int, num_queries: int, device: torch.device) -> torch.Tensor:
+    """[B, T, context + T] bool: query t sees every cached key and the new ones up to itself."""
+    keys = torch.arange(context + num_queries, device=device)
+    queries = torch.arange(context, context + num_queries, device=device)
+    return (keys[None, :] <= queries[:, None]).expand(batch, -1, -1)
+
+
+def invariant_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    specdec_layout: Layout | None = None,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    """Attention whose every query row gets the bits it would get alone at its position; [B, T, H, D].
+
+    query [B, H, T, D]; key, value [B, KV, K, D]; the pass's `Layout` (made from `attention_mask`,
+    additive [B, 1, T, K] or None for all visible, when not given). One float32 softmax over each
+    row's tail columns then its prefix slots; the tail's product by values per row (gathered in
+    position order), the prefix's over at least MIN_ROWS rows and MIN_KEYS keys.
+    """
+    batch, heads, num_queries, dim = query.shape
+    kv_heads, num_keys = key.shape[1], key.shape[2]
+    groups = heads // kv_heads
+    layout = specdec_layout
+    if layout is None:
+        allowed = torch.ones(batch, num_queries, num_keys, dtype=torch.bool, device=query.device)
+        if attention_mask is not None:
+            allowed = (attention_mask[..., :num_keys] == 0).expand(batch, 1, -1, -1)[:, 0]
+        layout = Layout.of(allowed, query.dtype)
+    # Query rows grouped by the key head they read: [B, KV, G, T, D].
+    grouped = query.reshape(batch, kv_heads, groups, num_queries, dim)
+    tail_keys = _gather(key, layout.tail_slots, num_queries)  # [B, KV, T, TAIL, D]
+    tail_values = _gather(value, layout.tail_slots, num_queries)
+    tail_scores = grouped.transpose(2, 3) @ tail_keys.transpose(-1, -2)  # [B, KV, T, G, TAIL]
+    parts = [tail_scores.permute(0, 1, 3, 2, 4)]  # [B, KV, G, T, TAIL]
+    if layout.width:
+        prefix_keys, prefix_values = _prefix(key, layout.width), _prefix(value, layout.width)
+        rows = grouped.reshape(batch, kv_heads, groups * num_queries, dim)
+        extra = max(0, MIN_ROWS - rows.shape[2])
+        prefix_scores = torch.nn.functional.pad(rows, (0, 0, 0, extra)) @ prefix_keys.transpose(2, 3)
+        parts.append(prefix_scores[:, :, : groups * num_queries].view(batch, kv_heads, groups, num_queries, -1))
+    scores = torch.cat(parts, -1).reshape(batch, heads, num_queries, -1) * scaling + layout.mask
+    probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    probs = probs.view(batch, kv_heads, groups, num_queries, -1)
+    tail_probs = probs[..., :TAIL].transpose(2, 3)  # [B, KV, T, G, TAIL]
+    out = (tail_probs @ tail_values).transpose(2, 3).float()  # [B, KV, G, T, D]
+    if layout.width:
+        prefix_probs = probs[..., TAIL:].reshape(batch, kv_heads, groups * num_queries, -1)
+        extra = max(0, MIN_ROWS - prefix_probs.shape[2])
+        prefix_out = torch.nn.functional.pad(prefix_probs, (0, 0, 0, extra)) @ prefix_values
+        out = out + prefix_out[:, :, : groups * num_queries].view(batch, kv_heads, groups, num_queries, dim).float()
+    out = out.to(query.dtype).reshape(batch, heads, num_queries, dim)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def prefill_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    """Eager attention's arithmetic over at least MIN_ROWS rows and MIN_KEYS keys; [B, T, H, D].
+
+    For prompt passes, whose rows see contiguous keys from slot 0: a row's bits then depend neither
+    on the rows beside it nor on the masked keys after its own, so a prompt prefilled in chunks of
+    any size (the server's) gets the bits of one prefilled whole.
+    """
+    batch, heads, num_queries, dim = query.shape
+    kv_heads, num_keys = key.shape[1], key.shape[2]
+    groups, width = heads // kv_heads, max(num_keys, MIN_KEYS)
+    if attention_mask is None:
+        attention_mask = query.new_zeros(batch, 1, num_queries, num_keys)
+    blocked = torch.finfo(query.dtype).min
+    mask = torch.nn.functional.pad(attention_mask[..., :num_keys], (0, width - num_keys), value=blocked)
+    rows = query.reshape(batch, kv_heads, groups * num_queries, dim)
+    extra = max(0, MIN_ROWS - rows.shape[2])
+    keys, values = _prefix(key, width), _prefix(value, width)
+    scores = torch.nn.functional.pad(rows, (0, 0, 0, extra)) @ keys.transpose(2, 3)
+    scores = scores[:, :, : groups * num_queries].reshape(batch, heads, num_queries, width) * scaling + mask
+    probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    probs = probs.reshape(batch, kv_heads, groups * num_queries, width)
+    out = (torch.nn.functional.pad(probs, (0, 0, 0, extra)) @ values)[:, :, : groups * num_queries]
+    return out.reshape(batch, heads, num_queries, dim).transpose(1, 2).contiguous(), None
+
+
+def _gather(states: torch.Tensor, slots: torch.Tensor, num_queries: int) -> torch.Tensor:
+    """states [B, KV, K, D], slots [B, T * TAIL] -> [B, KV, T, TAIL, D]."""
+    batch, kv_heads, _, dim = states.shape
+    if batch == 1:
+        return states.index_select(2, slots[0]).view(1, kv_heads, num_queries, TAIL, dim)
+    rows = torch.arange(batch, device=slots.device)[:, None]
+    picked = states[rows, :, slots]  # [B, T * TAIL, KV, D]: advanced indices around a slice go first
+    return picked.view(batch, num_queries, TAIL, kv_heads, dim).permute(0, 3, 1, 2, 4)
+
+
+def _prefix(states: torch.Tensor, width: int) -> torch.Tensor:
+    """The first `width` slots of states [B, KV, K, D], zeros past K."""
+    head = states[:, :, :width]
+    return torch.nn.functional.pad(head, (0, 0, 0, width - head.shape[2])) if head.shape[2] < width else head
+
+
+AttentionInterface.register(IMPLEMENTATION, invariant_attention)
+AttentionMaskInterface.register(IMPLEMENTATION, eager_mask)
+AttentionInterface.register(PREFILL_IMPLEMENTATION, prefill_attention)
+AttentionMaskInterface.register(PREFILL_IMPLEMENTATION, eager_mask)
