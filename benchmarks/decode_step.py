@@ -16,6 +16,7 @@ JSON document with every row.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import statistics
 import sys
@@ -56,6 +57,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,16", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--steps", type=int, default=32, help="decode steps per generation")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--exact", default="auto", help="batch-invariant verification: auto, on, off (newer sources)")
     args = parser.parse_args()
     sys.path.insert(0, str(args.src.resolve()))
     from specdec.engine import Engine
@@ -67,7 +69,8 @@ def main() -> None:
     except ImportError:  # sources from before the generation types had a module of their own
         from specdec.engine import GenerationConfig
 
-    engine = Engine(load_model(args.model, dtype=args.dtype))
+    exact = {"exact": args.exact} if "exact" in inspect.signature(load_model).parameters else {}
+    engine = Engine(load_model(args.model, dtype=args.dtype, **exact))
     print(f"{args.src}; {machine_fingerprint(engine.target.device)}; threads {torch.get_num_threads()}",
           file=sys.stderr)
     vocab = engine.target.config.vocab_size

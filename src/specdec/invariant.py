@@ -57,6 +57,8 @@ IMPLEMENTATION = "specdec_invariant"  # verification passes (trees, batches, one
 PREFILL_IMPLEMENTATION = "specdec_invariant_prefill"  # prompt passes, in chunks of any size
 MIN_ROWS = 2  # oneDNN's one-row kernels sum in another order (module docstring)
 MIN_KEYS = 1025  # past oneDNN's single-run reduction length, whose blocks start at key 0
+SAFE_KEYS = 512  # rows seeing no more keys than this sum alike in both regimes: no padding needed
+COLUMNS = 64  # softmax rows are a multiple of this wide: its vector loop then has no scalar tail
 TAIL = 32  # keys gathered per query row in position order: itself and the 31 before it
 _INVARIANT_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -93,7 +95,8 @@ class Layout:
 
     tail_slots: torch.Tensor  # [B, T * TAIL] int64 key slots, row-major (padding: a valid slot)
     mask: torch.Tensor  # [B, 1, T, TAIL + width] additive: the tail columns, then prefix slots
-    width: int  # prefix slots the pass reads: max(starts), at least MIN_KEYS when any
+    width: int  # prefix slots the pass reads: max(starts), at least MIN_KEYS past SAFE_KEYS
+    filler: int  # masked columns after them, so that TAIL + width + filler is a multiple of COLUMNS
 
     @classmethod
     def of(cls, allowed: torch.Tensor, dtype: torch.dtype) -> Layout:
@@ -112,12 +115,13 @@ class Layout:
         live = torch.arange(TAIL, device=device) < in_tail.sum(-1)[..., None]  # [B, T, TAIL]
         tail_slots = torch.where(live, order, 0)
         top = int(starts.max())
-        width = max(top, MIN_KEYS) if top else 0
-        in_prefix = torch.arange(width, device=device) < starts[..., None]  # [B, T, width]
+        width = top if top <= SAFE_KEYS else max(top, MIN_KEYS)
+        filler = _aligned(TAIL + width) - TAIL - width
+        in_prefix = torch.arange(width + filler, device=device) < starts[..., None]  # [B, T, width + filler]
         blocked = torch.finfo(dtype).min
-        mask = torch.zeros(batch, num_queries, TAIL + width, dtype=dtype, device=device)
+        mask = torch.zeros(batch, num_queries, TAIL + width + filler, dtype=dtype, device=device)
         mask.masked_fill_(~torch.cat([live, in_prefix], -1), blocked)
-        return cls(tail_slots.reshape(batch, -1), mask[:, None], width)
+        return cls(tail_slots.reshape(batch, -1), mask[:, None], width, filler)
 
 
 def causal_allowed(batch: int, context: int, num_queries: int, device: torch.device) -> torch.Tensor:
@@ -155,29 +159,25 @@ def invariant_attention(
             allowed = (attention_mask[..., :num_keys] == 0).expand(batch, 1, -1, -1)[:, 0]
         layout = Layout.of(allowed, query.dtype)
     # Query rows grouped by the key head they read: [B, KV, G, T, D].
-    grouped = query.reshape(batch, kv_heads, groups, num_queries, dim)
+    grouped = query.reshape(batch, kv_heads, groups, num_queries, dim).contiguous()
     tail_keys = _gather(key, layout.tail_slots, num_queries)  # [B, KV, T, TAIL, D]
     tail_values = _gather(value, layout.tail_slots, num_queries)
-    tail_scores = grouped.transpose(2, 3) @ tail_keys.transpose(-1, -2)  # [B, KV, T, G, TAIL]
-    parts = [tail_scores.permute(0, 1, 3, 2, 4)]  # [B, KV, G, T, TAIL]
+    scores = (grouped.transpose(2, 3) @ tail_keys.transpose(-1, -2)).transpose(2, 3)  # [B, KV, G, T, TAIL]
     if layout.width:
-        prefix_keys, prefix_values = _prefix(key, layout.width), _prefix(value, layout.width)
-        rows = grouped.reshape(batch, kv_heads, groups * num_queries, dim)
-        extra = max(0, MIN_ROWS - rows.shape[2])
-        prefix_scores = torch.nn.functional.pad(rows, (0, 0, 0, extra)) @ prefix_keys.transpose(2, 3)
-        parts.append(prefix_scores[:, :, : groups * num_queries].view(batch, kv_heads, groups, num_queries, -1))
-    scores = torch.cat(parts, -1).reshape(batch, heads, num_queries, -1) * scaling + layout.mask
-    probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    probs = probs.view(batch, kv_heads, groups, num_queries, -1)
-    tail_probs = probs[..., :TAIL].transpose(2, 3)  # [B, KV, T, G, TAIL]
-    out = (tail_probs @ tail_values).transpose(2, 3).float()  # [B, KV, G, T, D]
+        rows = grouped.view(batch, kv_heads, groups * num_queries, dim)
+        prefix_scores = _at_least_rows(rows) @ _prefix(key, layout.width).transpose(2, 3)
+        prefix_scores = prefix_scores[:, :, : groups * num_queries].view(batch, kv_heads, groups, num_queries, -1)
+        scores = torch.cat([scores, prefix_scores], -1)
+    if layout.filler:  # masked by the layout's mask; any finite value will do
+        scores = torch.nn.functional.pad(scores, (0, layout.filler))
+    scores = scores.reshape(batch, heads, num_queries, -1) * scaling + layout.mask
+    probs = torch.softmax(scores, dim=-1).view(batch, kv_heads, groups, num_queries, -1)  # float32 inside
+    out = (probs[..., :TAIL].transpose(2, 3) @ tail_values).transpose(2, 3)  # [B, KV, G, T, D]
     if layout.width:
-        prefix_probs = probs[..., TAIL:].reshape(batch, kv_heads, groups * num_queries, -1)
-        extra = max(0, MIN_ROWS - prefix_probs.shape[2])
-        prefix_out = torch.nn.functional.pad(prefix_probs, (0, 0, 0, extra)) @ prefix_values
-        out = out + prefix_out[:, :, : groups * num_queries].view(batch, kv_heads, groups, num_queries, dim).float()
-    out = out.to(query.dtype).reshape(batch, heads, num_queries, dim)
-    return out.transpose(1, 2).contiguous(), None
+        prefix_probs = probs[..., TAIL : TAIL + layout.width].reshape(batch, kv_heads, groups * num_queries, -1)
+        prefix_out = _at_least_rows(prefix_probs) @ _prefix(value, layout.width)
+        out = prefix_out[:, :, : groups * num_queries].view(batch, kv_heads, groups, num_queries, dim) + out
+    return out.reshape(batch, heads, num_queries, dim).transpose(1, 2).contiguous(), None
 
 
 def prefill_attention(
@@ -198,19 +198,19 @@ def prefill_attention(
     """
     batch, heads, num_queries, dim = query.shape
     kv_heads, num_keys = key.shape[1], key.shape[2]
-    groups, width = heads // kv_heads, max(num_keys, MIN_KEYS)
+    groups, width = heads // kv_heads, num_keys if num_keys <= SAFE_KEYS else max(num_keys, MIN_KEYS)
     if attention_mask is None:
         attention_mask = query.new_zeros(batch, 1, num_queries, num_keys)
     blocked = torch.finfo(query.dtype).min
-    mask = torch.nn.functional.pad(attention_mask[..., :num_keys], (0, width - num_keys), value=blocked)
+    columns = _aligned(width)
+    mask = torch.nn.functional.pad(attention_mask[..., :num_keys], (0, columns - num_keys), value=blocked)
     rows = query.reshape(batch, kv_heads, groups * num_queries, dim)
-    extra = max(0, MIN_ROWS - rows.shape[2])
     keys, values = _prefix(key, width), _prefix(value, width)
-    scores = torch.nn.functional.pad(rows, (0, 0, 0, extra)) @ keys.transpose(2, 3)
-    scores = scores[:, :, : groups * num_queries].reshape(batch, heads, num_queries, width) * scaling + mask
-    probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    probs = probs.reshape(batch, kv_heads, groups * num_queries, width)
-    out = (torch.nn.functional.pad(probs, (0, 0, 0, extra)) @ values)[:, :, : groups * num_queries]
+    scores = _at_least_rows(rows) @ keys.transpose(2, 3)
+    scores = scores[:, :, : groups * num_queries].reshape(batch, heads, num_queries, width)
+    scores = torch.nn.functional.pad(scores, (0, columns - width)) * scaling + mask  # masked filler columns
+    probs = torch.softmax(scores, dim=-1)[..., :width].reshape(batch, kv_heads, groups * num_queries, width)
+    out = (_at_least_rows(probs) @ values)[:, :, : groups * num_queries]
     return out.reshape(batch, heads, num_queries, dim).transpose(1, 2).contiguous(), None
 
 
@@ -222,6 +222,17 @@ def _gather(states: torch.Tensor, slots: torch.Tensor, num_queries: int) -> torc
     rows = torch.arange(batch, device=slots.device)[:, None]
     picked = states[rows, :, slots]  # [B, T * TAIL, KV, D]: advanced indices around a slice go first
     return picked.view(batch, num_queries, TAIL, kv_heads, dim).permute(0, 3, 1, 2, 4)
+
+
+def _aligned(columns: int) -> int:
+    """`columns` rounded up to a multiple of COLUMNS."""
+    return -(-columns // COLUMNS) * COLUMNS
+
+
+def _at_least_rows(matrix: torch.Tensor) -> torch.Tensor:
+    """matrix [..., M, N] with zero rows appended up to MIN_ROWS (the caller drops their results)."""
+    extra = MIN_ROWS - matrix.shape[-2]
+    return torch.nn.functional.pad(matrix, (0, 0, 0, extra)) if extra > 0 else matrix
 
 
 def _prefix(states: torch.Tensor, width: int) -> torch.Tensor:

@@ -74,7 +74,9 @@ class PackedLinear(torch.nn.Module):
         """x [..., in_features] -> [..., out_features]."""
         rows = x.reshape(-1, self.in_features)  # [M, in]
         num_rows = rows.shape[0]
-        if num_rows < self.min_rows:
+        if num_rows == 1 and self.min_rows == 2:  # the row twice: a view, no zero-filled copy
+            rows = rows.expand(2, -1)
+        elif num_rows < self.min_rows:
             rows = torch.nn.functional.pad(rows, (0, 0, 0, self.min_rows - num_rows))  # [min_rows, in]
         y = torch.ops.mkldnn._linear_pointwise(rows, self.packed_weight, self.bias, "none", [], "")[:num_rows]
         return y.reshape(*x.shape[:-1], self.out_features)

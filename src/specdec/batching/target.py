@@ -70,6 +70,7 @@ class BatchedTarget:
         # Hidden-state indices every pass returns as features (`TargetModel.run`): what the rows' draft
         # heads read (`Proposer.feature_layers`); empty for methods that read none.
         self.capture: tuple[int, ...] = ()
+        self.invariant = single.attention is not None and single.attention.is_invariant
 
     @property
     def num_rows(self) -> int:
@@ -95,8 +96,7 @@ class BatchedTarget:
                 self._staging = preallocated_cache(self.single.num_layers, self.single.capacity)
             self._staging.reset()
             self._staged_for, prompt.done, prompt.features = prompt, 0, []
-        plan = self.single.attention
-        per_pass = MATERIALIZED_CHUNK if plan is not None and plan.is_invariant else max_tokens
+        per_pass = MATERIALIZED_CHUNK if self.invariant else max_tokens
         end = min(prompt.done + max_tokens, prompt.ids.numel())
         while prompt.done < end:  # passes of at most `per_pass` tokens (see TargetModel.prefill)
             ids = prompt.ids[prompt.done : min(end, prompt.done + per_pass)][None].to(self.device)
@@ -141,7 +141,7 @@ class BatchedTarget:
             raise RuntimeError("commit the previous pass before verifying another")
         self.layout.starts = torch.tensor(self.lengths, dtype=torch.int64)
         self.layout.context = max(self.lengths)
-        if len(trees) == 1 and trees[0].is_chain:
+        if len(trees) == 1 and trees[0].is_chain and (trees[0].num_nodes > 1 or not self.invariant):
             # One sequence, a chain: the ordinary causal case; transformers builds its own mask (none at
             # all for one token) from the cache length, as a plain decoding step does.
             tokens, positions, mask = trees[0].tokens[None], None, None
@@ -157,8 +157,10 @@ class BatchedTarget:
         ]
 
     def _tree_inputs(self, trees: Sequence[DraftTree]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """tokens [B, T], positions [B, T] and the additive mask of a pass over rows padded to width T."""
-        width = max(tree.num_nodes for tree in trees)
+        """tokens [B, T], positions [B, T] and the additive mask of a pass over rows padded to width T
+        (at least 2 when invariant: a one-token step then runs the many-row kernels as a tree does,
+        its padding node costing next to nothing, and no product needs padding of its own)."""
+        width = max(max(tree.num_nodes for tree in trees), 2 if self.invariant else 1)
         starts = self.layout.starts
         tokens = torch.zeros(len(trees), width, dtype=torch.int64)  # [B, T]
         positions = starts[:, None].repeat(1, width)  # [B, T]; padding sits at the row's next position
