@@ -57,6 +57,7 @@ from specdec.generation import (
     StepStats,
     feature_layers,
 )
+from specdec.invariant import verifiable
 from specdec.models import LoadedModel
 from specdec.packed import verify_model
 from specdec.proposers.budget import CostModel
@@ -309,6 +310,8 @@ class Batch:
                     raise RuntimeError(f"{type(row.proposer).__name__} drafted past the model's context")
             except Exception as err:  # noqa: BLE001 - the row ends; verify its root alone this step
                 row.error, tree = err, DraftTree.chain(row.tokens[-1])
+            if self.target.invariant:
+                tree = verifiable(tree)
             row.draft_s = time.perf_counter() - t0
             trees.append(tree)
         return trees if self.costs is None else self._budget(trees)

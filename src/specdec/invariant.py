@@ -52,6 +52,8 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
+from specdec.tree import DraftTree
+
 EXACT = ("auto", "on", "off")  # LoadedModel.exact
 IMPLEMENTATION = "specdec_invariant"  # verification passes (trees, batches, one-token steps)
 PREFILL_IMPLEMENTATION = "specdec_invariant_prefill"  # prompt passes, in chunks of any size
@@ -122,6 +124,32 @@ class Layout:
         mask = torch.zeros(batch, num_queries, TAIL + width + filler, dtype=dtype, device=device)
         mask.masked_fill_(~torch.cat([live, in_prefix], -1), blocked)
         return cls(tail_slots.reshape(batch, -1), mask[:, None], width, filler)
+
+
+def verifiable(tree: DraftTree) -> DraftTree:
+    """The tree without the nodes an invariant pass cannot read invariantly (and their descendants).
+
+    A node is kept when every node placed before it in the tree is one of its ancestors, or the
+    first that is not sits within TAIL - 1 positions of it: its split point then falls in the
+    cached prefix, as a one-token pass at its position would put it. A dropped node was only a
+    guess, so the cut tree verifies to the same text (at most fewer tokens a step); a descendant
+    of a dropped node fails the same test, so what is kept is a tree."""
+    if tree.is_chain:
+        return tree
+    parents = tree.parent_list
+    ancestors: list[set[int]] = []
+    keep = []
+    for node, parent in enumerate(parents):
+        ancestors.append({node} | (ancestors[parent] if parent >= 0 else set()))
+        first_other = next((j for j in range(node) if j not in ancestors[node]), node + 1)
+        if first_other >= len(ancestors[node]) - TAIL:  # depth + 1 - TAIL
+            keep.append(node)
+    if len(keep) == len(parents):
+        return tree
+    index = {node: i for i, node in enumerate(keep)}
+    new_parents = torch.tensor([-1] + [index[parents[node]] for node in keep[1:]], dtype=torch.int64)
+    probs = tree.draft_probs[keep] if tree.draft_probs is not None else None
+    return DraftTree(tree.tokens[keep], new_parents, probs)
 
 
 def causal_allowed(batch: int, context: int, num_queries: int, device: torch.device) -> torch.Tensor:

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from specdec.models import LoadedModel, machine_fingerprint
-from specdec.packed import verify_model
+from specdec.packed import is_invariant, verify_model
 
 FORMAT_VERSION = 3  # 3: curves timed before packed products were padded (specdec.packed) are stale
 BUSY_CPU_SHARE = 0.85  # see `contended`
@@ -49,6 +49,7 @@ def cost_key(loaded: LoadedModel, sizes: Sequence[int], context_len: int) -> dic
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "dtype": str(loaded.dtype).removeprefix("torch."),
         "packed": verify_model(loaded) is not loaded.model,  # the engine times what it runs
+        "invariant": is_invariant(loaded),
         "device": loaded.device.type,
         "machine": machine_fingerprint(loaded.device),
         "threads": torch.get_num_threads(),

@@ -1,0 +1,212 @@
+"""Batch-invariant verification (specdec.invariant): bf16 output that does not depend on the pass.
+
+On a CPU whose oneDNN runs bf16 (where `exact=auto` turns invariance on), checks
+that a tree node's logits and features carry the bits of one-token passes along
+its path (trees, batches of rows, contexts across 1,024 keys); that a prompt
+prefilled in chunks has the bits of one prefilled whole; and that every method's
+greedy output equals plain decoding's in bf16: a few in the fast tier, the matrix
+over two prompts per category, one proposer serving them in turn (its history
+carried), eight rows in one batch and seeded sampling in the full tier. The same
+node check run with `exact=off` must find differences here, so it can fail.
+Skipped where oneDNN has no bf16 (invariance is off there; fp32 is the reference).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from spec_prompts import prompts_by_category
+from test_layerskip import SKIP
+
+from specdec.batching.target import BatchedTarget, PromptFill
+from specdec.engine import Engine, generate_batch
+from specdec.generation import GenerationConfig
+from specdec.invariant import TAIL, verifiable
+from specdec.models import load_model
+from specdec.packed import can_pack, is_invariant
+from specdec.proposers import parse_method
+from specdec.proposers.draft import DraftConfig
+from specdec.proposers.layerskip import LayerSkipConfig
+from specdec.sampling import SamplingParams
+from specdec.target import TargetModel
+from specdec.tree import DraftTree
+
+pytestmark = pytest.mark.skipif(not can_pack(torch.bfloat16, torch.device("cpu")), reason="no oneDNN bf16 here")
+
+FAST_METHODS = ("pld", "logitspec", "eagle")
+METHODS = (
+    "pld", "logitspec", "logitspec:adaptive=false,budget=64", "logitspec:session=true,recycle=true", "recycle",
+    "lookahead", "session", "eagle", "eagle:retrieval=true", "eagle:adaptive=false,budget=24,topk=4",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bf16() -> dict:
+    """The default model in bf16, loaded twice: invariant (exact=auto) and not (exact=off)."""
+    loaded = {exact: load_model("smollm2-135m", dtype="bf16", exact=exact) for exact in ("auto", "off")}
+    assert is_invariant(loaded["auto"]) and not is_invariant(loaded["off"])
+    # exact=off on SDPA: no attention plan to time (the invariant engine ignores the choice)
+    return {exact: (model, Engine(model, attention="sdpa")) for exact, model in loaded.items()}
+
+
+@pytest.fixture(scope="module")
+def text_ids(bf16) -> list[int]:
+    loaded, _ = bf16["auto"]
+    text = " ".join(f"Step {i}: the value of x{i} is {i * 7 % 13}, so we carry it to line {i + 1}." for i in range(200))
+    return loaded.tokenizer(text).input_ids
+
+
+def _random_tree(root: int, size: int, generator: torch.Generator) -> DraftTree:
+    """A tree of `size` nodes, each below one of the three nodes before it (branches at every depth)."""
+    parents = [-1] + [int(torch.randint(max(0, i - 3), i, (1,), generator=generator)) for i in range(1, size)]
+    tokens = [root] + torch.randint(0, 49152, (size - 1,), generator=generator).tolist()
+    return DraftTree(torch.tensor(tokens), torch.tensor(parents))
+
+
+@torch.inference_mode()
+def _node_mismatches(engine: Engine, ids: list[int], starts: list[int], sizes: list[int]) -> int:
+    """Nodes of one batched pass (row b: a random tree below ids[:starts[b]]) whose logits or captured
+    features differ from one-token passes of the target along the node's path."""
+    generator = torch.Generator().manual_seed(sum(starts))
+    batch = BatchedTarget(engine.target)
+    batch.capture = (2, 15)  # features as an EAGLE head reads them, from the same pass
+    for start in starts:
+        batch.add(ids[:start])
+    trees = [_random_tree(ids[s], n, generator) for s, n in zip(starts, sizes, strict=True)]
+    results = batch.verify_trees(trees)
+    reference = TargetModel(engine.target.model, attention=engine.target.attention)
+    mismatches = 0
+    for (logits, features), start, tree in zip(results, starts, trees, strict=True):
+        reference.prefill(ids[:start])
+        for node in range(tree.num_nodes):
+            for depth, index in enumerate(tree.path(node)):  # one token a pass, as plain decoding runs
+                ref_logits, ref_features = reference.run(
+                    tree.tokens[index : index + 1][None], None, None, reference.cache, start + depth,
+                    capture=batch.capture,
+                )
+            reference.trim(start)  # the passes above appended to the cache; drop them
+            same = torch.equal(ref_logits[0, 0], logits[node]) and torch.equal(ref_features[0, 0], features[node])
+            mismatches += not same
+    return mismatches
+
+
+# contexts below and across 1,024 keys; three rows of different lengths in one pass
+CONTEXTS = [([40], [12]), ([300, 90, 1030], [16, 5, 9])]
+
+
+@pytest.mark.parametrize("starts,sizes", CONTEXTS)
+def test_tree_nodes_carry_one_token_bits(bf16, text_ids, starts, sizes):
+    _, engine = bf16["auto"]
+    assert _node_mismatches(engine, text_ids, starts, sizes) == 0
+
+
+def test_without_invariance_the_node_check_fails_here(bf16, text_ids):
+    _, engine = bf16["off"]
+    starts, sizes = CONTEXTS[1]
+    assert _node_mismatches(engine, text_ids, starts, sizes) > 0
+
+
+def test_a_prompt_prefilled_in_chunks_has_the_bits_of_the_whole(bf16, text_ids):
+    _, engine = bf16["auto"]
+    prompt = text_ids[:1300]  # past 1,024 keys: both of oneDNN's summation regimes
+    whole = TargetModel(engine.target.model, attention=engine.target.attention)
+    last = whole.prefill(prompt)
+    for chunk in (100, 256, 1300):
+        batch = BatchedTarget(engine.target)
+        fill = PromptFill(prompt)
+        joined = None
+        while joined is None:
+            joined = batch.fill(fill, chunk)
+        assert torch.equal(joined[1], last), chunk
+        for mine, theirs in zip(batch.cache.layers, whole.cache.layers, strict=True):
+            assert torch.equal(mine._keys[0, :, : len(prompt)], theirs.keys[0]), chunk
+
+
+def test_a_branch_deeper_than_the_tail_is_cut_before_verification(bf16, text_ids):
+    """A node whose first non-ancestor lies more than TAIL - 1 positions back cannot be read invariantly:
+    a bare pass refuses it, and the engine cuts it (and what hangs below it) from the tree first."""
+    _, engine = bf16["auto"]
+    depth = TAIL + 2
+    tokens = torch.tensor(text_ids[50 : 50 + depth + 1])
+    parents = torch.tensor([-1, 0, 0, *range(2, depth)])  # node 1 a sibling; the chain below node 2 goes deep
+    tree = DraftTree(tokens, parents)
+    target = TargetModel(engine.target.model, attention=engine.target.attention)
+    target.prefill(text_ids[:50])
+    with pytest.raises(ValueError, match="branch too deep"):
+        target.forward_tree(tokens, parents)
+    cut = verifiable(tree)
+    assert cut.max_depth == TAIL and cut.num_nodes == TAIL + 2
+    target.trim(50)
+    assert target.forward_tree(cut.tokens, cut.parents).shape[0] == cut.num_nodes
+    assert verifiable(DraftTree.chain(1, list(range(3 * TAIL)))).num_nodes == 3 * TAIL + 1  # chains: any depth
+
+
+@pytest.fixture(scope="module")
+def prompts(bf16, spec_bench_subset) -> dict[str, list[int]]:
+    loaded, _ = bf16["auto"]
+    return prompts_by_category(loaded.tokenizer, spec_bench_subset)
+
+
+def _plain(engine: Engine, loaded, prompt: list[int], config: GenerationConfig) -> list[int]:
+    return engine.generate(prompt, parse_method("plain").build(loaded), config).token_ids
+
+
+@pytest.mark.parametrize("method", FAST_METHODS)
+def test_greedy_bf16_output_is_plain_decoding(bf16, prompts, method):
+    loaded, engine = bf16["auto"]
+    config = GenerationConfig(max_new_tokens=40)
+    proposer = parse_method(method).build(loaded)
+    for name in ("summarization-1", "math_reasoning-1"):
+        prompt = next(ids for key, ids in prompts.items() if key.startswith(name.split("-")[0]))
+        out = engine.generate(prompt, proposer, config)
+        assert out.token_ids == _plain(engine, loaded, prompt, config), (method, name)
+
+
+def _proposer(loaded, method: str):
+    if method == "layerskip":
+        return LayerSkipConfig(skip=SKIP, k=3, adaptive=False).build(loaded)
+    if method == "draft:self":
+        return DraftConfig("self", quantize="none", k=3, adaptive=False).build(loaded)
+    return parse_method(method).build(loaded)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", (*METHODS, "layerskip", "draft:self"))
+def test_every_method_greedy_bf16_equals_plain_after_a_history(bf16, method, spec_bench_subset):
+    """One proposer serves two prompts per category in turn (what it learns carries over), 48 tokens each."""
+    loaded, engine = bf16["auto"]
+    from specdec.data import load_questions
+    from specdec.prompts import encode_prompt
+
+    config = GenerationConfig(max_new_tokens=48)
+    proposer = _proposer(loaded, method)
+    drafted = 0
+    for question in load_questions(spec_bench_subset):
+        prompt = encode_prompt(loaded.tokenizer, question.turns[0], chat=True)
+        out = engine.generate(prompt, proposer, config)
+        assert out.token_ids == _plain(engine, loaded, prompt, config), (method, question.question_id)
+        drafted += sum(step.num_accepted for step in out.stats.steps)
+    assert drafted > 0, method
+
+
+@pytest.mark.slow
+def test_eight_rows_in_one_batch_equal_their_prompts_alone(bf16, prompts):
+    loaded, engine = bf16["auto"]
+    config = GenerationConfig(max_new_tokens=40)
+    chosen = list(prompts.values()) + list(prompts.values())[:2]  # 8 rows, two prompts twice
+    methods = ["logitspec", "eagle", "pld", "recycle"] * 2
+    outs = generate_batch(engine, chosen, [parse_method(m).build(loaded) for m in methods], config, max_batch=8)
+    for prompt, out, method in zip(chosen, outs, methods, strict=True):
+        assert out.token_ids == _plain(engine, loaded, prompt, config), method
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ("pld", "logitspec", "eagle"))
+def test_seeded_sampling_in_bf16_equals_plain_sampling(bf16, prompts, method):
+    """Drafts without probabilities: the engine draws the t-th token with the t-th uniform, so a seeded
+    sampled request is plain sampling's very tokens when the logits carry the same bits."""
+    loaded, engine = bf16["auto"]
+    config = GenerationConfig(max_new_tokens=32, sampling=SamplingParams(temperature=0.8, seed=5))
+    for prompt in list(prompts.values())[:3]:
+        out = engine.generate(prompt, parse_method(method).build(loaded), config)
+        assert out.token_ids == _plain(engine, loaded, prompt, config), method
