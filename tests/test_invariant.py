@@ -166,7 +166,7 @@ def _proposer(loaded, method: str):
     if method == "layerskip":
         return LayerSkipConfig(skip=SKIP, k=3, adaptive=False).build(loaded)
     if method == "draft:self":
-        return DraftConfig("self", quantize="none", k=3, adaptive=False).build(loaded)
+        return DraftConfig("self", quantize="none", k=3, adaptive=False).build_with(loaded, loaded.model)
     return parse_method(method).build(loaded)
 
 
