@@ -1,6 +1,6 @@
 """Batch-invariant verification (specdec.invariant): bf16 output that does not depend on the pass.
 
-On a CPU whose oneDNN runs bf16 (where `exact=auto` turns invariance on), checks
+On a CPU whose oneDNN runs bf16 (where `exact="on"` can turn invariance on), checks
 that a tree node's logits and features carry the bits of one-token passes along
 its path (trees, batches of rows, contexts across 1,024 keys); that a prompt
 prefilled in chunks has the bits of one prefilled whole; and that every method's
@@ -42,16 +42,16 @@ METHODS = (
 
 @pytest.fixture(scope="module")
 def bf16() -> dict:
-    """The default model in bf16, loaded twice: invariant (exact=auto) and not (exact=off)."""
-    loaded = {exact: load_model("smollm2-135m", dtype="bf16", exact=exact) for exact in ("auto", "off")}
-    assert is_invariant(loaded["auto"]) and not is_invariant(loaded["off"])
+    """The default model in bf16, loaded twice: invariant (exact=on) and not (exact=off, the default)."""
+    loaded = {exact: load_model("smollm2-135m", dtype="bf16", exact=exact) for exact in ("on", "off")}
+    assert is_invariant(loaded["on"]) and not is_invariant(loaded["off"])
     # exact=off on SDPA: no attention plan to time (the invariant engine ignores the choice)
     return {exact: (model, Engine(model, attention="sdpa")) for exact, model in loaded.items()}
 
 
 @pytest.fixture(scope="module")
 def text_ids(bf16) -> list[int]:
-    loaded, _ = bf16["auto"]
+    loaded, _ = bf16["on"]
     text = " ".join(f"Step {i}: the value of x{i} is {i * 7 % 13}, so we carry it to line {i + 1}." for i in range(200))
     return loaded.tokenizer(text).input_ids
 
@@ -96,7 +96,7 @@ CONTEXTS = [([40], [12]), ([300, 90, 1030], [16, 5, 9])]
 
 @pytest.mark.parametrize("starts,sizes", CONTEXTS)
 def test_tree_nodes_carry_one_token_bits(bf16, text_ids, starts, sizes):
-    _, engine = bf16["auto"]
+    _, engine = bf16["on"]
     assert _node_mismatches(engine, text_ids, starts, sizes) == 0
 
 
@@ -107,7 +107,7 @@ def test_without_invariance_the_node_check_fails_here(bf16, text_ids):
 
 
 def test_a_prompt_prefilled_in_chunks_has_the_bits_of_the_whole(bf16, text_ids):
-    _, engine = bf16["auto"]
+    _, engine = bf16["on"]
     prompt = text_ids[:1300]  # past 1,024 keys: both of oneDNN's summation regimes
     whole = TargetModel(engine.target.model, attention=engine.target.attention)
     last = whole.prefill(prompt)
@@ -125,7 +125,7 @@ def test_a_prompt_prefilled_in_chunks_has_the_bits_of_the_whole(bf16, text_ids):
 def test_a_branch_deeper_than_the_tail_is_cut_before_verification(bf16, text_ids):
     """A node whose first non-ancestor lies more than TAIL - 1 positions back cannot be read invariantly:
     a bare pass refuses it, and the engine cuts it (and what hangs below it) from the tree first."""
-    _, engine = bf16["auto"]
+    _, engine = bf16["on"]
     depth = TAIL + 2
     tokens = torch.tensor(text_ids[50 : 50 + depth + 1])
     parents = torch.tensor([-1, 0, 0, *range(2, depth)])  # node 1 a sibling; the chain below node 2 goes deep
@@ -143,7 +143,7 @@ def test_a_branch_deeper_than_the_tail_is_cut_before_verification(bf16, text_ids
 
 @pytest.fixture(scope="module")
 def prompts(bf16, spec_bench_subset) -> dict[str, list[int]]:
-    loaded, _ = bf16["auto"]
+    loaded, _ = bf16["on"]
     return prompts_by_category(loaded.tokenizer, spec_bench_subset)
 
 
@@ -153,7 +153,7 @@ def _plain(engine: Engine, loaded, prompt: list[int], config: GenerationConfig) 
 
 @pytest.mark.parametrize("method", FAST_METHODS)
 def test_greedy_bf16_output_is_plain_decoding(bf16, prompts, method):
-    loaded, engine = bf16["auto"]
+    loaded, engine = bf16["on"]
     config = GenerationConfig(max_new_tokens=40)
     proposer = parse_method(method).build(loaded)
     for name in ("summarization-1", "math_reasoning-1"):
@@ -162,7 +162,14 @@ def test_greedy_bf16_output_is_plain_decoding(bf16, prompts, method):
         assert out.token_ids == _plain(engine, loaded, prompt, config), (method, name)
 
 
-def _proposer(loaded, method: str):
+def _proposer(loaded, method: str, request: pytest.FixtureRequest):
+    if method == "datastore":
+        from test_datastore import CORPUS
+
+        from specdec.datastore_build import build_datastore
+
+        folder = request.getfixturevalue("tmp_path_factory").mktemp("ds") / "stdlib"
+        return parse_method(f"datastore:path={build_datastore(CORPUS, loaded.tokenizer, folder).out_dir}").build(loaded)
     if method == "layerskip":
         return LayerSkipConfig(skip=SKIP, k=3, adaptive=False).build(loaded)
     if method == "draft:self":
@@ -171,15 +178,15 @@ def _proposer(loaded, method: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", (*METHODS, "layerskip", "draft:self"))
-def test_every_method_greedy_bf16_equals_plain_after_a_history(bf16, method, spec_bench_subset):
+@pytest.mark.parametrize("method", (*METHODS, "datastore", "layerskip", "draft:self"))
+def test_every_method_greedy_bf16_equals_plain_after_a_history(bf16, method, spec_bench_subset, request):
     """One proposer serves two prompts per category in turn (what it learns carries over), 48 tokens each."""
-    loaded, engine = bf16["auto"]
+    loaded, engine = bf16["on"]
     from specdec.data import load_questions
     from specdec.prompts import encode_prompt
 
     config = GenerationConfig(max_new_tokens=48)
-    proposer = _proposer(loaded, method)
+    proposer = _proposer(loaded, method, request)
     drafted = 0
     for question in load_questions(spec_bench_subset):
         prompt = encode_prompt(loaded.tokenizer, question.turns[0], chat=True)
@@ -191,7 +198,7 @@ def test_every_method_greedy_bf16_equals_plain_after_a_history(bf16, method, spe
 
 @pytest.mark.slow
 def test_eight_rows_in_one_batch_equal_their_prompts_alone(bf16, prompts):
-    loaded, engine = bf16["auto"]
+    loaded, engine = bf16["on"]
     config = GenerationConfig(max_new_tokens=40)
     chosen = list(prompts.values()) + list(prompts.values())[:2]  # 8 rows, two prompts twice
     methods = ["logitspec", "eagle", "pld", "recycle"] * 2
@@ -205,7 +212,7 @@ def test_eight_rows_in_one_batch_equal_their_prompts_alone(bf16, prompts):
 def test_seeded_sampling_in_bf16_equals_plain_sampling(bf16, prompts, method):
     """Drafts without probabilities: the engine draws the t-th token with the t-th uniform, so a seeded
     sampled request is plain sampling's very tokens when the logits carry the same bits."""
-    loaded, engine = bf16["auto"]
+    loaded, engine = bf16["on"]
     config = GenerationConfig(max_new_tokens=32, sampling=SamplingParams(temperature=0.8, seed=5))
     for prompt in list(prompts.values())[:3]:
         out = engine.generate(prompt, parse_method(method).build(loaded), config)

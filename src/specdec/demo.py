@@ -38,7 +38,7 @@ def demo_prompt() -> str:
 
 def run_demo(
     model: str, dtype: str | None = "auto", cache_dir: str | None = None, max_new_tokens: int = 128, pack: str = "auto",
-    exact: str = "auto",
+    exact: str = "off",
 ) -> None:
     loaded = load_model(model, dtype=dtype, cache_dir=cache_dir, pack=pack, exact=exact)
     engine = Engine(loaded)

@@ -15,32 +15,42 @@ whatever machine runs the suite):
   the LM head's shapes) had the bits it has in a two-row product. So every
   packed product runs at least `MIN_ROWS` rows (`specdec.packed`);
 - attention: PyTorch's SDPA kernel splits its work by the number of queries;
-  transformers' eager attention (two matrix products and a float32 softmax) is
-  row-independent from two query rows up, with one more catch: oneDNN sums the
-  probabilities-by-values product over at most 1,024 keys in one run, and over
-  more in blocks from key 0, so a row whose live keys straddle that limit
-  changes with the number of masked keys after them. `invariant_attention`
-  therefore runs eager attention's arithmetic over at least `MIN_ROWS` query
-  rows and at least `MIN_KEYS` keys, the extra ones zeros behind a blocked
-  mask (exact zeros after the softmax, so they change no sum);
+  eager attention (scores, float32 softmax, probabilities by values) has three
+  catches. oneDNN's probabilities-by-values product sums keys in pairs, so a
+  tree node whose ancestors sit at other slots than their positions sums in
+  another order; it also changes its summation above 1,024 keys; and softmax
+  finishes a row that is not a multiple of the vector width in a scalar loop.
+  `invariant_attention` therefore splits each query row's keys at a point fixed
+  by its position alone: its last `TAIL` keys are gathered in position order,
+  the rest (contiguous cache slots from 0) are read in place over at least
+  `MIN_KEYS` keys once past `SAFE_KEYS`, and one softmax runs over both, its
+  rows padded to a multiple of `COLUMNS` masked columns (masked keys are exact
+  zeros after the softmax, so they change no sum). `prefill_attention` runs
+  eager's arithmetic with the same padding for prompt passes, whose keys are
+  contiguous anyway;
 - everything else on the path (embeddings, rotary tables, RMS norms, residual
   sums, SiLU) is computed row by row and was already invariant.
 
-With both, a node's logits and hidden states equal, bit for bit, those of a
-one-token pass at its position, whatever tree, batch, cache length or prefill
+With these, a node's logits and hidden states equal, bit for bit, those of
+one-token passes along its path, whatever tree, batch, cache length or prefill
 chunking surrounds it. Plain decoding and every method then verify with the
-same arithmetic, so greedy output is token-identical to plain decoding in
-bf16 as it is in fp32.
+same arithmetic, so greedy output is token-identical to plain decoding in bf16
+as it is in fp32.
 
 Invariants:
-- it changes which kernels run, never what is computed: the attention is
-  transformers' eager attention (scores, additive mask, float32 softmax,
-  product by values) and the products are the same packed products;
-- the attention is registered through transformers' public
+- the maths is attention's: only which kernels run, over which padding, is
+  chosen; the products are the same packed products;
+- the attentions are registered through transformers' public
   `AttentionInterface` / `AttentionMaskInterface` (with eager's mask) under
-  `IMPLEMENTATION`; nothing in transformers is patched;
-- `auto` turns it on where it was shown to hold and to cost little: bf16 /
-  fp16 on CPU with packed weights (`wants_invariance`); fp32 is the exact
+  `IMPLEMENTATION` and `PREFILL_IMPLEMENTATION`; nothing in transformers is
+  patched; the target computes a pass's `Layout` once and hands it to every
+  layer as a keyword argument;
+- a node whose first non-ancestor lies more than TAIL - 1 positions back cannot
+  be read invariantly: a bare pass refuses it, and the engine cuts such nodes
+  first (`verifiable`);
+- it is opt-in (`exact="on"`): it was shown to hold in bf16 / fp16 on CPU with
+  packed weights, and there it costs 15-20% of tokens/s (docs/benchmarks.md),
+  more than the ~10% at which it would be the default; fp32 is the exact
   reference already and keeps its own kernels.
 """
 
@@ -54,7 +64,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from specdec.tree import DraftTree
 
-EXACT = ("auto", "on", "off")  # LoadedModel.exact
+EXACT = ("off", "on")  # LoadedModel.exact
 IMPLEMENTATION = "specdec_invariant"  # verification passes (trees, batches, one-token steps)
 PREFILL_IMPLEMENTATION = "specdec_invariant_prefill"  # prompt passes, in chunks of any size
 MIN_ROWS = 2  # oneDNN's one-row kernels sum in another order (module docstring)
@@ -62,7 +72,6 @@ MIN_KEYS = 1025  # past oneDNN's single-run reduction length, whose blocks start
 SAFE_KEYS = 512  # rows seeing no more keys than this sum alike in both regimes: no padding needed
 COLUMNS = 64  # softmax rows are a multiple of this wide: its vector loop then has no scalar tail
 TAIL = 32  # keys gathered per query row in position order: itself and the 31 before it
-_INVARIANT_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def check_exact(exact: str) -> None:
@@ -72,16 +81,14 @@ def check_exact(exact: str) -> None:
 
 
 def wants_invariance(exact: str, dtype: torch.dtype, device: torch.device, packed: bool) -> bool:
-    """Whether verification runs batch-invariant: `auto` in bf16 / fp16 on a CPU with packed weights,
-    `on` wherever the weights are packed (it pads the packed products), `off` never."""
+    """Whether verification runs batch-invariant: `on` (packed weights needed: it pads the packed
+    products; shown to hold in bf16 / fp16 on CPU), `off` never."""
     check_exact(exact)
     if exact == "off":
         return False
     if not packed:
-        if exact == "on":
-            raise ValueError("exact=on needs packed weights (pack=auto in bf16 on CPU, or pack=on)")
-        return False
-    return exact == "on" or (device.type == "cpu" and dtype in _INVARIANT_DTYPES)
+        raise ValueError("exact=on needs packed weights: bf16 on a CPU with oneDNN bf16 (pack=auto), or pack=on")
+    return True
 
 
 @dataclass(frozen=True)
@@ -174,8 +181,9 @@ def invariant_attention(
 
     query [B, H, T, D]; key, value [B, KV, K, D]; the pass's `Layout` (made from `attention_mask`,
     additive [B, 1, T, K] or None for all visible, when not given). One float32 softmax over each
-    row's tail columns then its prefix slots; the tail's product by values per row (gathered in
-    position order), the prefix's over at least MIN_ROWS rows and MIN_KEYS keys.
+    row's tail columns then its prefix slots (padded to a multiple of COLUMNS); the tail's product
+    by values per row (gathered in position order), the prefix's over at least MIN_ROWS rows and,
+    past SAFE_KEYS, MIN_KEYS keys.
     """
     batch, heads, num_queries, dim = query.shape
     kv_heads, num_keys = key.shape[1], key.shape[2]
@@ -218,7 +226,8 @@ def prefill_attention(
     dropout: float = 0.0,
     **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
-    """Eager attention's arithmetic over at least MIN_ROWS rows and MIN_KEYS keys; [B, T, H, D].
+    """Eager attention's arithmetic over at least MIN_ROWS rows, at least MIN_KEYS keys once past
+    SAFE_KEYS, softmax rows padded to a multiple of COLUMNS; output [B, T, H, D].
 
     For prompt passes, whose rows see contiguous keys from slot 0: a row's bits then depend neither
     on the rows beside it nor on the masked keys after its own, so a prompt prefilled in chunks of

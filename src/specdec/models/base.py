@@ -46,9 +46,9 @@ class LoadedModel:
     # ("auto"), also in fp32 ("on"), or never ("off"): `specdec.packed.verify_model`. Carried here,
     # not by the engine, so the cost curves that size the drafts time the same model the engine runs.
     pack: str = "auto"
-    # Whether that verification is batch-invariant (`specdec.invariant`): "auto" where packed bf16 /
-    # fp16 on CPU, "on", "off". Here for the same reason as `pack`.
-    exact: str = "auto"
+    # Whether that verification is batch-invariant (`specdec.invariant`): "off" or "on" (packed
+    # weights needed). Here for the same reason as `pack`.
+    exact: str = "off"
     # What outlives one proposer or request (`models.state`): made here, at load time, and handed
     # to every proposer through `config.build(loaded)`; `dataclasses.replace` keeps the same object.
     state: ModelState = field(default_factory=ModelState, compare=False, repr=False)

@@ -92,7 +92,7 @@ def load_model(
     device: str | None = None,
     cache_dir: str | Path | None = None,
     pack: str = "auto",
-    exact: str = "auto",
+    exact: str = "off",
 ) -> LoadedModel:
     """Load the bundled default, a `.gguf` file, a local HF folder or a hub id as a LoadedModel.
 
@@ -100,7 +100,7 @@ def load_model(
     device: None means "cuda" if available, else "cpu".
     cache_dir: parent folder of converted GGUF models (default ~/.cache/specdec).
     pack: "auto" | "on" | "off": verify with prepacked Linear weights (`LoadedModel.pack`, `specdec.packed`).
-    exact: "auto" | "on" | "off": verify batch-invariantly (`LoadedModel.exact`, `specdec.invariant`).
+    exact: "off" | "on": verify batch-invariantly (`LoadedModel.exact`, `specdec.invariant`).
     """
     check_pack(pack)
     check_exact(exact)

@@ -128,7 +128,7 @@ class ServerConfig:
     max_body_bytes: int = 1 << 20
     dtype: str = "auto"
     pack: str = "auto"  # LoadedModel.pack
-    exact: str = "auto"  # LoadedModel.exact
+    exact: str = "off"  # LoadedModel.exact
     cache_dir: str | None = None
     shutdown_timeout_s: float = 30.0
     request_timeout_s: float = 30.0  # for a request's headers, and again for its body; then 408
