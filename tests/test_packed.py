@@ -150,3 +150,12 @@ def test_a_bad_pack_setting_is_refused_before_any_work():
         BenchConfig(pack="yes")
     with pytest.raises(ValueError, match="pack must be one of"):
         ServerConfig(pack="1")
+
+
+def test_exact_on_where_it_cannot_hold_is_a_clear_error(default_model):
+    """Batch-invariant verification is shown for packed bf16 / fp16 on CPU only: fp32 asks get a one-line
+    reason, as does a value that is not an option."""
+    with pytest.raises(ValueError, match="exact=on needs bf16"):
+        Engine(dataclasses.replace(default_model, exact="on"), attention="sdpa")
+    with pytest.raises(ValueError, match="exact must be one of off, on"):
+        Engine(dataclasses.replace(default_model, exact="yes"), attention="sdpa")

@@ -81,13 +81,16 @@ def check_exact(exact: str) -> None:
 
 
 def wants_invariance(exact: str, dtype: torch.dtype, device: torch.device, packed: bool) -> bool:
-    """Whether verification runs batch-invariant: `on` (packed weights needed: it pads the packed
-    products; shown to hold in bf16 / fp16 on CPU), `off` never."""
+    """Whether verification runs batch-invariant: `on` where it was shown to hold (bf16 / fp16 on a
+    CPU, packed weights: it pads the packed products), `off` never."""
     check_exact(exact)
     if exact == "off":
         return False
-    if not packed:
-        raise ValueError("exact=on needs packed weights: bf16 on a CPU with oneDNN bf16 (pack=auto), or pack=on")
+    if not packed or device.type != "cpu" or dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(
+            "exact=on needs bf16 (or fp16) on a CPU with oneDNN bf16 and packed weights (pack=auto); "
+            f"got {str(dtype).removeprefix('torch.')} on {device.type}{'' if packed else ', unpacked'}"
+        )
     return True
 
 
