@@ -102,7 +102,7 @@ class Layout:
     past its first hidden key, so the prefix is contiguous cache slots [0, start)): the tail, the
     keys from the split on, is gathered in position order into TAIL columns; the prefix is read
     in place. A tree node whose first hidden key is more than TAIL - 1 positions back (a branch
-    point that deep) keeps exact maths but not invariant bits; chains are invariant at any depth.
+    point that deep) is refused (`verifiable` cuts such nodes first); chains pass at any depth.
     """
 
     tail_slots: torch.Tensor  # [B, T * TAIL] int64 key slots, row-major (padding: a valid slot)
@@ -119,12 +119,15 @@ class Layout:
         visible = allowed.sum(-1)  # [B, T]
         first_hidden = torch.where(allowed, num_keys, slots).amin(-1)
         starts = torch.minimum((visible - TAIL).clamp(min=0), first_hidden)
-        in_tail = allowed & (slots >= starts[..., None])  # [B, T, K]
-        if int(in_tail.sum(-1).max()) > TAIL:
+        low = int(starts.min())  # no tail starts before it: sort only the slots from there on
+        window = slots[low:]
+        in_tail = allowed[..., low:] & (window >= starts[..., None])  # [B, T, K - low]
+        counts = in_tail.sum(-1)  # [B, T]
+        if int(counts.max()) > TAIL:
             raise ValueError(f"a query sees more than {TAIL} keys past its split point (a branch too deep)")
-        order = torch.where(in_tail, slots, num_keys).sort(-1).values[..., :TAIL]  # kept slots first
+        order = torch.where(in_tail, window, num_keys).sort(-1).values[..., :TAIL]  # kept slots first
         order = torch.nn.functional.pad(order, (0, TAIL - order.shape[-1]))  # fewer keys than TAIL
-        live = torch.arange(TAIL, device=device) < in_tail.sum(-1)[..., None]  # [B, T, TAIL]
+        live = torch.arange(TAIL, device=device) < counts[..., None]  # [B, T, TAIL]
         tail_slots = torch.where(live, order, 0)
         top = int(starts.max())
         width = top if top <= SAFE_KEYS else max(top, MIN_KEYS)
@@ -144,22 +147,18 @@ def verifiable(tree: DraftTree) -> DraftTree:
     cached prefix, as a one-token pass at its position would put it. A dropped node was only a
     guess, so the cut tree verifies to the same text (at most fewer tokens a step); a descendant
     of a dropped node fails the same test, so what is kept is a tree."""
-    if tree.is_chain:
+    if tree.is_chain or tree.max_depth < TAIL:  # the common case: nothing can be that deep
         return tree
-    parents = tree.parent_list
-    ancestors: list[set[int]] = []
-    keep = []
-    for node, parent in enumerate(parents):
-        ancestors.append({node} | (ancestors[parent] if parent >= 0 else set()))
-        first_other = next((j for j in range(node) if j not in ancestors[node]), node + 1)
-        if first_other >= len(ancestors[node]) - TAIL:  # depth + 1 - TAIL
-            keep.append(node)
-    if len(keep) == len(parents):
+    nodes = torch.arange(tree.num_nodes)
+    others = ~tree.ancestor_mask & (nodes[None, :] < nodes[:, None])  # [N, N] earlier non-ancestors
+    first_other = torch.where(others.any(1), others.int().argmax(1), nodes + 1)
+    keep = first_other >= tree.depths + 1 - TAIL  # [N] bool
+    if bool(keep.all()):
         return tree
-    index = {node: i for i, node in enumerate(keep)}
-    new_parents = torch.tensor([-1] + [index[parents[node]] for node in keep[1:]], dtype=torch.int64)
+    index = keep.cumsum(0) - 1  # new index of each kept node
+    parents = torch.where(tree.parents[keep] >= 0, index[tree.parents[keep].clamp(min=0)], -1)
     probs = tree.draft_probs[keep] if tree.draft_probs is not None else None
-    return DraftTree(tree.tokens[keep], new_parents, probs)
+    return DraftTree(tree.tokens[keep], parents, probs)
 
 
 def causal_allowed(batch: int, context: int, num_queries: int, device: torch.device) -> torch.Tensor:
