@@ -40,6 +40,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exact", default="off", choices=("off", "on"),  # invariant.EXACT (fast --help)
                         help="on: batch-invariant verification (bf16 on CPU), so every method's greedy text equals "
                         "plain decoding's in bf16 too, at 15-20%% of tokens/s; off: faster, bf16 text may drift")
+    parser.add_argument("--backend", default="torch", choices=("torch", "llamacpp"),  # models.base.BACKENDS (fast --help)
+                        help="which engine verifies: torch (transformers), or llamacpp (llama.cpp on the GGUF file; "
+                        "needs llama-cpp-python)")
 
 
 def add_sampling_options(parser: argparse.ArgumentParser) -> None:
@@ -88,7 +91,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not prompt.strip():
         raise ValueError("the prompt is empty")
-    loaded = load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack, exact=args.exact)
+    loaded = load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack, exact=args.exact, backend=args.backend)
     engine = Engine(loaded)
     prompt_ids = encode_prompt(loaded.tokenizer, prompt, chat=args.chat)
     on_text = None if args.json else _print_flush
@@ -114,7 +117,7 @@ def _generate_batch(args: argparse.Namespace, settings, method) -> int:
     from specdec.models import load_model
 
     requests = read_requests(args.batch, settings, chat=args.chat)  # every line checked before loading
-    engine = Engine(load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack, exact=args.exact))
+    engine = Engine(load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack, exact=args.exact, backend=args.backend))
     failed = generate_file(engine, requests, method, args.max_batch, sys.stdout)
     if failed:
         print(f"{failed} of {len(requests)} requests failed (see their 'error')", file=sys.stderr)
@@ -137,7 +140,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from specdec.demo import run_demo
 
     run_demo(args.model, dtype=args.dtype, cache_dir=args.cache_dir, max_new_tokens=args.max_new_tokens,
-             pack=args.pack, exact=args.exact)
+             pack=args.pack, exact=args.exact, backend=args.backend)
     return 0
 
 
@@ -262,7 +265,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         port=args.port, api_keys=tuple(args.api_key), request_timeout_s=args.request_timeout,
         expose_stats=args.expose_stats, **({"prefill_chunk": args.prefill_chunk} if args.prefill_chunk else {}),
         max_queue=args.max_queue, max_batch=args.max_batch, max_tokens_limit=args.max_tokens_limit, dtype=args.dtype,
-        pack=args.pack, exact=args.exact, cache_dir=args.cache_dir, shutdown_timeout_s=args.shutdown_timeout, log_level=args.log_level,
+        pack=args.pack, exact=args.exact, backend=args.backend, cache_dir=args.cache_dir, shutdown_timeout_s=args.shutdown_timeout, log_level=args.log_level,
     )
     serve(config)
     return 0
@@ -313,7 +316,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         data = str(write_session_workload(default_cache_dir() / "workloads", per_category or 10))
         per_category = None  # it chose the articles
     config = BenchConfig(
-        model=args.model, dtype=args.dtype, pack=args.pack, exact=args.exact, cache_dir=args.cache_dir,
+        model=args.model, dtype=args.dtype, pack=args.pack, exact=args.exact, backend=args.backend, cache_dir=args.cache_dir,
         methods=split_method_list(args.methods) if args.methods is not None else None, data=data,
         categories=tuple(c.strip() for c in args.categories.split(",") if c.strip()) if args.categories else None,
         per_category=per_category, limit=args.limit, chat=not args.no_chat,
@@ -358,7 +361,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     if out.exists():
         raise ValueError(f"output folder {out} exists already: choose another --out")
     config = AnalyzeConfig(args.max_new_tokens, args.k, chat=not args.no_chat)
-    engine = Engine(load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack, exact=args.exact))
+    engine = Engine(load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack, exact=args.exact, backend=args.backend))
     table = run_analysis(engine, questions, config, out)
     print(markdown_table(table))
     print(f"wrote {out}/analysis.md, analysis.json, analysis.png", file=sys.stderr)
@@ -431,7 +434,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     keys = ("data", "out", "cache", "draft_vocab", "max_len", "epochs", "lr", "tokens_per_batch", "ttt_steps",
             "holdout", "seed", "checkpoint_every", "max_steps", "resume")  # fmt: skip
     config = TrainConfig(**{k: getattr(args, k) for k in keys})
-    loaded = load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack, exact=args.exact)
+    loaded = load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack, exact=args.exact, backend=args.backend)
     summary = train(loaded, config, log=lambda line: print(f"specdec: {line}", file=sys.stderr))
     print(json.dumps({k: summary[k] for k in ("steps", "heldout_accuracy", "train_seconds")}))
     print(args.out)

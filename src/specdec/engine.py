@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdec.attention import AttentionPlan, resolve_plan
+from specdec.attention import AttentionPlan
 from specdec.batching.planner import RowRates, cut, plan_width
-from specdec.batching.target import BatchedTarget, PromptFill
+from specdec.batching.target import PromptFill
 from specdec.generation import (
     Emitter,
     GenerationConfig,
@@ -59,12 +59,11 @@ from specdec.generation import (
 )
 from specdec.invariant import verifiable
 from specdec.models import LoadedModel
-from specdec.packed import verify_model
 from specdec.proposers.budget import CostModel
 from specdec.sampling import draw_next, make_generator
-from specdec.target import TargetModel
 from specdec.tree import DraftTree
 from specdec.uniforms import PositionUniforms
+from specdec.verifier import rows_of, verifier
 from specdec.verify import Draws, VerifyResult, verify
 
 # Prompt tokens prefilled per step while other rows decode. A pass's cost grows with its tokens, so
@@ -80,10 +79,11 @@ class Engine:
     def __init__(self, loaded: LoadedModel, attention: str | AttentionPlan = "auto") -> None:
         """attention: "auto" (the plan measured once per machine, see `specdec.attention`), an
         implementation name for every pass ("sdpa", "eager"), or an `AttentionPlan`. Verification
-        runs on `specdec.packed.verify_model(loaded)`: prepacked Linear weights as `loaded.pack` says."""
+        runs on `specdec.verifier.verifier(loaded)`: the transformers model (prepacked Linear weights as
+        `loaded.pack` says) or llama.cpp's engine (`loaded.backend`)."""
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
-        self.target = TargetModel(verify_model(loaded), attention=resolve_plan(loaded, attention))
+        self.target = verifier(loaded, attention)
         self.eos_token_ids = frozenset(loaded.eos_token_ids)
         self._solo: Batch | None = None  # generate()'s batch of one, its cache buffers reused
 
@@ -178,7 +178,7 @@ class Batch:
         self.costs = costs
         self.max_batch = max_batch
         self.prefill_chunk = prefill_chunk
-        self.target = BatchedTarget(engine.target)
+        self.target = rows_of(engine.target)
         self.rows: list[Row] = []  # rows[b] sits in slot b of the batched cache
         self.waiting: list[Row] = []  # admitted rows whose prompts are still being prefilled, in order
 

@@ -48,8 +48,10 @@ def cost_key(loaded: LoadedModel, sizes: Sequence[int], context_len: int) -> dic
         "source": str(getattr(model.config, "_name_or_path", "")),
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "dtype": str(loaded.dtype).removeprefix("torch."),
-        "packed": verify_model(loaded) is not loaded.model,  # the engine times what it runs
-        "invariant": is_invariant(loaded),
+        # the engine times what it runs
+        "packed": loaded.backend == "torch" and verify_model(loaded) is not loaded.model,
+        "invariant": is_invariant(loaded) if loaded.backend == "torch" else loaded.exact == "on",
+        "backend": loaded.backend,
         "device": loaded.device.type,
         "machine": machine_fingerprint(loaded.device),
         "threads": torch.get_num_threads(),

@@ -78,6 +78,8 @@ def run_identity(config: BenchConfig, plan: BenchPlan, loaded: LoadedModel | Non
         "methods": sorted(plan.labels),
         "data_sha256": plan.data_sha256,
     }
+    if config.backend != "torch":  # only then: folders of torch runs keep resuming as before
+        identity["backend"] = config.backend
     return json.loads(json.dumps(identity))
 
 

@@ -170,7 +170,8 @@ def run_question(
 
 def load_models(config: BenchConfig, plan: BenchPlan, loaded: LoadedModel | None) -> tuple[LoadedModel, LoadedModel | None]:
     target = loaded or load_model(config.model, dtype=config.dtype, device=config.device, cache_dir=config.cache_dir,
-                                 pack=config.pack, exact=config.exact)
+                                 pack=config.pack, exact=config.exact,
+                                 backend=config.backend)
     assistant = None
     if plan.needs_assistant:
         assistant = load_model(config.draft_model, dtype=target.dtype, device=str(target.device),

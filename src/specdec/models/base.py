@@ -23,12 +23,19 @@ from specdec.models.state import ModelState
 
 SHA_PREFIX_CHARS = 12
 PACK = ("auto", "on", "off")  # LoadedModel.pack
+BACKENDS = ("torch", "llamacpp")  # LoadedModel.backend
 
 
 def check_pack(pack: str) -> None:
     """Raise ValueError unless `pack` is one of PACK (one message for every entry point)."""
     if pack not in PACK:
         raise ValueError(f"pack must be one of {', '.join(PACK)} (got {pack!r})")
+
+def check_backend(backend: str) -> None:
+    """Raise ValueError unless `backend` is one of BACKENDS (one message for every entry point)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
+
 
 @dataclass(frozen=True)
 class LoadedModel:
@@ -49,6 +56,10 @@ class LoadedModel:
     # Whether that verification is batch-invariant (`specdec.invariant`): "off" or "on" (packed
     # weights needed). Here for the same reason as `pack`.
     exact: str = "off"
+    # Which engine verifies: "torch" (the transformers model above) or "llamacpp" (llama.cpp's, on the
+    # GGUF file the model came from: `specdec.llamacpp`). `gguf_path`: that file, None for other sources.
+    backend: str = "torch"
+    gguf_path: Path | None = None
     # What outlives one proposer or request (`models.state`): made here, at load time, and handed
     # to every proposer through `config.build(loaded)`; `dataclasses.replace` keeps the same object.
     state: ModelState = field(default_factory=ModelState, compare=False, repr=False)

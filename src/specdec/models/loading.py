@@ -20,6 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from specdec.models.base import (
     LoadedModel,
     ModelLoadError,
     UnsupportedModelError,
+    check_backend,
     check_pack,
     default_cache_dir,
     one_line,
@@ -93,6 +95,7 @@ def load_model(
     cache_dir: str | Path | None = None,
     pack: str = "auto",
     exact: str = "off",
+    backend: str = "torch",
 ) -> LoadedModel:
     """Load the bundled default, a `.gguf` file, a local HF folder or a hub id as a LoadedModel.
 
@@ -101,10 +104,22 @@ def load_model(
     cache_dir: parent folder of converted GGUF models (default ~/.cache/specdec).
     pack: "auto" | "on" | "off": verify with prepacked Linear weights (`LoadedModel.pack`, `specdec.packed`).
     exact: "off" | "on": verify batch-invariantly (`LoadedModel.exact`, `specdec.invariant`).
+    backend: "torch" | "llamacpp": which engine verifies (`LoadedModel.backend`); llamacpp needs a GGUF
+    source (the bundled model, a pulled one or a .gguf file) and llama-cpp-python.
     """
     check_pack(pack)
     check_exact(exact)
-    return replace(_load(name_or_path, dtype, device, cache_dir), pack=pack, exact=exact)
+    check_backend(backend)
+    loaded = replace(_load(name_or_path, dtype, device, cache_dir), pack=pack, exact=exact, backend=backend)
+    if backend == "llamacpp":
+        if loaded.gguf_path is None:
+            raise ModelLoadError(
+                f"backend 'llamacpp' runs GGUF files: {name_or_path!r} is not one (give a .gguf file, "
+                f"{DEFAULT_MODEL!r} or a pulled model)"
+            )
+        if loaded.device.type != "cpu":
+            raise ValueError(f"backend 'llamacpp' runs on the CPU here (the model is on {loaded.device.type})")
+    return loaded
 
 
 def _load(
@@ -114,13 +129,15 @@ def _load(
     torch_dtype = resolve_dtype(dtype, device)
     cache_root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     if name_or_path == DEFAULT_MODEL:
-        return _load_pretrained(str(local_folder(name_or_path, cache_root)), name_or_path, torch_dtype, device)
+        folder = local_folder(name_or_path, cache_root)
+        loaded = _load_pretrained(str(folder), name_or_path, torch_dtype, device)
+        return replace(loaded, gguf_path=_gguf_if_present(gguf.bundled_gguf_path))
     path = Path(name_or_path).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         sha256 = sha256_file(path)
         key = DEFAULT_MODEL if sha256 == BUNDLED_SHA256 else path.stem
         folder = gguf.cached_gguf_folder(path, key, sha256, cache_root)
-        return _load_pretrained(str(folder), name_or_path, torch_dtype, device)
+        return replace(_load_pretrained(str(folder), name_or_path, torch_dtype, device), gguf_path=path)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelLoadError(
@@ -132,10 +149,20 @@ def _load(
             f"{name_or_path!r} is neither a model folder (with config.json) nor a .gguf file"
         )
     if name_or_path in pulled.PULLABLE:
-        return _load_pretrained(str(local_folder(name_or_path, cache_root)), name_or_path, torch_dtype, device)
+        loaded = _load_pretrained(str(local_folder(name_or_path, cache_root)), name_or_path, torch_dtype, device)
+        return replace(loaded, gguf_path=_gguf_if_present(lambda: pulled.pulled_gguf_path(name_or_path, cache_root)))
     if _looks_like_path(name_or_path):
         raise ModelLoadError(f"model path not found: {name_or_path}")
     return _load_hub(name_or_path, torch_dtype, device)
+
+
+def _gguf_if_present(locate: Callable[[], Path]) -> Path | None:
+    """The GGUF file a converted model came from, None when it is gone (the torch backend needs only
+    the converted folder; `load_model` refuses backend 'llamacpp' without the file)."""
+    try:
+        return locate()
+    except ModelLoadError:
+        return None
 
 
 def local_folder(name: str, cache_dir: str | Path | None = None) -> Path:

@@ -34,10 +34,13 @@ from pathlib import Path
 
 import torch
 
+from specdec.llamacpp import LlamaCppSingle
 from specdec.models import LoadedModel, default_cache_dir
-from specdec.packed import verify_model
 from specdec.target import TargetModel
 from specdec.timing_cache import contended, cost_file, cost_key, write_json_atomic
+from specdec.verifier import timing_target
+
+Timed = TargetModel | LlamaCppSingle  # prefill, forward_tree, trim on a sequence of its own
 
 DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 DEFAULT_REPEATS = 5
@@ -94,12 +97,10 @@ def measure_costs(
     context_len: int = DEFAULT_CONTEXT,
 ) -> CostModel:
     """Fastest of `repeats` timings of `TargetModel.forward_tree` per tree size, on a cache of its own."""
-    return _measure(model, sizes, repeats, context_len)[0]
+    return _measure(TargetModel(model), sizes, repeats, context_len)[0]
 
 
-def _measure(
-    model: torch.nn.Module, sizes: Sequence[int], repeats: int, context_len: int
-) -> tuple[CostModel, float]:
+def _measure(target: Timed, sizes: Sequence[int], repeats: int, context_len: int) -> tuple[CostModel, float]:
     """The cost model, and the share of its threads' CPU time the timed passes got (1.0: the cores were ours).
 
     The minimum, not the median: on a shared machine other processes only ever add
@@ -107,8 +108,7 @@ def _measure(
     interleaved within each repetition so that load drifting during the
     measurement spreads over all sizes instead of skewing a few.
     """
-    target = TargetModel(model)  # own DynamicCache: nobody's generation is touched
-    vocab = int(model.config.vocab_size)
+    vocab = int(target.config.vocab_size)  # target: a cache of its own, nobody's generation is touched
     generator = torch.Generator().manual_seed(0)
     context_len = max(1, min(context_len, (target.max_length or context_len + 128) - max(sizes) - 1))
     target.prefill(torch.randint(0, vocab, (context_len,), generator=generator))
@@ -158,7 +158,7 @@ def load_or_measure(
     cached = None if remeasure else load_costs(folder, key)
     if cached is not None:
         return cached
-    costs, cpu_share = _measure(verify_model(loaded), sizes, repeats, context_len)
+    costs, cpu_share = _measure(timing_target(loaded), sizes, repeats, context_len)
     if loaded.device.type == "cpu" and is_busy(cpu_share):
         return costs  # timed while other work held the cores: good for this run, not for every later one
     save_costs(folder, key, costs)

@@ -70,7 +70,7 @@ from specdec.engine import DEFAULT_PREFILL_CHUNK, Engine
 from specdec.generation import GenerationConfig
 from specdec.invariant import check_exact
 from specdec.models import DEFAULT_MODEL, LoadedModel
-from specdec.models.base import check_pack
+from specdec.models.base import check_backend, check_pack
 from specdec.prompts import encode_prompt
 from specdec.proposers import MethodError
 from specdec.proposers.budget import load_or_measure
@@ -129,6 +129,7 @@ class ServerConfig:
     dtype: str = "auto"
     pack: str = "auto"  # LoadedModel.pack
     exact: str = "off"  # LoadedModel.exact
+    backend: str = "torch"  # LoadedModel.backend
     cache_dir: str | None = None
     shutdown_timeout_s: float = 30.0
     request_timeout_s: float = 30.0  # for a request's headers, and again for its body; then 408
@@ -151,6 +152,7 @@ class ServerConfig:
             raise ValueError(f"pool_capacity must be >= 1, got {self.pool_capacity}")
         check_pack(self.pack)
         check_exact(self.exact)
+        check_backend(self.backend)
         self.method_settings()  # a bad method spec fails at startup, not per request
 
     def method_settings(self) -> MethodSettings:
@@ -406,7 +408,8 @@ def serve(config: ServerConfig) -> None:
 
     from specdec.models import load_model
 
-    loaded = load_model(config.model, dtype=config.dtype, cache_dir=config.cache_dir, pack=config.pack, exact=config.exact)
+    loaded = load_model(config.model, dtype=config.dtype, cache_dir=config.cache_dir, pack=config.pack, exact=config.exact,
+                        backend=config.backend)
     app = create_app(config, loaded)  # prepares the configured methods (measure, load, calibrate)
     if not config.api_keys and config.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without --api-key: anyone who can reach it can use it", config.host)

