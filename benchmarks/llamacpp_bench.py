@@ -160,6 +160,15 @@ def summarize(rows: list[dict]) -> None:
         same = sum(r["tokens"] == plain_of.get((r["backend"], r["prompt"])) for r in mine)
         print(f"| {name} | {new / decode:.1f} | {1000 * decode / max(new, 1):.1f} | "
               f"{sum(r['prefill_s'] for r in mine):.1f} | {same}/{len(mine)} |")
+    categories = list(dict.fromkeys(r["prompt"].split("/")[0] for r in rows))
+    print("\ntokens/s by category\n\n| engine | " + " | ".join(categories) + " |")
+    print("|---|" + "---:|" * len(categories))
+    for name in engines:
+        cells = []
+        for category in categories:
+            mine = [r for r in rows if r["engine"] == name and r["prompt"].startswith(category + "/")]
+            cells.append(f"{sum(r['new'] - 1 for r in mine) / max(sum(r['decode_s'] for r in mine), 1e-9):.1f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
     print(f"\n{len(rows)} rows; median new tokens {statistics.median(r['new'] for r in rows)}")
 
 
@@ -176,7 +185,11 @@ def main() -> None:
     parser.add_argument("--server", default=None, help="a llama-server binary (default: build or find it)")
     parser.add_argument("--out", default="llamacpp_bench.jsonl")
     parser.add_argument("--build-only", action="store_true")
+    parser.add_argument("--summary-only", action="store_true", help="print the tables of --out's rows, run nothing")
     args = parser.parse_args()
+    if args.summary_only:
+        summarize([json.loads(line) for line in Path(args.out).read_text().splitlines()])
+        return
     binary = Path(args.server) if args.server else build_server()
     if args.build_only:
         print(binary)
