@@ -9,6 +9,7 @@ attention, cache handling and the rest.
     .venv/bin/python benchmarks/step_cost.py                       # bundled model, --dtype auto
     .venv/bin/python benchmarks/step_cost.py --contexts 128,2048 --sizes 1,16 --attn auto,sdpa,eager
     .venv/bin/python benchmarks/step_cost.py --dtype bf16 --pack off,on   # prepacked Linear weights or not
+    .venv/bin/python benchmarks/step_cost.py --backend llamacpp,llamacpp-exact --no-profile  # on llama.cpp
 
 Run it alone: every number is a wall-clock time. The last stdout line is one
 JSON document with every row.
@@ -133,6 +134,32 @@ def run(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def run_llamacpp(args: argparse.Namespace, backend: str, bandwidth: float) -> list[dict]:
+    """The same passes on the llama.cpp backend (`specdec.llamacpp`, the model's GGUF file); `-exact`:
+    exact=on (one-token passes padded). Its floor: the GGUF file read once. No profiler breakdown:
+    the time is spent inside llama.cpp."""
+    from specdec.llamacpp import LlamaCppSingle
+    from specdec.verifier import llamacpp_model
+
+    loaded = load_model(args.model, dtype=args.dtype, backend="llamacpp")
+    floor_ms = loaded.gguf_path.stat().st_size / bandwidth * 1000
+    target = LlamaCppSingle(llamacpp_model(loaded), exact=backend.endswith("-exact"))
+    vocab = loaded.model.config.vocab_size
+    rows = []
+    for context in args.contexts:
+        target.prefill(torch.randint(0, vocab, (context,), generator=torch.Generator().manual_seed(context)))
+        for size in args.sizes:
+            tree = tree_of(size)
+            time_pass(target, tree, 2)
+            ms = time_pass(target, tree, args.repeats) * 1000
+            row = {"pack": backend, "attn": "llama.cpp", "context": context, "nodes": size, "ms": round(ms, 2),
+                   "floor_ms": round(floor_ms, 2), "ratio": round(ms / floor_ms, 2)}
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr)
+    target.close()
+    return rows
+
+
 def print_table(rows: list[dict]) -> None:
     keys = [k for k in ("pack", "attn", "context", "nodes", "ms", "floor_ms", "ratio", "matmul", "attention", "cache", "other")
             if k in rows[0]]
@@ -152,8 +179,13 @@ def main() -> None:
     parser.add_argument("--pack", default="off", type=lambda s: s.split(","), help="off, on (specdec.packed); comma list")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--backend", default="torch", type=lambda s: s.split(","),
+                        help="torch, llamacpp, llamacpp-exact (its rows say so in the pack column); comma list")
     args = parser.parse_args()
-    rows = run(args)
+    rows = run(args) if "torch" in args.backend else []
+    bandwidth = read_bandwidth()
+    for backend in [b for b in args.backend if b != "torch"]:
+        rows += run_llamacpp(args, backend, bandwidth)
     print_table(rows)
     print(json.dumps({"rows": rows, "torch": torch.__version__, "threads": torch.get_num_threads()}))
 

@@ -146,3 +146,17 @@ def test_a_model_without_gguf_is_refused(default_model, tmp_path):
     default_model.tokenizer.save_pretrained(folder)
     with pytest.raises(ModelLoadError, match="GGUF"):
         load_model(str(folder), dtype="fp32", backend="llamacpp")
+
+
+def test_cli_generates_on_llamacpp(on_llamacpp, capsys):
+    """`--backend llamacpp` end to end: the CLI's text equals the library's on the same backend."""
+    import json
+
+    from specdec.api import generate
+    from specdec.cli import main
+
+    args = ["generate", "Name three colours.", "--chat", "--dtype", "fp32", "--max-new-tokens", "12", "--json"]
+    assert main([*args, "--backend", "llamacpp", "--method", "pld"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    expected = generate(on_llamacpp, "Name three colours.", chat=True, max_new_tokens=12)
+    assert result["token_ids"] == expected.token_ids and result["text"] == expected.text

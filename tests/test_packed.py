@@ -1,7 +1,8 @@
 """Prepacked Linear layers (specdec.packed): exact where `auto` packs, lossless where `on` packs.
 
 bf16 on CPU: the packed view's logits must equal the original model's bit for bit
-(prefill, a chain, a tree; SmolLM2 and a tiny Qwen2 whose q/k/v carry biases).
+(prefill, a chain, a tree; SmolLM2 and a tiny Qwen2 whose q/k/v carry biases), its
+q/k/v projections fused into one product included.
 fp32 with `pack="on"`: not bit-identical (another summation order), so what the
 contract asks is checked instead: every method's greedy output equals plain
 decoding on the same packed engine. Large bf16 products over fewer than four rows
@@ -20,7 +21,15 @@ from test_target import tiny_qwen2
 
 from specdec.engine import Engine
 from specdec.generation import GenerationConfig
-from specdec.packed import PAD_MIN_WEIGHT, PAD_ROWS, PackedLinear, can_pack, packed_view, wants_packing
+from specdec.packed import (
+    PAD_MIN_WEIGHT,
+    PAD_ROWS,
+    FusedQKVAttention,
+    PackedLinear,
+    can_pack,
+    packed_view,
+    wants_packing,
+)
 from specdec.proposers import parse_method
 from specdec.target import TargetModel
 from specdec.timing_cache import cost_key
@@ -45,7 +54,9 @@ def test_bf16_packed_view_is_bit_identical(arch, default_model):
     assert wants_packing("auto", model)
     view = packed_view(model)
     packed = [m for m in view.modules() if isinstance(m, PackedLinear)]
-    assert len(packed) == 7 * model.config.num_hidden_layers + 1  # q k v o gate up down, and the head
+    assert len(packed) == 5 * model.config.num_hidden_layers + 1  # qkv (fused) o gate up down, and the head
+    fused = [m for m in view.modules() if isinstance(m, FusedQKVAttention)]
+    assert len(fused) == model.config.num_hidden_layers
     assert isinstance(view.get_output_embeddings(), PackedLinear)
     assert type(view.get_input_embeddings()) is torch.nn.Embedding
     if arch == "qwen2":
