@@ -160,3 +160,35 @@ def test_cli_generates_on_llamacpp(on_llamacpp, capsys):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     expected = generate(on_llamacpp, "Name three colours.", chat=True, max_new_tokens=12)
     assert result["token_ids"] == expected.token_ids and result["text"] == expected.text
+
+
+@pytest.mark.slow
+def test_server_on_llamacpp(on_llamacpp):
+    """The server on the llama.cpp backend: a request alone gives the library's text; two concurrent
+    ones complete (rows beside each other may round a near tie differently, see specdec.llamacpp);
+    a method that reads hidden states gets a 400 naming why, not a 500."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from starlette.testclient import TestClient
+
+    from specdec.api import generate
+    from specdec.serve.app import ServerConfig, create_app
+
+    config = ServerConfig(method="logitspec", backend="llamacpp", max_batch=2, log_level="warning")
+    prompts = ["The three primary colors are", "Water boils at"]
+    with TestClient(create_app(config, on_llamacpp), raise_server_exceptions=False) as http:
+        def complete(prompt: str, specdec: dict | None = None):
+            body = {"prompt": prompt, "max_tokens": 12, "temperature": 0, **({"specdec": specdec} if specdec else {})}
+            return http.post("/v1/completions", json=body)
+
+        single = complete(prompts[0])
+        assert single.status_code == 200, single.text
+        alone = generate(on_llamacpp, prompts[0], "plain", max_new_tokens=12)
+        assert single.json()["choices"][0]["text"] == alone.text
+        with ThreadPoolExecutor(2) as pool:
+            replies = list(pool.map(complete, prompts))
+        for reply in replies:
+            assert reply.status_code == 200, reply.text
+            assert 0 < reply.json()["usage"]["completion_tokens"] <= 12
+        refused = complete(prompts[0], {"method": "eagle"})
+        assert refused.status_code == 400 and "hidden states" in refused.text

@@ -26,7 +26,7 @@ import torch
 from specdec.models import LoadedModel, machine_fingerprint
 from specdec.packed import is_invariant, verify_model
 
-FORMAT_VERSION = 3  # 3: curves timed before packed products were padded (specdec.packed) are stale
+FORMAT_VERSION = 4  # 4: curves timed before q, k and v were fused (specdec.packed) are stale
 BUSY_CPU_SHARE = 0.85  # see `contended`
 
 
