@@ -336,7 +336,8 @@ class LlamaCppBatch:
                 raise ValueError(f"commit needs a root-first path inside the tree, got {path}")
             contiguous = next((j for j, node in enumerate(path) if node != j), len(path))
             keep = row.node_sequences[path[-1]][0]  # a leaf below the last accepted node
-            self.model.drop_sequence(keep, row.length + contiguous)
+            if contiguous < len(row.tree_tokens):  # else nothing to drop: the memory stays untouched
+                self.model.drop_sequence(keep, row.length + contiguous)
             row.refeed = [row.tree_tokens[node] for node in path[contiguous:]]
             for seq in row.tree_sequences:
                 if seq != keep:
