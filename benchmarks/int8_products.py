@@ -1,0 +1,56 @@
+"""Weight-only int8 against prepacked bf16, per SmolLM2-135M product shape and row count.
+
+Why: a decode step on the torch backend spends about half its time in 211 small products; an int8
+weight halves the bytes each reads. PyTorch's own CPU kernel for it (`aten._weight_int8pack_mm`,
+bf16 activations, per-channel scales) against the oneDNN product the packed view runs
+(`mkldnn._linear_pointwise` on a prepacked weight). Microseconds per call, best of 5 x 200 calls on
+one random weight per shape (in cache, except the 57 MB head): a lower bound for both.
+
+    .venv/bin/python benchmarks/int8_products.py
+
+Run it alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import torch
+
+SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate": (1536, 576), "down": (576, 1536), "head": (49152, 576)}
+
+
+def best_us(fn, calls: int = 200) -> float:
+    for _ in range(10):
+        fn()
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best * 1e6
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    print("| rows | " + " | ".join(f"{name} bf16 | {name} int8" for name in SHAPES) + " |")
+    print("|---:|" + "---:|" * (2 * len(SHAPES)))
+    for rows in (1, 2, 4, 16):
+        cells = []
+        for out_features, in_features in SHAPES.values():
+            weight = torch.randn(out_features, in_features, dtype=torch.bfloat16) / 30
+            x = torch.randn(rows, in_features, dtype=torch.bfloat16)
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+            scales = weight.float().abs().amax(1) / 127
+            quantized = (weight.float() / scales[:, None]).round().to(torch.int8)
+            scales = scales.to(torch.bfloat16)
+            bf16 = functools.partial(torch.ops.mkldnn._linear_pointwise, x, packed, None, "none", [], "")
+            cells.append(best_us(bf16))
+            cells.append(best_us(functools.partial(torch.ops.aten._weight_int8pack_mm, x, quantized, scales)))
+        print(f"| {rows} | " + " | ".join(f"{us:.0f}" for us in cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
