@@ -93,8 +93,6 @@ class LlamaCppModel:
         self.lib = _bindings()
         self.config = config
         self.device = torch.device("cpu")
-        self.dtype = torch.float32
-        self.attention = None
         limit = int(getattr(config, "max_position_embeddings", 0) or 0)
         self.max_length = limit
         self.cells = context or (min(limit, DEFAULT_CONTEXT) if limit else DEFAULT_CONTEXT)
@@ -176,12 +174,14 @@ class LlamaCppModel:
                 batch.seq_id[i][j] = seq
             batch.logits[i] = outputs[i]
         batch.n_tokens = count
-        code = self.lib.llama_decode(self._ctx, batch)
+        try:
+            code = self.lib.llama_decode(self._ctx, batch)
+        finally:
+            if sequences[-1] == [PAD_SEQUENCE]:
+                self.lib.llama_memory_seq_rm(self.memory, PAD_SEQUENCE, -1, -1)
         if code != 0:
             reason = "no room in the KV cache" if code == 1 else f"llama_decode returned {code}"
             raise RuntimeError(f"llama.cpp could not run a pass of {count} tokens: {reason} ({self.cells} cells)")
-        if count == 2 and sequences[1] == [PAD_SEQUENCE]:
-            self.lib.llama_memory_seq_rm(self.memory, PAD_SEQUENCE, -1, -1)
         wanted = sum(bool(flag) for flag in outputs)
         if not wanted:
             return torch.empty(0, self.vocab_size)
