@@ -192,3 +192,15 @@ def test_server_on_llamacpp(on_llamacpp):
             assert 0 < reply.json()["usage"]["completion_tokens"] <= 12
         refused = complete(prompts[0], {"method": "eagle"})
         assert refused.status_code == 400 and "hidden states" in refused.text
+
+
+@pytest.mark.slow
+def test_demo_on_llamacpp(on_llamacpp, capsys):
+    """`specdec-hf demo --backend llamacpp --exact on`: every row says the same output as plain; no eagle
+    row (llama.cpp returns no hidden states)."""
+    from specdec.demo import run_demo
+
+    run_demo("smollm2-135m", dtype="fp32", max_new_tokens=24, backend="llamacpp", exact="on")
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["plain"], ["pld"], ["logitspec"], ["eagle"])]
+    assert [row[0] for row in rows] == ["plain", "pld", "logitspec"]
+    assert all(row[-1] == "yes" for row in rows)
