@@ -204,3 +204,10 @@ def test_demo_on_llamacpp(on_llamacpp, capsys):
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["plain"], ["pld"], ["logitspec"], ["eagle"])]
     assert [row[0] for row in rows] == ["plain", "pld", "logitspec"]
     assert all(row[-1] == "yes" for row in rows)
+
+
+def test_commands_that_read_hidden_states_refuse_the_backend(tmp_path):
+    from specdec.cli import main
+
+    with pytest.raises(SystemExit, match="runs on the torch backend"):
+        main(["analyze", "--backend", "llamacpp", "--per-category", "1", "--out", str(tmp_path / "a")])
