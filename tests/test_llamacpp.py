@@ -206,8 +206,10 @@ def test_demo_on_llamacpp(on_llamacpp, capsys):
     assert all(row[-1] == "yes" for row in rows)
 
 
-def test_commands_that_read_hidden_states_refuse_the_backend(tmp_path):
+def test_analyze_refuses_the_backend(tmp_path, capsys):
+    """`analyze` reads every position's logits from the transformers model: a one-line error, exit 2."""
     from specdec.cli import main
 
-    with pytest.raises(SystemExit, match="runs on the torch backend"):
-        main(["analyze", "--backend", "llamacpp", "--per-category", "1", "--out", str(tmp_path / "a")])
+    assert main(["analyze", "--backend", "llamacpp", "--per-category", "1", "--out", str(tmp_path / "a")]) == 2
+    assert "backend 'torch'" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists()

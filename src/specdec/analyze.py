@@ -36,6 +36,7 @@ from specdec.prompts import encode_prompt
 from specdec.proposers.logitspec.retrieval import retrieve
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.plain import PlainProposer
+from specdec.target import TargetModel
 
 TOP_KS = (1, 10, 60)
 
@@ -143,6 +144,9 @@ def plot(table: dict[str, dict[str, float]], path: Path) -> None:
 
 def run_analysis(engine: Engine, questions: Sequence[Question], config: AnalyzeConfig, out_dir: Path) -> dict:
     """Analyse every question, write analysis.md / analysis.json / analysis.png to out_dir; return the table."""
+    if not isinstance(engine.target, TargetModel):
+        raise ValueError("analyze reads every position's logits from the transformers model: load it with "
+                         f"backend 'torch' (not {engine.loaded.backend!r})")
     out_dir.mkdir(parents=True, exist_ok=False)
     start = time.perf_counter()
     results = [analyze_prompt(engine, q, config) for q in tqdm(questions, desc="analyze", unit="prompt")]

@@ -45,15 +45,6 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                         "needs llama-cpp-python)")
 
 
-def _torch_only(args: argparse.Namespace, command: str) -> str:
-    """The backend of a command that reads the transformers model's own passes (hidden states, logits
-    of every position): torch, or a usage error naming why."""
-    if args.backend != "torch":
-        raise SystemExit(f"specdec-hf {command}: runs on the torch backend (it reads the model's hidden states "
-                         f"or every position's logits); drop --backend {args.backend}")
-    return args.backend
-
-
 def add_sampling_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=_positive_int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -371,7 +362,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         raise ValueError(f"output folder {out} exists already: choose another --out")
     config = AnalyzeConfig(args.max_new_tokens, args.k, chat=not args.no_chat)
     engine = Engine(load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack, exact=args.exact,
-                               backend=_torch_only(args, "analyze")))
+                               backend=args.backend))
     table = run_analysis(engine, questions, config, out)
     print(markdown_table(table))
     print(f"wrote {out}/analysis.md, analysis.json, analysis.png", file=sys.stderr)
@@ -445,7 +436,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             "holdout", "seed", "checkpoint_every", "max_steps", "resume")  # fmt: skip
     config = TrainConfig(**{k: getattr(args, k) for k in keys})
     loaded = load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack, exact=args.exact,
-                        backend=_torch_only(args, "train"))
+                        backend=args.backend)
     summary = train(loaded, config, log=lambda line: print(f"specdec: {line}", file=sys.stderr))
     print(json.dumps({k: summary[k] for k in ("steps", "heldout_accuracy", "train_seconds")}))
     print(args.out)

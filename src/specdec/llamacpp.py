@@ -368,7 +368,6 @@ class LlamaCppTarget:
 
     model: LlamaCppModel
     exact: bool
-    attention = None
 
     @property
     def config(self) -> object:
