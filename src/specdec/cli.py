@@ -408,18 +408,19 @@ SUBCOMMANDS.append(_add_datastore)
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train an EAGLE-3 draft head for a model on chat text (JSONL) -o DIR")
+    p = sub.add_parser("train", help="train a draft head (EAGLE-3 or Medusa) for a model on chat text (JSONL) -o DIR")
     add_model_options(p)
     p.add_argument("--data", required=True, help='JSONL rows of {"messages": [...]} (chats) or {"text": ...}')
     p.add_argument("-o", "--out", required=True, help="the head folder (config.json, model.safetensors)")
-    p.add_argument("--arch", default="eagle3", choices=["eagle3"], help="the head's design")
+    p.add_argument("--arch", default="eagle3", choices=["eagle3", "medusa"], help="the head's design")
     p.add_argument("--cache", default="", help="feature shards folder, reused across runs (default OUT/features)")
     p.add_argument("--draft-vocab", type=_positive_int, default=8192, help="tokens the head can draft")
     p.add_argument("--max-len", type=_positive_int, default=512, help="tokens kept per row")
     p.add_argument("--epochs", type=float, default=2.0)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--tokens-per-batch", type=_positive_int, default=2048)
-    p.add_argument("--ttt-steps", type=_positive_int, default=3, help="draft steps unrolled per position")
+    p.add_argument("--ttt-steps", type=_positive_int, default=3, help="eagle3: draft steps unrolled per position")
+    p.add_argument("--heads", type=_positive_int, default=3, help="medusa: heads (future positions guessed)")
     p.add_argument("--holdout", type=float, default=0.05, help="share of rows held out for the accuracy")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint-every", type=_positive_int, default=200, help="optimizer steps between checkpoints")
@@ -432,8 +433,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from specdec.drafters.train import TrainConfig, train
     from specdec.models import load_model
 
-    keys = ("data", "out", "cache", "draft_vocab", "max_len", "epochs", "lr", "tokens_per_batch", "ttt_steps",
-            "holdout", "seed", "checkpoint_every", "max_steps", "resume")  # fmt: skip
+    keys = ("data", "out", "arch", "cache", "draft_vocab", "max_len", "epochs", "lr", "tokens_per_batch",
+            "ttt_steps", "heads", "holdout", "seed", "checkpoint_every", "max_steps", "resume")  # fmt: skip
     config = TrainConfig(**{k: getattr(args, k) for k in keys})
     loaded = load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack, exact=args.exact,
                         backend=args.backend)

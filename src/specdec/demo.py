@@ -11,13 +11,16 @@ import sys
 import torch
 
 from specdec.data import DataError, load_questions
+from specdec.drafters.eagle3 import ARCHITECTURE as EAGLE3
+from specdec.drafters.eagle3 import HeadError
+from specdec.drafters.medusa import ARCHITECTURE as MEDUSA
+from specdec.drafters.shipped import find_shipped_head
 from specdec.engine import Engine
 from specdec.generation import GenerationConfig, GenerationOutput
 from specdec.models import load_model
 from specdec.packed import is_invariant
 from specdec.prompts import encode_prompt
 from specdec.proposers import METHODS, parse_method
-from specdec.proposers.eagle import has_shipped_head
 
 FALLBACK_PROMPT = (
     "Summarize the following text in two sentences.\n\n"
@@ -26,7 +29,8 @@ FALLBACK_PROMPT = (
     "one is replaced by the large model's own choice, so the output is exactly what the large model "
     "would have written on its own, only sooner."
 )
-DEMO_METHODS = ("plain", "pld", "logitspec", "eagle")  # eagle where a head ships for the model
+DEMO_METHODS = ("plain", "pld", "logitspec", "eagle", "medusa")  # eagle, medusa where heads ship for the model
+HEADS = {"eagle": EAGLE3, "medusa": MEDUSA}  # the methods that need a head, and its layout
 
 
 def demo_prompt() -> str:
@@ -45,9 +49,8 @@ def run_demo(
     prompt = demo_prompt()
     prompt_ids = encode_prompt(loaded.tokenizer, prompt, chat=True)
     settings = GenerationConfig(max_new_tokens=max_new_tokens)
-    # eagle where a head ships for the model and the verifier returns hidden states (not llama.cpp's)
-    with_head = has_shipped_head(loaded) and backend == "torch"
-    methods = [m for m in DEMO_METHODS if m in METHODS and (m != "eagle" or with_head)]
+    # eagle and medusa where a head ships for the model and the verifier returns hidden states (not llama.cpp's)
+    methods = [m for m in DEMO_METHODS if m in METHODS and (m not in HEADS or (backend == "torch" and _ships(loaded, m)))]
     runs_on = f"llama.cpp, {loaded.gguf_path.name}" if backend == "llamacpp" else f"{loaded.dtype}, {loaded.device}"
     print(f"model: {loaded.name} ({runs_on}); prompt: {len(prompt_ids)} tokens")
     print(f"prompt (Spec-Bench summarization): {prompt[:160]!r}...\n")
@@ -64,6 +67,14 @@ def run_demo(
     check = backend == "torch" and loaded.dtype != torch.float32 and not is_invariant(loaded)
     exact = _fp32_identity(model, cache_dir, prompt_ids, methods, max_new_tokens) if check else {}
     _print_table(results, loaded.dtype, exact)
+
+
+def _ships(loaded, method: str) -> bool:
+    try:
+        find_shipped_head(loaded, HEADS[method])
+    except HeadError:
+        return False
+    return True
 
 
 def _fp32_identity(

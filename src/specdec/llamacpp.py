@@ -34,7 +34,7 @@ Invariants:
   tokens (llama.cpp's tiled attention) and rows sharing the context (cells
   interleave) may round differently, which can change a near tie: measured and
   reported by `benchmarks/llamacpp_bench.py`;
-- no hidden states come back: methods that read the target's features (eagle)
+- no hidden states come back: methods that read the target's features (eagle, medusa)
   are refused with a clear error.
 """
 
@@ -236,7 +236,7 @@ class LlamaCppBatch:
     def capture(self, layers: tuple[int, ...]) -> None:
         if layers:
             raise ValueError("backend 'llamacpp' returns no hidden states: methods that read the target's "
-                             "features (eagle) need --backend torch")
+                             "features (eagle, medusa) need --backend torch")
         self._capture = ()
 
     @property

@@ -16,6 +16,10 @@ Invariants: same seed, data and options give the same head; a checkpoint holds
 the head, the optimizer, the step and the generator, so `--resume` continues
 the run as if it had not stopped; the held-out split (the last `holdout` share
 of the rows, never trained on) is where the per-step accuracy is measured.
+
+`arch="medusa"` trains Medusa-1 heads (`specdec.drafters.medusa`) with the same
+data, cache, loop, checkpoints and held-out split: their feature is the
+target's last hidden state, and "step" k is head k.
 """
 
 from __future__ import annotations
@@ -31,23 +35,27 @@ from tqdm import tqdm
 
 from specdec.drafters.eagle3 import Eagle3Head, default_layer_ids, head_config, save_head, target_fingerprint
 from specdec.drafters.features import Example, batches, build_cache, collate, load_cache, read_rows
+from specdec.drafters.medusa import MedusaHeads, medusa_loss, save_medusa
 from specdec.models import LoadedModel
 
 CHECKPOINT = "checkpoint.pt"
 STEP_DECAY = 0.8
+ARCHES = ("eagle3", "medusa")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     data: str
     out: str
+    arch: str = "eagle3"  # or "medusa"
     cache: str = ""  # feature shards folder ("" = <out>/features)
     draft_vocab: int = 8192
     max_len: int = 512
     epochs: float = 2.0
     lr: float = 1e-3
     tokens_per_batch: int = 2048
-    ttt_steps: int = 3
+    ttt_steps: int = 3  # eagle3: draft steps unrolled per position
+    heads: int = 3  # medusa: future positions, one head each
     holdout: float = 0.05
     seed: int = 0
     checkpoint_every: int = 200
@@ -55,7 +63,10 @@ class TrainConfig:
     resume: bool = False
 
     def __post_init__(self) -> None:
-        for name, low in (("draft_vocab", 2), ("max_len", 16), ("tokens_per_batch", 16), ("ttt_steps", 1)):
+        if self.arch not in ARCHES:
+            raise ValueError(f"--arch must be one of {', '.join(ARCHES)}, got {self.arch!r}")
+        lows = (("draft_vocab", 2), ("max_len", 16), ("tokens_per_batch", 16), ("ttt_steps", 1), ("heads", 1))
+        for name, low in lows:
             if getattr(self, name) < low:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(self, name)}")
         if not 0 < self.holdout < 0.5:
@@ -106,14 +117,25 @@ def choose_vocab(examples: list[Example], size: int, vocab_size: int) -> torch.T
     return torch.sort(torch.topk(counts, size, sorted=True).indices).values
 
 
+def batch_loss(
+    head: torch.nn.Module, batch: list[Example], config: TrainConfig, to_draft: torch.Tensor
+) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+    """The arch's loss on one batch, and per step (correct top-1, scored positions)."""
+    tokens, labels, features, valid = collate(batch)
+    if config.arch == "medusa":
+        return medusa_loss(head, labels, features, valid, to_draft)
+    return ttt_loss(head, tokens, labels, features, valid, config.ttt_steps, to_draft)
+
+
 @torch.no_grad()
-def evaluate(head: Eagle3Head, examples: list[Example], config: TrainConfig, to_draft: torch.Tensor) -> list[float]:
-    """Top-1 accuracy per draft step on `examples` (the target's greedy token as the answer)."""
+def evaluate(head: torch.nn.Module, examples: list[Example], config: TrainConfig, to_draft: torch.Tensor) -> list[float]:
+    """Top-1 accuracy per draft step (per head) on `examples` (the target's greedy token as the answer)."""
     head.eval()
-    totals = [[0, 0] for _ in range(config.ttt_steps)]
+    totals: list[list[int]] = []
     gen = torch.Generator().manual_seed(0)
     for batch in batches(examples, config.tokens_per_batch, gen):
-        _, scores = ttt_loss(head, *collate(batch), config.ttt_steps, to_draft)
+        _, scores = batch_loss(head, batch, config, to_draft)
+        totals = totals or [[0, 0] for _ in scores]
         for total, (right, seen) in zip(totals, scores, strict=True):
             total[0] += right
             total[1] += seen
@@ -127,7 +149,9 @@ def train(loaded: LoadedModel, config: TrainConfig, log=print) -> dict:
     torch.manual_seed(config.seed)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    layer_ids = default_layer_ids(model.config.num_hidden_layers)
+    layer_ids = (model.config.num_hidden_layers,) if config.arch == "medusa" else default_layer_ids(
+        model.config.num_hidden_layers
+    )
     rows = read_rows(config.data, loaded.tokenizer, config.max_len)
     cache = build_cache(model, rows, layer_ids, config.cache or out / "features", config.max_len)
     examples = load_cache(cache)
@@ -135,12 +159,44 @@ def train(loaded: LoadedModel, config: TrainConfig, log=print) -> dict:
     if split >= len(examples):
         raise ValueError(f"--data has {len(examples)} rows: too few to hold some out (need at least 2)")
     trainset, heldout = examples[:split], examples[split:]
-    head = Eagle3Head(head_config(model.config, layer_ids, config.draft_vocab), model.get_input_embeddings())
-    head.set_vocab(choose_vocab(trainset, config.draft_vocab, model.config.vocab_size))
-    _start_from_target(head, model)
+    vocab = choose_vocab(trainset, config.draft_vocab, model.config.vocab_size)
+    head = _make_head(model, config, layer_ids, vocab)
     to_draft = torch.full((model.config.vocab_size,), -100, dtype=torch.int64)
-    to_draft[head.draft_ids] = torch.arange(head.d2t.numel())
-    head.train()
+    to_draft[vocab] = torch.arange(vocab.numel())
+    step, seconds = _fit(head, trainset, config, to_draft, out / CHECKPOINT, log)
+    accuracy = evaluate(head, heldout, config, to_draft)
+    log("held-out top-1 accuracy per draft step: " + ", ".join(f"{a:.3f}" for a in accuracy))
+    summary = {
+        "train_config": asdict(config), "steps": step, "train_tokens": sum(len(e.tokens) for e in trainset),
+        "heldout_examples": len(heldout), "heldout_accuracy": accuracy, "layer_ids": list(layer_ids),
+        "target": loaded.name, "target_fingerprint": target_fingerprint(model.get_input_embeddings().weight),
+        "train_seconds": seconds,
+    }
+    if config.arch == "medusa":
+        save_medusa(head, out, extra={"specdec": summary})
+    else:
+        save_head(head, out, extra={"specdec": summary})
+    (out / "README.md").write_text(model_card(summary))
+    return summary
+
+
+def _make_head(model: torch.nn.Module, config: TrainConfig, layer_ids: tuple[int, ...], vocab: torch.Tensor):
+    """A fresh head whose output side starts as the target's own (see `_start_from_target`)."""
+    if config.arch == "medusa":
+        mc = model.config
+        head = MedusaHeads(mc.hidden_size, mc.vocab_size, vocab.numel(), config.heads, layer_ids[0])
+        head.token_map.copy_(vocab)
+    else:
+        head = Eagle3Head(head_config(model.config, layer_ids, vocab.numel()), model.get_input_embeddings())
+        head.set_vocab(vocab)
+    _start_from_target(head, model, vocab)
+    return head.train()
+
+
+def _fit(
+    head: torch.nn.Module, trainset: list[Example], config: TrainConfig, to_draft: torch.Tensor, ckpt: Path, log
+) -> tuple[int, float]:
+    """The optimizer loop, resumable from `ckpt`; (steps done, seconds spent)."""
     params = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
     tokens_per_epoch = sum(len(e.tokens) for e in trainset)
@@ -149,7 +205,6 @@ def train(loaded: LoadedModel, config: TrainConfig, log=print) -> dict:
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, config.lr, total_steps=total_steps, pct_start=0.05)
     gen = torch.Generator().manual_seed(config.seed)
     step, seen_tokens, skip, epoch_state = 0, 0, 0, gen.get_state()
-    ckpt = out / CHECKPOINT
     if config.resume and ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
         head.load_state_dict(state["head"])
@@ -169,7 +224,7 @@ def train(loaded: LoadedModel, config: TrainConfig, log=print) -> dict:
                 continue
             if step >= stop:
                 break
-            loss, scores = ttt_loss(head, *collate(batch), config.ttt_steps, to_draft)
+            loss, scores = batch_loss(head, batch, config, to_draft)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -177,8 +232,8 @@ def train(loaded: LoadedModel, config: TrainConfig, log=print) -> dict:
             schedule.step()
             step += 1
             seen_tokens += sum(len(e.tokens) for e in batch)
-            acc = scores[0][0] / max(1, scores[0][1])
             rate = seen_tokens / max(1e-9, time.perf_counter() - started)
+            acc = scores[0][0] / max(1, scores[0][1])
             bar.set_postfix(loss=f"{loss.item():.3f}", acc1=f"{acc:.2f}", tok_s=f"{rate:.0f}")
             bar.update(1)
             if step % config.checkpoint_every == 0 or step == stop:
@@ -186,28 +241,29 @@ def train(loaded: LoadedModel, config: TrainConfig, log=print) -> dict:
                 _checkpoint(ckpt, head, optimizer, schedule, state)
         skip = 0
     bar.close()
-    accuracy = evaluate(head, heldout, config, to_draft)
-    log("held-out top-1 accuracy per draft step: " + ", ".join(f"{a:.3f}" for a in accuracy))
-    summary = {
-        "train_config": asdict(config), "steps": step, "train_tokens": tokens_per_epoch,
-        "heldout_examples": len(heldout), "heldout_accuracy": accuracy, "layer_ids": list(layer_ids),
-        "target": loaded.name, "target_fingerprint": target_fingerprint(model.get_input_embeddings().weight),
-        "train_seconds": round(time.perf_counter() - started, 1),
-    }
-    save_head(head, out, extra={"specdec": summary})
-    (out / "README.md").write_text(model_card(summary))
-    return summary
+    return step, round(time.perf_counter() - started, 1)
 
 
 def model_card(summary: dict) -> str:
     """The head folder's README: what it was trained for, on what, how, and how well."""
     config = summary["train_config"]
     accuracy = ", ".join(f"step {i}: {a:.3f}" for i, a in enumerate(summary["heldout_accuracy"], start=1))
+    if config["arch"] == "medusa":
+        title = f"# Medusa heads for {summary['target']}\n\n"
+        design = (
+            f"Trained by `specdec train --arch medusa` ({config['heads']} heads, one residual block each; head k "
+            "guesses the token k + 1 places after the target's own next token). Layout: vLLM's Medusa "
+            "(`MedusaModel`, config.json + model.safetensors with `token_map`).\n\n"
+        )
+    else:
+        title = f"# EAGLE-3 head for {summary['target']}\n\n"
+        design = (
+            f"Trained by `specdec train` (training-time test over {config['ttt_steps']} draft steps). Layout: "
+            "`LlamaForCausalLMEagle3` (config.json + model.safetensors), as vLLM and SGLang read EAGLE-3 "
+            "drafters; the token embedding is the target's.\n\n"
+        )
     return (
-        f"# EAGLE-3 head for {summary['target']}\n\n"
-        "Trained by `specdec train` (training-time test over "
-        f"{config['ttt_steps']} draft steps). Layout: `LlamaForCausalLMEagle3` (config.json + model.safetensors), "
-        "as vLLM and SGLang read EAGLE-3 drafters; the token embedding is the target's.\n\n"
+        title + design +
         f"- target hidden states read: layers {summary['layer_ids']}\n"
         f"- draft vocabulary: {config['draft_vocab']} tokens (the target's most frequent choices on the data)\n"
         f"- data: `{config['data']}`, {summary['train_tokens']} training tokens "
@@ -219,11 +275,20 @@ def model_card(summary: dict) -> str:
 
 
 @torch.no_grad()
-def _start_from_target(head: Eagle3Head, model: torch.nn.Module) -> None:
+def _start_from_target(head: torch.nn.Module, model: torch.nn.Module, vocab: torch.Tensor) -> None:
     """Start the head's output side as the target's own (its head rows for the draft vocabulary, its
     final norm): the head's output is meant to read like a target hidden state, so training starts
-    from a head that already maps such states to tokens."""
-    head.lm_head.weight.copy_(model.get_output_embeddings().weight[head.draft_ids])
+    from a head that already maps such states to tokens. Medusa's blocks start at zero (each block
+    is then the identity), as in the Medusa paper."""
+    rows = model.get_output_embeddings().weight[vocab]
+    if isinstance(head, MedusaHeads):
+        for lm, block in zip(head.lm_heads, head.blocks, strict=True):
+            lm.weight.copy_(rows)
+            for layer in block.layers:
+                layer.weight.zero_()
+                layer.bias.zero_()
+        return
+    head.lm_head.weight.copy_(rows)
     norm = getattr(model.get_decoder(), "norm", None)
     if norm is not None and norm.weight.shape == head.norm.weight.shape:
         head.norm.weight.copy_(norm.weight)

@@ -35,6 +35,7 @@ METHODS: dict[str, str] = {
     "session": "specdec.proposers.session_store:SessionConfig",
     "hybrid": "specdec.proposers.hybrid:HybridConfig",
     "eagle": "specdec.proposers.eagle:EagleConfig",
+    "medusa": "specdec.proposers.medusa:MedusaConfig",
 }
 
 

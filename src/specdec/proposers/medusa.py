@@ -1,0 +1,117 @@
+"""Medusa: heads on the target's last hidden state guess the next few tokens at once.
+
+Why: the cheapest drafter that reads the target's own state (Medusa-1, arXiv
+2401.10774): per step one small product per head on one row, no draft loop.
+Head i, reading the state the target's head turned into this step's root,
+guesses the token i + 1 places after the root. The heads' guesses are
+independent, so the tree is the Cartesian product of their top-k, grown level
+by level from the likeliest nodes (cumulative probability, the heads taken as
+independent) and cut to the size that pays on this machine's cost curve
+(`tree_budget`), like EAGLE's.
+
+The state comes from the verification pass itself (`ProposalContext.features`,
+captured at the target's last hidden state): no extra pass of the target.
+
+Invariants: lossless whatever the heads guess (verification decides); drafts
+are deterministic guesses (`draft_probs` None), so at temperature > 0 the
+acceptance rule treats them as such and the output keeps the target's
+distribution (Medusa's typical acceptance, which is not lossless, is not used).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from pathlib import Path
+from typing import Annotated
+
+import torch
+
+from specdec.drafters.medusa import ARCHITECTURE, MedusaHeads, load_medusa
+from specdec.drafters.shipped import find_shipped_head
+from specdec.generation import ProposalContext
+from specdec.models import LoadedModel
+from specdec.proposers.budget import CostModel, load_or_measure
+from specdec.proposers.eagle_retrieval import Node
+from specdec.proposers.schema import method_config, option
+from specdec.proposers.tree_budget import as_tree, likeliest, paying_count
+from specdec.tree import DraftTree
+from specdec.verify import VerifyResult
+
+
+@method_config("medusa")
+class MedusaConfig:
+    """Medusa-1 heads drafting the Cartesian top-k tree of their guesses, sized by this machine's cost curve.
+
+    head: the heads' folder (vLLM's Medusa layout); "" = the heads shipped for the loaded model;
+    topk: children per expanded node (each head's top-k), and nodes expanded per level;
+    min_prob: a node is expanded only if its cumulative probability is at least this;
+    budget: most nodes in the tree, root included;
+    adaptive: keep the node count that maximises expected tokens per second (else always `budget`);
+    costs_dir: cache folder of measured cost curves ("" = ~/.cache/specdec/costs).
+    """
+
+    head: str = ""
+    topk: Annotated[int, option(ge=1, le=32, request_max=10)] = 4
+    min_prob: Annotated[float, option(ge=0.0, le=1.0)] = 0.02  # server-side: 0 would expand every node
+    budget: Annotated[int, option(ge=2, le=256, request_max=64)] = 32
+    adaptive: Annotated[bool, option(request=True)] = True
+    costs_dir: str = ""
+
+    def load(self, loaded: LoadedModel) -> MedusaHeads:
+        folder = Path(self.head).expanduser() if self.head else find_shipped_head(loaded, ARCHITECTURE)
+        key = ("medusa-heads", str(folder.resolve()))
+        return loaded.state.shared(key, lambda: load_medusa(folder, loaded.model))
+
+    def build(self, loaded: LoadedModel) -> MedusaProposer:
+        costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
+        return MedusaProposer(self, self.load(loaded), costs)
+
+
+class MedusaProposer:
+    prunable = True  # a batch may cut the tree to its budget (the kept order is likeliest first)
+    source_stats = None
+
+    def __init__(self, config: MedusaConfig, heads: MedusaHeads, costs: CostModel | None = None) -> None:
+        self.config = config
+        self.heads = heads
+        self.feature_layers = (heads.layer_id,)
+        self.costs = costs.table(config.budget) if costs is not None else []
+        self._min_score = math.log(config.min_prob) if config.min_prob > 0 else -math.inf
+        self.state: torch.Tensor | None = None
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        self.state = None
+
+    @torch.inference_mode()
+    def propose(self, ctx: ProposalContext) -> DraftTree:
+        root = ctx.token_ids[-1]
+        if ctx.features is not None and ctx.features.shape[0]:
+            self.state = ctx.features[-1]  # the state whose logits gave the root
+        if self.state is None:
+            raise RuntimeError("medusa: no target state for this step (the pass captured no features)")
+        depth = min(self.heads.num_heads, ctx.max_depth)
+        if depth <= 0:
+            return DraftTree.chain(root)
+        logp = torch.log_softmax(self.heads.draft_logits(self.state).float(), dim=-1)[:depth]
+        top, ids = logp.topk(min(self.config.topk, logp.shape[-1]), dim=-1)
+        nodes = self._grow(top.tolist(), self.heads.token_map[ids].tolist())
+        kept = likeliest(nodes, self.config.budget)
+        return as_tree(root, nodes, kept[: paying_count(kept, nodes, self.costs)])
+
+    def _grow(self, top: list[list[float]], tokens: list[list[int]]) -> list[Node]:
+        """Level d holds head d's top-k below each of the `topk` likeliest nodes of level d - 1."""
+        nodes = [Node(t, -1, lp, 1, "medusa") for lp, t in zip(top[0], tokens[0], strict=True)]
+        level = list(range(len(nodes)))
+        for d in range(1, len(top)):
+            likely = (i for i in level if nodes[i].score >= self._min_score)
+            parents = heapq.nlargest(self.config.topk, likely, key=lambda i: nodes[i].score)
+            level = []
+            for p in parents:
+                for lp, t in zip(top[d], tokens[d], strict=True):
+                    nodes.append(Node(t, p, nodes[p].score + lp, d + 1, "medusa"))
+                    level.append(len(nodes) - 1)
+        return nodes
+
+    def observe(self, result: VerifyResult) -> None:
+        """Nothing to learn: the next state reaches `propose` through the context."""

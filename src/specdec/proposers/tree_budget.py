@@ -1,0 +1,59 @@
+"""Choosing a draft tree from scored candidates: the likeliest nodes, as many as pay.
+
+Why one module: every drafter that scores its candidates with an estimated
+acceptance chance (EAGLE's head, Medusa's heads) builds its tree the same way:
+take the likeliest candidates (each after its parent), then keep the count that
+maximises expected tokens per second on this machine's measured cost curve
+(`budget.CostModel.table`), so a tree is only as large as it pays.
+
+Invariants: the kept order is likeliest first with every node after its parent,
+so any prefix is a tree (the batch's node budget cuts prefixes); a candidate's
+`score` is the log of its estimated acceptance chance, its `parent` an index
+into the same candidate list (-1: a child of the root).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from specdec.proposers.eagle_retrieval import Node
+from specdec.tree import DraftTree
+
+
+def likeliest(nodes: Sequence[Node], budget: int) -> list[int]:
+    """Indices of the likeliest candidates whose parent is kept, at most `budget - 1` (the root is one)."""
+    order = sorted(range(len(nodes)), key=lambda i: (-nodes[i].score, nodes[i].depth))
+    kept: list[int] = []
+    inside: set[int] = set()
+    for i in order:
+        if len(kept) + 1 >= budget:
+            break
+        if nodes[i].parent == -1 or nodes[i].parent in inside:
+            kept.append(i)
+            inside.add(i)
+    return kept
+
+
+def paying_count(kept: Sequence[int], nodes: Sequence[Node], costs: Sequence[float]) -> int:
+    """How many of `kept` (likeliest first) to verify: all without a cost curve, else the count that
+    maximises expected tokens per second of verification (costs[n] = one pass over n nodes)."""
+    if not costs:
+        return len(kept)
+    expected, best, best_rate = 1.0, 0, 1.0 / costs[1]
+    for n, i in enumerate(kept, start=1):
+        expected += math.exp(nodes[i].score)
+        rate = expected / costs[min(n + 1, len(costs) - 1)]
+        if rate > best_rate:
+            best, best_rate = n, rate
+    return best
+
+
+def as_tree(root: int, nodes: Sequence[Node], kept: Sequence[int]) -> DraftTree:
+    """The tree of `root` and the `kept` candidates, in that order."""
+    slot = {i: s + 1 for s, i in enumerate(kept)}
+    tokens = [root, *(nodes[i].token for i in kept)]
+    parents = [-1, *(0 if nodes[i].parent == -1 else slot[nodes[i].parent] for i in kept)]
+    return DraftTree(torch.tensor(tokens), torch.tensor(parents))
