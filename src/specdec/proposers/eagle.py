@@ -17,11 +17,20 @@ runs an extra pass. The proposer keeps the head's attention entries for every
 committed position (position t holds the target's feature at t and token t + 1);
 tree nodes get entries only while their step is drafted.
 
+At temperature > 0 with `sampled=true` (and without retrieval) the tree is drawn
+from the head's own distribution instead and verified by rejection sampling
+(`specdec.proposers.eagle_sampled`, where the losslessness argument is); with
+retrieval, or `sampled=false` (the default), the top-k tree is verified as guesses. Retrieved
+branches stay guesses: mixing them into a drawn tree would need point-mass rows
+and a count of drawn siblings fixed before the retrieved ones are merged, and
+retrieval's merging (a retrieved token equal to a drawn sibling becomes one
+node) would drop or keep drawn nodes by their own values.
+
 Invariants: lossless whatever the head drafts (verification decides); the head's
-entries cover exactly the committed positions between steps; drafts are
+entries cover exactly the committed positions between steps; top-k drafts are
 deterministic guesses (`draft_probs` None), so at temperature > 0 the
 acceptance rule treats them as such and the output keeps the target's
-distribution.
+distribution; greedy decoding always drafts the top-k tree.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
 from specdec.proposers.budget import CostModel, load_or_measure
 from specdec.proposers.eagle_retrieval import Node, Retrieval
+from specdec.proposers.eagle_sampled import HeadSteps, SampledPlan, draft_generator, draft_rows, grow_sampled
 from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
@@ -79,6 +89,8 @@ class EagleConfig:
     budget: most nodes in the tree, root included;
     adaptive: keep the node count that maximises expected tokens per second (else always `budget`);
     retrieval: add prompt lookup's and LogitSpec's retrieved continuations as branches of the tree;
+    sampled: at temperature > 0 (without retrieval) draw the tree from the head's distribution and
+      verify it by rejection sampling (`eagle_sampled`); else the top-k tree, verified as guesses;
     costs_dir: cache folder of measured cost curves ("" = ~/.cache/specdec/costs).
     """
 
@@ -89,6 +101,8 @@ class EagleConfig:
     budget: Annotated[int, option(ge=2, le=256, request_max=64)] = 48
     adaptive: Annotated[bool, option(request=True)] = True
     retrieval: Annotated[bool, option(request=True)] = False
+    # off by default until drawn trees are sized well: the cost rule's proxy undervalues drawn nodes
+    sampled: Annotated[bool, option(request=True)] = False
     costs_dir: str = ""
 
     def load(self, loaded: LoadedModel) -> Eagle3Head:
@@ -102,7 +116,6 @@ class EagleConfig:
 
 
 class EagleProposer:
-    prunable = True  # a batch may cut the tree to its budget
     source_stats: dict[str, dict[str, int]] | None  # with retrieval: offered / accepted nodes per source
 
     def __init__(self, config: EagleConfig, head: Eagle3Head, costs: CostModel | None = None) -> None:
@@ -116,7 +129,15 @@ class EagleProposer:
         sources = ("eagle", "retrieval", "both")
         self.source_stats = {s: {"offered": 0, "accepted": 0} for s in sources} if config.retrieval else None
         self._kept: list[Node] = []  # the last tree's nodes below the root, in tree order
+        self._drew = False  # the last tree was drawn from the head's distribution
         self.begin([])
+
+    @property
+    def prunable(self) -> bool:
+        """A batch may cut a top-k tree to its budget, never a drawn one: the batch's cut point looks at
+        the whole tree's shape, which depends on the drawn tokens, so it could drop a node for its own
+        value (see `eagle_sampled`)."""
+        return not self._drew
 
     def begin(self, prompt_ids: list[int]) -> None:
         if self.retrieval is not None:
@@ -124,6 +145,7 @@ class EagleProposer:
         self.keys: torch.Tensor | None = None  # [1, kv, positions, d] the head's entries, committed positions
         self.values: torch.Tensor | None = None
         self.pending: list[torch.Tensor] = []  # target features not fed to the head yet
+        self.generator: torch.Generator | None = None  # sampled trees' draws, seeded per request
 
     @property
     def fed(self) -> int:
@@ -132,13 +154,17 @@ class EagleProposer:
     @torch.inference_mode()
     def propose(self, ctx: ProposalContext) -> DraftTree:
         root = ctx.token_ids[-1]
+        self._drew = self.config.sampled and self.retrieval is None and not ctx.sampling.greedy
         if ctx.features is not None:
             self.pending.append(ctx.features)
         logits, state = self._feed(ctx.token_ids)
         depth = min(self.config.depth, ctx.max_depth)
         if depth <= 0:
             return DraftTree.chain(root)
-        nodes = self._grow(logits, state, len(ctx.token_ids) - 1, depth)
+        steps = HeadSteps(self.head, self.keys, self.values, state, len(ctx.token_ids) - 1)
+        if self._drew:
+            return self._sampled(root, logits, steps, depth, ctx)
+        nodes = self._grow(logits, steps, depth)
         if self.retrieval is not None:
             self.retrieval.add_branches(nodes, ctx.token_ids, depth)
         return self._tree(root, nodes)
@@ -176,44 +202,35 @@ class EagleProposer:
         self.keys, self.values, self.pending = keys, values, []
         return logits[0, -1], state[0, -1]
 
-    def _grow(self, logits: torch.Tensor, state: torch.Tensor, root_pos: int, depth: int) -> list[Node]:
+    def _grow(self, logits: torch.Tensor, steps: HeadSteps, depth: int) -> list[Node]:
         """EAGLE-2's expansion: `depth` levels, each expanding the `topk` likeliest nodes of the last."""
-        head, k = self.head, self.config.topk
+        k = self.config.topk
         draft_ids = self._draft_ids
         nodes: list[Node] = []
         level = self._children(logits[None], [-1], [0.0], 1, nodes, draft_ids)
-        tree_keys: list[torch.Tensor] = []  # entries of expanded nodes, [1, kv, 1, d] each, by run order
-        tree_values: list[torch.Tensor] = []
-        run_index: dict[int, int] = {}  # candidate index -> its entry's index in tree_keys
-        states: dict[int, torch.Tensor] = {-1: state}
         for level_depth in range(1, depth):
             likely = (i for i in level if nodes[i].score >= self._min_score)
             chosen = heapq.nlargest(k, likely, key=lambda i: nodes[i].score)
             if not chosen:
                 break
-            hidden = torch.stack([states[nodes[i].parent] for i in chosen])[None]  # [1, c, H]
-            tokens = torch.tensor([nodes[i].token for i in chosen], device=hidden.device)[None]
-            positions = torch.full_like(tokens, root_pos + level_depth - 1)
-            q, kk, vv = head.qkv(hidden, tokens, positions)
-            for j, i in enumerate(chosen):
-                run_index[i] = len(tree_keys)
-                tree_keys.append(kk[:, :, j : j + 1])
-                tree_values.append(vv[:, :, j : j + 1])
-            keys = torch.cat([self.keys, *tree_keys], dim=2)
-            values = torch.cat([self.values, *tree_values], dim=2)
-            mask = torch.zeros(len(chosen), keys.shape[2], dtype=torch.bool, device=hidden.device)
-            mask[:, : self.fed] = True
-            for j, i in enumerate(chosen):
-                a = i
-                while a >= 0:  # own entry and its ancestors' (all expanded earlier)
-                    mask[j, self.fed + run_index[a]] = True
-                    a = nodes[a].parent
-            out, new_states = head.finish(hidden, q, keys, values, mask[None, None])
-            for j, i in enumerate(chosen):
-                states[i] = new_states[0, j]
+            out = steps.run(nodes, chosen, level_depth)
             scores = [nodes[i].score for i in chosen]
-            level = self._children(out[0], chosen, scores, level_depth + 1, nodes, draft_ids)
+            level = self._children(out, chosen, scores, level_depth + 1, nodes, draft_ids)
         return nodes
+
+    def _sampled(
+        self, root: int, logits: torch.Tensor, steps: HeadSteps, depth: int, ctx: ProposalContext
+    ) -> DraftTree:
+        """A tree drawn from the head's distribution, with its rows [N, V] (`eagle_sampled`)."""
+        if self.generator is None:
+            self.generator = draft_generator(ctx.sampling, logits.device)
+        plan = SampledPlan(self.config.topk, self._min_score, self.config.budget, self.costs)
+        nodes, levels = grow_sampled(steps, logits, plan, depth, ctx.sampling, self.generator, self._draft_ids)
+        tokens = [root, *(n.token for n in nodes)]
+        parents = [-1, *(n.parent + 1 for n in nodes)]  # level order: every parent before its children
+        vocab_size = ctx.last_logits.shape[-1]
+        rows = draft_rows(levels, len(tokens), self._draft_ids, vocab_size, ctx.last_logits.device)
+        return DraftTree(torch.tensor(tokens), torch.tensor(parents), rows)
 
     def _children(
         self, logits: torch.Tensor, parents: list[int], scores: list[float], depth: int, nodes: list[Node],
