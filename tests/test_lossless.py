@@ -232,6 +232,11 @@ CASES = (
          ran=mat_above_one),
     Case("eagle:retrieval=true", method("eagle:retrieval=true"), greedy(*ALL), ran=offered("retrieval")),
     Case("eagle-sampled", method("eagle"), sampled(SOME, SAMPLINGS), 24, fast=True, ran=accepted),
+    # the Medusa heads shipped for the default model (deterministic drafts, like eagle's above)
+    Case("medusa", method("medusa"), greedy(*ALL), fast=True, ran=mat_above_one),
+    Case("medusa:adaptive=false,budget=24,topk=3", method("medusa:adaptive=false,budget=24,topk=3"), greedy(*ALL),
+         ran=mat_above_one),
+    Case("medusa-sampled", method("medusa"), sampled(SOME, SAMPLINGS), 24, ran=accepted),
     # layer skipping (formerly tests/test_layerskip.py)
     Case("layerskip:k=3,adaptive=false", lambda request: LayerSkipConfig(skip=SKIP, k=3, adaptive=False).build(
         request.getfixturevalue("default_model")), greedy("translation", "mt_bench", "qa"), fast=True),

@@ -36,45 +36,28 @@ distribution; greedy decoding always drafts the top-k tree.
 from __future__ import annotations
 
 import heapq
-import json
 import math
 from pathlib import Path
 from typing import Annotated
 
 import torch
 
-from specdec.drafters.eagle3 import Eagle3Head, HeadError, load_head, trained_for
+from specdec.drafters.eagle3 import ARCHITECTURE, Eagle3Head, load_head
+from specdec.drafters.shipped import find_shipped_head
 from specdec.generation import ProposalContext
 from specdec.models import LoadedModel
 from specdec.proposers.budget import CostModel, load_or_measure
 from specdec.proposers.eagle_retrieval import Node, Retrieval
 from specdec.proposers.eagle_sampled import HeadSteps, SampledPlan, draft_generator, draft_rows, grow_sampled
 from specdec.proposers.schema import method_config, option
+from specdec.proposers.tree_budget import as_tree, likeliest, paying_count
 from specdec.tree import DraftTree
 from specdec.verify import VerifyResult
 
-HEADS_DIR = Path(__file__).resolve().parent.parent / "heads"  # heads shipped with the package
-
 
 def find_head(loaded: LoadedModel) -> Path:
-    """The shipped head trained for this model (matched by its token embedding), or HeadError."""
-    embedding = loaded.model.get_input_embeddings().weight
-    for config in sorted(HEADS_DIR.glob("*/config.json")):
-        theirs = (json.loads(config.read_text()).get("specdec") or {}).get("target_fingerprint")
-        if theirs is not None and trained_for(theirs, embedding):
-            return config.parent
-    raise HeadError(
-        f"no EAGLE-3 head ships for {loaded.name}: train one with `specdec train --data FILE -o DIR` and use "
-        "eagle:head=DIR"
-    )
-
-
-def has_shipped_head(loaded: LoadedModel) -> bool:
-    try:
-        find_head(loaded)
-    except HeadError:
-        return False
-    return True
+    """The shipped EAGLE-3 head trained for this model (matched by its token embedding), or HeadError."""
+    return find_shipped_head(loaded, ARCHITECTURE)
 
 
 @method_config("eagle")
@@ -249,31 +232,7 @@ class EagleProposer:
 
     def _tree(self, root: int, nodes: list[Node]) -> DraftTree:
         """The likeliest nodes (each with its parent), as many as pay for their verification."""
-        order = sorted(range(len(nodes)), key=lambda i: (-nodes[i].score, nodes[i].depth))
-        kept: list[int] = []
-        inside: set[int] = set()
-        for i in order:
-            if len(kept) + 1 >= self.config.budget:
-                break
-            if nodes[i].parent == -1 or nodes[i].parent in inside:
-                kept.append(i)
-                inside.add(i)
-        kept = kept[: self._count(kept, nodes)]  # likeliest first, each after its parent: a batch's cut
+        kept = likeliest(nodes, self.config.budget)
+        kept = kept[: paying_count(kept, nodes, self.costs)]  # likeliest first, each after its parent
         self._kept = [nodes[i] for i in kept]
-        slot = {i: s + 1 for s, i in enumerate(kept)}
-        tokens = [root, *(nodes[i].token for i in kept)]
-        parents = [-1, *(0 if nodes[i].parent == -1 else slot[nodes[i].parent] for i in kept)]
-        return DraftTree(torch.tensor(tokens), torch.tensor(parents))
-
-    def _count(self, kept: list[int], nodes: list[Node]) -> int:
-        """How many of `kept` (likeliest first) to verify: all without a cost curve, else the count
-        that maximises expected tokens per second of verification."""
-        if not self.costs:
-            return len(kept)
-        expected, best, best_rate = 1.0, 0, 1.0 / self.costs[1]
-        for n, i in enumerate(kept, start=1):
-            expected += math.exp(nodes[i].score)
-            rate = expected / self.costs[min(n + 1, len(self.costs) - 1)]
-            if rate > best_rate:
-                best, best_rate = n, rate
-        return best
+        return as_tree(root, nodes, kept)
