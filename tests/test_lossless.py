@@ -225,13 +225,14 @@ CASES = (
     Case("hybrid:when=weak", hybrid(when="weak"), greedy(*SOME, "rag"), 40, fast=True,
          ran=hybrid_draft_accepted_sometimes),
     Case("hybrid:when=always", hybrid(when="always"), greedy(*SOME, "rag"), 40, ran=hybrid_draft_accepted_sometimes),
-    # the EAGLE-3 head shipped for the default model (drafts without probabilities: seeded sampling is
-    # plain sampling's very tokens)
+    # the EAGLE-3 head shipped for the default model (with sampled=false its drafts carry no
+    # probabilities: seeded sampling is plain sampling's very tokens; drawn trees, the default at
+    # temperature > 0, are checked by distribution in test_eagle_sampled.py)
     Case("eagle", method("eagle"), greedy(*ALL), fast=True, ran=mat_above_one),
     Case("eagle:adaptive=false,budget=24,topk=4", method("eagle:adaptive=false,budget=24,topk=4"), greedy(*ALL),
          ran=mat_above_one),
     Case("eagle:retrieval=true", method("eagle:retrieval=true"), greedy(*ALL), ran=offered("retrieval")),
-    Case("eagle-sampled", method("eagle"), sampled(SOME, SAMPLINGS), 24, fast=True, ran=accepted),
+    Case("eagle-sampled", method("eagle:sampled=false"), sampled(SOME, SAMPLINGS), 24, fast=True, ran=accepted),
     # the Medusa heads shipped for the default model (deterministic drafts, like eagle's above)
     Case("medusa", method("medusa"), greedy(*ALL), fast=True, ran=mat_above_one),
     Case("medusa:adaptive=false,budget=24,topk=3", method("medusa:adaptive=false,budget=24,topk=3"), greedy(*ALL),
