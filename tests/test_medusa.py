@@ -131,3 +131,17 @@ def test_medusa_is_lossless_on_the_tiny_target(tiny, trained, options):  # noqa:
     assert engine.generate(prompts[0], method.build(tiny), sampled).token_ids == engine.generate(
         prompts[0], PlainProposer(), sampled
     ).token_ids  # deterministic drafts: seeded sampling emits plain sampling's tokens
+
+
+def test_a_full_vocabulary_export_loads_back(tiny, trained, tmp_path):  # noqa: F811
+    """`full_vocab=True` (for vLLM, which allocates every head at the full vocabulary): the draft rows
+    in place, zeros elsewhere, no token_map; it loads back with the same draft rows."""
+    out, _ = trained
+    heads = load_medusa(out, tiny.model, torch.float32)
+    folder = save_medusa(heads, tmp_path / "full", full_vocab=True)
+    assert "token_map" not in load_file(str(folder / "model.safetensors"))
+    full = load_medusa(folder, tiny.model, torch.float32)
+    assert torch.equal(full.token_map, torch.arange(tiny.model.config.vocab_size))
+    for mine, theirs in zip(heads.lm_heads, full.lm_heads, strict=True):
+        assert torch.equal(theirs.weight[heads.token_map], mine.weight)
+        assert int((theirs.weight.abs().sum(1) > 0).sum()) <= heads.token_map.numel()

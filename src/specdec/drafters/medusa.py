@@ -107,13 +107,29 @@ def medusa_loss(
 
 
 def save_medusa(heads: MedusaHeads, folder: str | Path, dtype: torch.dtype = torch.bfloat16,
-                extra: dict | None = None) -> Path:
-    """Write config.json and model.safetensors (floating tensors in `dtype`) into `folder`."""
+                extra: dict | None = None, full_vocab: bool = False) -> Path:
+    """Write config.json and model.safetensors (floating tensors in `dtype`) into `folder`.
+
+    full_vocab: write each head over the whole vocabulary (the draft rows in place, zeros elsewhere, no
+    `token_map`), for readers that cannot take a reduced one: vLLM 0.32 allocates every Medusa head at
+    the full vocabulary whatever `truncated_vocab_size` says. Tokens outside the draft vocabulary then
+    get logit 0 rather than none, which changes a guess, never the output.
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in heads.state_dict().items()}
+    state = heads.state_dict()
+    config = heads.config_dict()
+    if full_vocab:
+        for i in range(heads.num_heads):
+            name = f"lm_heads.{i}.weight"
+            full = state[name].new_zeros(heads.vocab_size, heads.hidden_size)
+            full[heads.token_map] = state[name]
+            state[name] = full
+        del state["token_map"]
+        config["truncated_vocab_size"] = heads.vocab_size
+    tensors = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in state.items()}
     save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
-    config = heads.config_dict() | {"torch_dtype": str(dtype).removeprefix("torch.")} | (extra or {})
+    config |= {"torch_dtype": str(dtype).removeprefix("torch.")} | (extra or {})
     (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return folder
 
