@@ -36,7 +36,7 @@ pytestmark = pytest.mark.skipif(not can_pack(torch.bfloat16, torch.device("cpu")
 FAST_METHODS = ("pld", "logitspec", "eagle")
 METHODS = (
     "pld", "logitspec", "logitspec:adaptive=false,budget=64", "logitspec:session=true,recycle=true", "recycle",
-    "lookahead", "session", "eagle", "eagle:retrieval=true", "eagle:adaptive=false,budget=24,topk=4",
+    "lookahead", "session", "eagle", "eagle:retrieval=true", "eagle:adaptive=false,budget=24,topk=4", "medusa",
 )  # fmt: skip
 
 
