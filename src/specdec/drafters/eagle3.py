@@ -200,15 +200,20 @@ def save_head(
     return folder
 
 
+def read_head_folder(folder: Path, kind: str) -> tuple[dict, Path]:
+    """A head folder's parsed config.json and its weights file; HeadError naming `kind` if one is missing."""
+    config_file, weights_file = folder / "config.json", folder / WEIGHTS_FILE
+    for need in (config_file, weights_file):
+        if not need.is_file():
+            raise HeadError(f"{folder}: no {need.name} ({kind} folder holds config.json and {WEIGHTS_FILE})")
+    return json.loads(config_file.read_text()), weights_file
+
+
 def load_head(folder: str | Path, target: torch.nn.Module, dtype: torch.dtype | None = None) -> Eagle3Head:
     """Read a head in the EAGLE-3 layout for `target` (a transformers causal LM); HeadError if it
     cannot serve it."""
     folder = Path(folder)
-    config_file, weights_file = folder / "config.json", folder / WEIGHTS_FILE
-    for need in (config_file, weights_file):
-        if not need.is_file():
-            raise HeadError(f"{folder}: no {need.name} (an EAGLE-3 head folder holds config.json and {WEIGHTS_FILE})")
-    raw = json.loads(config_file.read_text())
+    raw, weights_file = read_head_folder(folder, "an EAGLE-3 head")
     if ARCHITECTURE not in (raw.get("architectures") or []):
         raise HeadError(f"{folder}: config.json names {raw.get('architectures')}, not {ARCHITECTURE}")
     raw.setdefault("draft_vocab_size", raw.get("vocab_size"))

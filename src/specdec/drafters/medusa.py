@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from specdec.drafters.eagle3 import WEIGHTS_FILE, HeadError, trained_for
+from specdec.drafters.eagle3 import WEIGHTS_FILE, HeadError, read_head_folder, trained_for
 from specdec.target import head_logits
 
 ARCHITECTURE = "MedusaModel"
@@ -137,11 +137,7 @@ def save_medusa(heads: MedusaHeads, folder: str | Path, dtype: torch.dtype = tor
 def load_medusa(folder: str | Path, target: torch.nn.Module, dtype: torch.dtype | None = None) -> MedusaHeads:
     """Read Medusa heads for `target` (a transformers causal LM); HeadError if they cannot serve it."""
     folder = Path(folder)
-    config_file, weights_file = folder / "config.json", folder / WEIGHTS_FILE
-    for need in (config_file, weights_file):
-        if not need.is_file():
-            raise HeadError(f"{folder}: no {need.name} (a Medusa head folder holds config.json and {WEIGHTS_FILE})")
-    raw = json.loads(config_file.read_text())
+    raw, weights_file = read_head_folder(folder, "a Medusa head")
     if ARCHITECTURE not in (raw.get("architectures") or []) and raw.get("model_type") != "medusa":
         raise HeadError(f"{folder}: config.json names {raw.get('architectures')}, not {ARCHITECTURE}")
     tc = target.config
