@@ -10,6 +10,7 @@ attention, cache handling and the rest.
     .venv/bin/python benchmarks/step_cost.py --contexts 128,2048 --sizes 1,16 --attn auto,sdpa,eager
     .venv/bin/python benchmarks/step_cost.py --dtype bf16 --pack off,on   # prepacked Linear weights or not
     .venv/bin/python benchmarks/step_cost.py --backend llamacpp,llamacpp-exact --no-profile  # on llama.cpp
+    .venv/bin/python benchmarks/step_cost.py --backend torch,compiled --pack on --attn auto --no-profile
 
 Run it alone: every number is a wall-clock time. The last stdout line is one
 JSON document with every row.
@@ -134,16 +135,20 @@ def run(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def run_llamacpp(args: argparse.Namespace, backend: str, bandwidth: float) -> list[dict]:
-    """The same passes on the llama.cpp backend (`specdec.llamacpp`, the model's GGUF file); `-exact`:
-    exact=on (one-token passes padded). Its floor: the GGUF file read once. No profiler breakdown:
-    the time is spent inside llama.cpp."""
-    from specdec.llamacpp import LlamaCppSingle
-    from specdec.verifier import llamacpp_model
+def run_backend(args: argparse.Namespace, backend: str, bandwidth: float) -> list[dict]:
+    """The same passes on another backend, through what the cost curve times (`verifier.timing_target`):
+    llama.cpp's (the model's GGUF file; `-exact`: exact=on, one-token passes padded; its floor: the
+    GGUF file read once) or the compiled pass (`specdec.compiled`; its floor: the weights read once;
+    warmed on every shape before timing, so compiling is not timed). No profiler breakdown."""
+    from specdec.verifier import timing_target
 
-    loaded = load_model(args.model, dtype=args.dtype, backend="llamacpp")
-    floor_ms = loaded.gguf_path.stat().st_size / bandwidth * 1000
-    target = LlamaCppSingle(llamacpp_model(loaded), exact=backend.endswith("-exact"))
+    loaded = load_model(args.model, dtype=args.dtype, backend=backend.removesuffix("-exact"),
+                        exact="on" if backend.endswith("-exact") else "off")
+    if loaded.backend == "llamacpp":
+        floor_ms = loaded.gguf_path.stat().st_size / bandwidth * 1000
+    else:
+        floor_ms = sum(p.numel() * p.element_size() for p in loaded.model.parameters()) / bandwidth * 1000
+    target = timing_target(loaded)
     vocab = loaded.model.config.vocab_size
     rows = []
     for context in args.contexts:
@@ -152,11 +157,12 @@ def run_llamacpp(args: argparse.Namespace, backend: str, bandwidth: float) -> li
             tree = tree_of(size)
             time_pass(target, tree, 2)
             ms = time_pass(target, tree, args.repeats) * 1000
-            row = {"pack": backend, "attn": "llama.cpp", "context": context, "nodes": size, "ms": round(ms, 2),
+            row = {"pack": backend, "attn": "llama.cpp" if loaded.backend == "llamacpp" else "eager", "context": context, "nodes": size, "ms": round(ms, 2),
                    "floor_ms": round(floor_ms, 2), "ratio": round(ms / floor_ms, 2)}
             rows.append(row)
             print(json.dumps(row), file=sys.stderr)
-    target.close()
+    if hasattr(target, "close"):
+        target.close()
     return rows
 
 
@@ -180,12 +186,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--backend", default="torch", type=lambda s: s.split(","),
-                        help="torch, llamacpp, llamacpp-exact (its rows say so in the pack column); comma list")
+                        help="torch, compiled, llamacpp, llamacpp-exact (its rows say so in the pack column); comma list")
     args = parser.parse_args()
     rows = run(args) if "torch" in args.backend else []
     bandwidth = read_bandwidth()
     for backend in [b for b in args.backend if b != "torch"]:
-        rows += run_llamacpp(args, backend, bandwidth)
+        rows += run_backend(args, backend, bandwidth)
     print_table(rows)
     print(json.dumps({"rows": rows, "torch": torch.__version__, "threads": torch.get_num_threads()}))
 

@@ -40,7 +40,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exact", default="off", choices=("off", "on"),  # invariant.EXACT (fast --help)
                         help="on: batch-invariant verification (bf16 on CPU), so every method's greedy text equals "
                         "plain decoding's in bf16 too, at 15-20%% of tokens/s; off: faster, bf16 text may drift")
-    parser.add_argument("--backend", default="torch", choices=("torch", "llamacpp"),  # models.base.BACKENDS (fast --help)
+    parser.add_argument("--backend", default="torch", choices=("torch", "compiled", "llamacpp"),  # models.base.BACKENDS (fast --help)
                         help="which engine verifies: torch (transformers), or llamacpp (llama.cpp on the GGUF file; "
                         "needs llama-cpp-python)")
 

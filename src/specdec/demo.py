@@ -50,7 +50,7 @@ def run_demo(
     prompt_ids = encode_prompt(loaded.tokenizer, prompt, chat=True)
     settings = GenerationConfig(max_new_tokens=max_new_tokens)
     # eagle and medusa where a head ships for the model and the verifier returns hidden states (not llama.cpp's)
-    methods = [m for m in DEMO_METHODS if m in METHODS and (m not in HEADS or (backend == "torch" and _ships(loaded, m)))]
+    methods = [m for m in DEMO_METHODS if m in METHODS and (m not in HEADS or (backend != "llamacpp" and _ships(loaded, m)))]
     runs_on = f"llama.cpp, {loaded.gguf_path.name}" if backend == "llamacpp" else f"{loaded.dtype}, {loaded.device}"
     print(f"model: {loaded.name} ({runs_on}); prompt: {len(prompt_ids)} tokens")
     print(f"prompt (Spec-Bench summarization): {prompt[:160]!r}...\n")

@@ -240,16 +240,23 @@ class TargetModel:
             past_key_values=cache,
             use_cache=True,
         )
-        if capture:  # only then: a draft view's forward (layerskip) takes no such argument
-            inputs["output_hidden_states"] = True
         with self._attention_for(context, input_ids.numel(), prefill=last_only) as choice:
             if choice == INVARIANT:  # where each row reads its keys: once per pass, not per layer
                 inputs["specdec_layout"] = self._layout(input_ids.shape, attention_mask, context)
-            if self._head is None:
-                keep = {"logits_to_keep": 1} if last_only else {}
-                out = self.model(**inputs, **keep)
-                return out.logits, _features(out, capture)
-            out = self._decoder(**inputs)
+            return self.forward_pass(inputs, last_only, capture)
+
+    def forward_pass(
+        self, inputs: dict, last_only: bool = False, capture: Sequence[int] = ()
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The model's forward on transformers keyword `inputs` under the attention set now: `run`'s
+        (logits, features). What a compiled pass compiles (`specdec.compiled`)."""
+        if capture:  # only then: a draft view's forward (layerskip) takes no such argument
+            inputs = {**inputs, "output_hidden_states": True}
+        if self._head is None:
+            keep = {"logits_to_keep": 1} if last_only else {}
+            out = self.model(**inputs, **keep)
+            return out.logits, _features(out, capture)
+        out = self._decoder(**inputs)
         hidden = out.last_hidden_state  # [B, T, H]
         if last_only:
             hidden = hidden[:, -1:]
@@ -269,17 +276,24 @@ class TargetModel:
 
     @contextmanager
     def _attention_for(self, context: int, num_new: int, prefill: bool) -> Iterator[str]:
-        """Run the pass with the planned attention implementation (yielded), then give the model back
-        as it was (others use it too: transformers' own `generate` in the benchmarks, draft views).
+        """Run the pass with the planned attention implementation (yielded).
         prefill: a prompt's pass (the passes that return the last position's logits only)."""
         own = self.model.config._attn_implementation
         choice = own if self.attention is None else self.attention.choose(context, num_new, prefill)
-        if choice == own:
+        with self.attention_as(choice):
             yield choice
+
+    @contextmanager
+    def attention_as(self, choice: str) -> Iterator[None]:
+        """Run under attention implementation `choice`, then give the model back as it was (others use
+        it too: transformers' own `generate` in the benchmarks, draft views)."""
+        own = self.model.config._attn_implementation
+        if choice == own:
+            yield
             return
         self.model.set_attn_implementation(choice)
         try:
-            yield choice
+            yield
         finally:
             self.model.set_attn_implementation(own)
 

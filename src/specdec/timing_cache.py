@@ -49,8 +49,8 @@ def cost_key(loaded: LoadedModel, sizes: Sequence[int], context_len: int) -> dic
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "dtype": str(loaded.dtype).removeprefix("torch."),
         # the engine times what it runs
-        "packed": loaded.backend == "torch" and verify_model(loaded) is not loaded.model,
-        "invariant": is_invariant(loaded) if loaded.backend == "torch" else loaded.exact == "on",
+        "packed": loaded.backend != "llamacpp" and verify_model(loaded) is not loaded.model,
+        "invariant": is_invariant(loaded) if loaded.backend != "llamacpp" else loaded.exact == "on",
         "backend": loaded.backend,
         "device": loaded.device.type,
         "machine": machine_fingerprint(loaded.device),

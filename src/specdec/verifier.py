@@ -1,4 +1,4 @@
-"""Which engine verifies a loaded model's trees: transformers on PyTorch, or llama.cpp.
+"""Which engine verifies a loaded model's trees: transformers on PyTorch (eager or compiled), or llama.cpp.
 
 Why a module of its own: the engine (`specdec.engine`) and the cost curve that
 sizes drafts (`proposers.budget`) must time and run the same verifier, and both
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from specdec.attention import AttentionPlan, resolve_plan
 from specdec.batching.target import BatchedTarget
+from specdec.compiled import CompiledSingle, CompiledTarget
 from specdec.llamacpp import LlamaCppBatch, LlamaCppModel, LlamaCppSingle, LlamaCppTarget
 from specdec.models import LoadedModel
 from specdec.packed import verify_model
@@ -27,16 +28,22 @@ def verifier(loaded: LoadedModel, attention: str | AttentionPlan = "auto") -> Ta
     Both give `max_length`, `config` and `device`; `rows_of` makes a `Batch`'s rows on either."""
     if loaded.backend == "llamacpp":
         return LlamaCppTarget(llamacpp_model(loaded), loaded.exact == "on")
+    if loaded.backend == "compiled":
+        return CompiledTarget(verify_model(loaded))
     return TargetModel(verify_model(loaded), attention=resolve_plan(loaded, attention))
 
 
-def timing_target(loaded: LoadedModel) -> TargetModel | LlamaCppSingle:
+def timing_target(loaded: LoadedModel) -> TargetModel | CompiledSingle | LlamaCppSingle:
     """A one-sequence target of its own (prefill, forward_tree, trim) on what the engine verifies with."""
     if loaded.backend == "llamacpp":
         return LlamaCppSingle(llamacpp_model(loaded), loaded.exact == "on")
+    if loaded.backend == "compiled":
+        return CompiledSingle(rows_of(CompiledTarget(verify_model(loaded))))
     return TargetModel(verify_model(loaded))
 
 
 def rows_of(target: TargetModel | LlamaCppTarget) -> BatchedTarget | LlamaCppBatch:
     """An empty set of batch rows verified on `target` (what `specdec.engine.Batch` drives)."""
-    return target.batched() if isinstance(target, LlamaCppTarget) else BatchedTarget(target)
+    if isinstance(target, LlamaCppTarget):
+        return target.batched()
+    return BatchedTarget(target, target.compiled if isinstance(target, CompiledTarget) else None)

@@ -38,6 +38,10 @@ class BatchLayout:
     def __init__(self) -> None:
         self.starts = torch.zeros(0, dtype=torch.int64)  # [B] committed length per row
         self.context = 0  # max(starts): the cache length transformers sees before the pass
+        # A compiled pass's layout (`specdec.compiled`): every layer returns its whole buffer, so a
+        # pass's shapes depend on the buffer's capacity only, not on the rows' lengths (the caller's
+        # mask covers every column), and no Python number of a pass reaches the graph.
+        self.static = False
 
 
 class BatchedLayer(DynamicLayer):
@@ -90,22 +94,30 @@ class BatchedLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         rows, tokens = key_states.shape[0], key_states.shape[2]
+        if self.layout.static:  # the caller made room (`ensure`) before the pass
+            self._write(key_states, value_states)
+            return self._keys[:rows], self._values[:rows]
         end = self.layout.context + tokens  # context = max(starts), set once per pass by the caller
         self.ensure(rows, end)
         if rows == 1:  # one sequence: a plain slice write, as a one-sequence cache does
             self._keys[:1, :, end - tokens : end] = key_states
             self._values[:1, :, end - tokens : end] = value_states
         else:
-            starts = self.layout.starts.to(key_states.device)
-            positions = starts[:, None] + torch.arange(tokens, device=starts.device)  # [B, T]
-            row_index = torch.arange(rows, device=starts.device)[:, None]  # [B, 1]
-            # Advanced indices around a slice put their dims first: the target is [B, T, kv_heads, D].
-            self._keys[row_index, :, positions] = key_states.transpose(1, 2)
-            self._values[row_index, :, positions] = value_states.transpose(1, 2)
+            self._write(key_states, value_states)
         self.length = end
         self.keys = self._keys[:rows, :, :end]
         self.values = self._values[:rows, :, :end]
         return self.keys, self.values
+
+    def _write(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Write row b's T new entries at starts[b] .. starts[b] + T - 1."""
+        rows, tokens = key_states.shape[0], key_states.shape[2]
+        starts = self.layout.starts.to(key_states.device)
+        positions = starts[:, None] + torch.arange(tokens, device=starts.device)  # [B, T]
+        row_index = torch.arange(rows, device=starts.device)[:, None]  # [B, 1]
+        # Advanced indices around a slice put their dims first: the target is [B, T, kv_heads, D].
+        self._keys[row_index, :, positions] = key_states.transpose(1, 2)
+        self._values[row_index, :, positions] = value_states.transpose(1, 2)
 
     def get_seq_length(self) -> int:
         """The cache length before the running pass (transformers reads it to place a causal pass)."""

@@ -28,7 +28,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from transformers.cache_utils import Cache
@@ -38,6 +38,9 @@ from specdec.batching.cache import BatchedLayer, BatchLayout, batched_cache
 from specdec.kv_cache import preallocated_cache
 from specdec.target import TargetModel
 from specdec.tree import DraftTree
+
+# A compiled pass (`specdec.compiled.CompiledPass`): (transformers inputs, capture) -> (logits, features).
+Pass = Callable[[dict, tuple[int, ...]], tuple[torch.Tensor, torch.Tensor | None]]
 
 
 class PromptFill:
@@ -56,12 +59,15 @@ class PromptFill:
 class BatchedTarget:
     """B sequences' KV caches over one model, verified together."""
 
-    def __init__(self, single: TargetModel) -> None:
-        """single: the one-sequence target (prefill, model, head and attention plan come from it)."""
+    def __init__(self, single: TargetModel, compiled: Pass | None = None) -> None:
+        """single: the one-sequence target (prefill, model, head and attention plan come from it);
+        compiled: the pass that verifies trees when the backend is "compiled" (`specdec.compiled`)."""
         self.single = single
+        self.compiled = compiled
         self.device = single.device
         self.dtype = single.dtype
         self.layout = BatchLayout()
+        self.layout.static = compiled is not None
         self.cache = batched_cache(single.num_layers, self.layout)
         self.lengths: list[int] = []  # committed tokens per row
         self._pending: list[int] = []  # tree sizes of the last pass, awaiting commit
@@ -141,6 +147,8 @@ class BatchedTarget:
             raise RuntimeError("commit the previous pass before verifying another")
         self.layout.starts = torch.tensor(self.lengths, dtype=torch.int64)
         self.layout.context = max(self.lengths)
+        if self.compiled is not None:
+            return self._verify_compiled(trees)
         if len(trees) == 1 and trees[0].is_chain and (trees[0].num_nodes > 1 or not self.invariant):
             # One sequence, a chain: the ordinary causal case; transformers builds its own mask (none at
             # all for one token) from the cache length, as a plain decoding step does.
@@ -156,22 +164,40 @@ class BatchedTarget:
             for b, tree in enumerate(trees)
         ]
 
-    def _tree_inputs(self, trees: Sequence[DraftTree]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """tokens [B, T], positions [B, T] and the additive mask of a pass over rows padded to width T
+    def _verify_compiled(self, trees: Sequence[DraftTree]) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """`verify_trees` on the compiled pass: every layer's whole buffer, the mask over all of it."""
+        width = max(max(tree.num_nodes for tree in trees), 2)  # see `specdec.compiled.CompiledPass.mark`
+        for layer in self._layers:
+            layer.ensure(self.num_rows, self.layout.context + width)
+        tokens, positions, mask = self._tree_inputs(trees, self._layers[0].capacity, width)
+        inputs = dict(input_ids=tokens.to(self.device), position_ids=positions, attention_mask=mask,
+                      past_key_values=self.cache, use_cache=True)
+        logits, features = self.compiled(inputs, self.capture)
+        self._pending = [tree.num_nodes for tree in trees]
+        return [
+            (logits[b, : tree.num_nodes], None if features is None else features[b, : tree.num_nodes])
+            for b, tree in enumerate(trees)
+        ]
+
+    def _tree_inputs(
+        self, trees: Sequence[DraftTree], keys: int | None = None, min_width: int = 1
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """tokens [B, T], positions [B, T] and the additive mask [B, 1, T, keys] of a pass over rows padded to width T
         (at least 2 when invariant: a one-token step then runs the many-row kernels as a tree does,
         its padding node costing next to nothing, and no product needs padding of its own)."""
-        width = max(max(tree.num_nodes for tree in trees), 2 if self.invariant else 1)
+        width = max(max(tree.num_nodes for tree in trees), 2 if self.invariant else min_width)
         starts = self.layout.starts
         tokens = torch.zeros(len(trees), width, dtype=torch.int64)  # [B, T]
         positions = starts[:, None].repeat(1, width)  # [B, T]; padding sits at the row's next position
         for b, tree in enumerate(trees):
             tokens[b, : tree.num_nodes] = tree.tokens
             positions[b, : tree.num_nodes] += tree.depths
-        return tokens, positions.to(self.device), self._mask(trees, width)
+        return tokens, positions.to(self.device), self._mask(trees, width, keys)
 
-    def _mask(self, trees: Sequence[DraftTree], width: int) -> torch.Tensor:
-        """Additive mask [B, 1, T, max(lengths) + T]: own prefix, own ancestors; padding sees itself."""
-        keys = max(self.lengths) + width
+    def _mask(self, trees: Sequence[DraftTree], width: int, keys: int | None = None) -> torch.Tensor:
+        """Additive mask [B, 1, T, keys] (keys: max(lengths) + T unless given): own prefix, own
+        ancestors; padding sees itself."""
+        keys = max(self.lengths) + width if keys is None else keys
         blocked = torch.finfo(self.dtype).min
         allowed = torch.zeros(len(trees), width, keys, dtype=torch.bool)
         for b, (tree, start) in enumerate(zip(trees, self.lengths, strict=True)):
@@ -182,6 +208,10 @@ class BatchedTarget:
             allowed[b, pad, start + pad] = True
         mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, blocked)
         return mask[:, None].to(self.device)
+
+    def discard(self) -> None:
+        """Drop the running pass's trees: every row keeps its committed tokens only."""
+        self._pending = []
 
     @torch.inference_mode()
     def commit(self, paths: Sequence[Sequence[int]]) -> None:

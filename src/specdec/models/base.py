@@ -23,7 +23,7 @@ from specdec.models.state import ModelState
 
 SHA_PREFIX_CHARS = 12
 PACK = ("auto", "on", "off")  # LoadedModel.pack
-BACKENDS = ("torch", "llamacpp")  # LoadedModel.backend
+BACKENDS = ("torch", "compiled", "llamacpp")  # LoadedModel.backend
 
 
 def check_pack(pack: str) -> None:
@@ -56,7 +56,8 @@ class LoadedModel:
     # Whether that verification is batch-invariant (`specdec.invariant`): "off" or "on" (packed
     # weights needed). Here for the same reason as `pack`.
     exact: str = "off"
-    # Which engine verifies: "torch" (the transformers model above) or "llamacpp" (llama.cpp's, on the
+    # Which engine verifies: "torch" (the transformers model above), "compiled" (the same, its
+    # verification pass compiled by inductor: `specdec.compiled`) or "llamacpp" (llama.cpp's, on the
     # GGUF file the model came from: `specdec.llamacpp`). `gguf_path`: that file, None for other sources.
     backend: str = "torch"
     gguf_path: Path | None = None

@@ -104,12 +104,16 @@ def load_model(
     cache_dir: parent folder of converted GGUF models (default ~/.cache/specdec).
     pack: "auto" | "on" | "off": verify with prepacked Linear weights (`LoadedModel.pack`, `specdec.packed`).
     exact: "off" | "on": verify batch-invariantly (`LoadedModel.exact`, `specdec.invariant`).
-    backend: "torch" | "llamacpp": which engine verifies (`LoadedModel.backend`); llamacpp needs a GGUF
+    backend: "torch" | "compiled" | "llamacpp": which engine verifies (`LoadedModel.backend`); compiled
+    needs a C++ compiler (else it warns and runs eagerly) and exact off; llamacpp needs a GGUF
     source (the bundled model, a pulled one or a .gguf file) and llama-cpp-python.
     """
     check_pack(pack)
     check_exact(exact)
     check_backend(backend)
+    if backend == "compiled" and exact == "on":
+        raise ValueError("backend 'compiled' and exact 'on' cannot be combined: the batch-invariant attention "
+                         "is not compiled; use backend 'torch' for exact verification")
     loaded = replace(_load(name_or_path, dtype, device, cache_dir), pack=pack, exact=exact, backend=backend)
     if backend == "llamacpp":
         if loaded.gguf_path is None:

@@ -1,0 +1,132 @@
+"""The verification pass compiled by inductor (`backend="compiled"`): fewer, fused operators per step.
+
+Why: an eager decode step of SmolLM2-135M is ~450 small operators, and their
+per-call overhead, not arithmetic or memory traffic, sets its cost. Inductor
+fuses the norms, rotary, residuals, the attention's softmax and the MLP's
+activation into a few generated C++ loops and runs them from a C++ wrapper.
+
+Why it is built this way (what made an earlier whole-model compile gain nothing,
+measured with `torch._dynamo.explain` and the profiler: one graph, no breaks):
+- transformers' `StaticCache` attends over its whole capacity, and PyTorch's
+  fused CPU attention (`_scaled_dot_product_flash_attention_for_cpu`) took
+  ~475 us per layer for one query over 1,024 slots: half the compiled step.
+  Here the model runs under transformers' "eager" attention (plain products and
+  a softmax, which inductor fuses) over the batched cache's buffer;
+- the weights must be read prepacked (`specdec.packed`); inductor packs only
+  weights frozen into the graph, and a frozen graph is never cached on disk
+  (a minute of compiling in every process). The packed products are one opaque
+  op instead (`packed.packed_product`), so the graph caches and a process that
+  finds it compiles in seconds;
+- dynamo's guards check every module attribute on every call (~1 ms a step
+  here; ~0.3 ms with `skip_guard_on_all_nn_modules_unsafe`). They stay: without
+  them a graph compiled for one model would run for another model of the same
+  cache shapes (another loaded model, a test's tiny one) with the wrong sizes.
+
+Shapes: a compiled pass sees the rows' whole cache buffers (`BatchLayout.static`)
+and a mask over every column, so no Python number of a pass (the rows' lengths)
+reaches the graph. A pass recompiles when the node count first changes (the
+count then becomes symbolic: one graph for every tree size) and when the buffer
+grows (it doubles, so O(log n) times a sequence, and becomes symbolic too).
+
+Invariants:
+- the same inputs give the eager pass's logits up to float summation order
+  (fused loops sum in another order); every method and plain decoding on this
+  backend run the same compiled pass, so greedy text stays token-identical to
+  plain decoding on it (tests/test_compiled.py);
+- a compilation that fails (no C++ compiler, an inductor error) is reported
+  once as a warning and the pass runs eagerly from then on, with the same inputs.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import torch
+
+from specdec.batching.target import BatchedTarget
+from specdec.models.base import one_line
+from specdec.target import TargetModel
+from specdec.tree import DraftTree
+
+ATTENTION = "eager"  # transformers' attention that inductor fuses (see the module docstring)
+
+
+def _options() -> dict:
+    # The kernels called from C++, not from a Python wrapper: ~1 ms a step less here.
+    return {"cpp_wrapper": True}
+
+
+class CompiledPass:
+    """`TargetModel.forward_pass` compiled, with the eager pass as fallback."""
+
+    def __init__(self, single: TargetModel) -> None:
+        self.single = single
+        self._compiled = torch.compile(single.forward_pass, options=_options())
+        self.failure: str | None = None  # why compiling failed, once it has
+
+    @staticmethod
+    def mark(inputs: dict) -> None:
+        """Make the pass's node count symbolic from its first compile: every pass runs the same graph.
+
+        Why: a graph specialized to one count fuses and vectorizes its loops for that count, so its
+        rows can round differently from another count's (measured: a 1-node graph and the general
+        one gave different greedy text in bf16). Passes have at least 2 nodes (a one-token step gets
+        a padding node, as the invariant path does), since a dimension of size 1 is always specialized.
+        """
+        torch._dynamo.mark_dynamic(inputs["input_ids"], 1)
+        torch._dynamo.mark_dynamic(inputs["position_ids"], 1)
+        torch._dynamo.mark_dynamic(inputs["attention_mask"], 2)
+
+    def __call__(self, inputs: dict, capture: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(logits [B, T, V], features or None) of one pass; `inputs` as `forward_pass` takes them, with
+        `position_ids` and a 4-D `attention_mask` over the cache's whole buffer, 2 or more nodes."""
+        self.mark(inputs)
+        with self.single.attention_as(ATTENTION):
+            if self.failure is None:
+                try:
+                    return self._compiled(inputs, False, tuple(capture))
+                except Exception as error:  # noqa: BLE001 - any compiler failure: the eager pass stays
+                    self.failure = one_line(error)
+                    warnings.warn(f"compiling the verification pass failed, running it eagerly: {self.failure}",
+                                  RuntimeWarning, stacklevel=2)
+            return self.single.forward_pass(inputs, False, capture)
+
+
+class CompiledTarget(TargetModel):
+    """A `TargetModel` whose batch rows (`verifier.rows_of`) verify on its compiled pass; prefill stays
+    eager (long, few, and of every length: compiling each would cost more than it saves)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__(model)
+        self.compiled = CompiledPass(self)
+
+
+class CompiledSingle:
+    """One sequence with `TargetModel`'s prefill / forward_tree / trim on the compiled pass: what the
+    cost curve times (`proposers.budget`), so the planner sizes trees by the compiled costs."""
+
+    def __init__(self, rows: BatchedTarget) -> None:
+        self.rows = rows
+        self.config = rows.single.config
+        self.device = rows.device
+        self.max_length = rows.single.max_length
+
+    @property
+    def num_cached(self) -> int:
+        return self.rows.lengths[0] if self.rows.lengths else 0
+
+    def prefill(self, token_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        self.rows.discard()
+        while self.rows.num_rows:
+            self.rows.remove(0)
+        return self.rows.add(torch.as_tensor(token_ids).tolist())[1]
+
+    def forward_tree(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+        return self.rows.verify_trees([DraftTree(tokens.to(torch.int64), parents.to(torch.int64))])[0][0]
+
+    def trim(self, length: int) -> None:
+        """Drop the pending tree; only the committed length is supported (what a timing needs)."""
+        if length != self.num_cached:
+            raise ValueError("a compiled timing sequence is trimmed back to its committed tokens only")
+        self.rows.discard()

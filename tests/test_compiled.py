@@ -1,0 +1,123 @@
+"""The compiled verification pass (`backend="compiled"`, `specdec.compiled`).
+
+Compiling costs a minute or two per graph on a 2-core CPU (cached on disk after),
+so everything that compiles is in the full tier. Lossless means: on this backend
+every method's greedy text equals plain decoding's on the same backend; in fp32
+it also equals the eager backend's.
+"""
+
+import dataclasses
+import warnings
+
+import pytest
+import torch
+from conftest import FIXED_COST_CURVE
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from specdec.batching.target import BatchedTarget
+from specdec.compiled import CompiledTarget
+from specdec.engine import Engine, generate_batch
+from specdec.generation import GenerationConfig
+from specdec.models import LoadedModel, load_model
+from specdec.models.state import ModelState
+from specdec.proposers import budget, parse_method
+from specdec.target import TargetModel
+from specdec.timing_cache import cost_key
+from specdec.tree import DraftTree
+
+TREE = DraftTree(torch.tensor([5, 6, 7, 8, 9, 10, 11]), torch.tensor([-1, 0, 1, 0, 3, 3, 1]))
+
+
+def _tiny(backend: str, layers: int = 2) -> LoadedModel:
+    config = LlamaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return LoadedModel(LlamaForCausalLM(config).eval(), None, "tiny-llama", pack="off", backend=backend)
+
+
+def _with_fixed_costs(loaded: LoadedModel) -> LoadedModel:
+    """The cost curve the suite uses everywhere (no timing, no compiling to measure it)."""
+    key = cost_key(loaded, budget.DEFAULT_SIZES, budget.DEFAULT_CONTEXT)
+    budget.save_costs(budget.costs_folder(), key, budget.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values())))
+    return loaded
+
+
+def test_compiled_with_exact_is_refused_before_loading():
+    with pytest.raises(ValueError, match="cannot be combined"):
+        load_model("/no/such/model", dtype="bf16", backend="compiled", exact="on")
+
+
+def _greedy(rows: BatchedTarget, prompt: list[int], steps: int) -> list[int]:
+    _, logits, _ = rows.add(prompt)
+    out = [int(logits.argmax())]
+    for _ in range(steps):
+        last = rows.verify_trees([DraftTree.chain(out[-1], [])])[0][0]
+        rows.commit([[0]])
+        out.append(int(last[0].argmax()))
+    return out
+
+
+@pytest.mark.slow
+def test_compiled_pass_matches_the_eager_one():
+    """Tree logits equal the eager pass's (fp32, to summation order), and greedy decoding across the
+    cache's growth (capacity 256 -> 512: a recompile) gives the eager backend's tokens."""
+    model = _tiny("compiled").model
+    target = CompiledTarget(model)
+    eager, compiled = BatchedTarget(TargetModel(model)), BatchedTarget(target, target.compiled)
+    prompt = torch.randint(0, 512, (40,), generator=torch.Generator().manual_seed(1)).tolist()
+    for rows in (eager, compiled):
+        rows.add(prompt)
+    want, got = eager.verify_trees([TREE])[0][0], compiled.verify_trees([TREE])[0][0]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert compiled.compiled.failure is None
+    long_prompt = torch.randint(0, 512, (240,), generator=torch.Generator().manual_seed(2)).tolist()
+    fresh_eager = BatchedTarget(TargetModel(model))
+    target = CompiledTarget(model)
+    fresh_compiled = BatchedTarget(target, target.compiled)
+    assert _greedy(fresh_compiled, long_prompt, 30) == _greedy(fresh_eager, long_prompt, 30)
+    assert fresh_compiled._layers[0].capacity >= 256 + 16 and target.compiled.failure is None
+
+
+@pytest.mark.slow
+def test_a_failing_compiler_falls_back_to_the_eager_pass():
+    import torch._inductor.config as inductor_config
+
+    model = _tiny("compiled", layers=3).model  # a shape no earlier test compiled: this one must compile
+    target = CompiledTarget(model)
+    rows, eager = BatchedTarget(target, target.compiled), BatchedTarget(TargetModel(model))
+    prompt = list(range(100, 140))
+    with inductor_config.patch({"cpp.cxx": ("/no/such/c++",), "force_disable_caches": True}):
+        with pytest.warns(RuntimeWarning, match="compiling the verification pass failed"):
+            got = _greedy(rows, prompt, 6)
+    assert target.compiled.failure
+    assert got == _greedy(eager, prompt, 6)
+
+
+@pytest.fixture(scope="module")
+def on_compiled(default_model):
+    """The default model (fp32) with backend compiled: a state of its own, the suite's fixed cost curve."""
+    return _with_fixed_costs(dataclasses.replace(default_model, backend="compiled", state=ModelState()))
+
+
+def _run(engine: Engine, prompts: list[list[int]], method: str) -> list[list[int]]:
+    loaded = engine.loaded
+    settings = GenerationConfig(max_new_tokens=40)
+    if len(prompts) == 1:
+        return [engine.generate(prompts[0], parse_method(method).build(loaded), settings).token_ids]
+    outs = generate_batch(engine, prompts, lambda: parse_method(method).build(loaded), settings, max_batch=len(prompts))
+    return [out.token_ids for out in outs]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["pld", "logitspec", "eagle"])
+def test_methods_are_lossless_on_the_compiled_backend(on_compiled, engine, bench_prompts, method):
+    compiled = Engine(on_compiled)
+    prompts = [bench_prompts["summarization"], bench_prompts["qa"]]
+    plain = [_run(compiled, [p], "plain")[0] for p in prompts]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no fallback: the compiled pass ran
+        single = _run(compiled, prompts[:1], method)[0]
+    assert single == plain[0] == _run(engine, prompts[:1], "plain")[0]  # fp32: the eager backend's text too
+    assert _run(compiled, prompts, method) == plain  # the batched path
