@@ -41,8 +41,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                         help="on: batch-invariant verification (bf16 on CPU), so every method's greedy text equals "
                         "plain decoding's in bf16 too, at 15-20%% of tokens/s; off: faster, bf16 text may drift")
     parser.add_argument("--backend", default="torch", choices=("torch", "compiled", "llamacpp"),  # models.base.BACKENDS (fast --help)
-                        help="which engine verifies: torch (transformers), or llamacpp (llama.cpp on the GGUF file; "
-                        "needs llama-cpp-python)")
+                        help="which engine verifies: torch (transformers), compiled (transformers with its verification "
+                        "pass compiled: needs a C++ compiler, 1-2 minutes of compiling the first time, cached after), or "
+                        "llamacpp (llama.cpp on the GGUF file; needs llama-cpp-python)")
 
 
 def add_sampling_options(parser: argparse.ArgumentParser) -> None:

@@ -22,11 +22,12 @@ measured with `torch._dynamo.explain` and the profiler: one graph, no breaks):
   them a graph compiled for one model would run for another model of the same
   cache shapes (another loaded model, a test's tiny one) with the wrong sizes.
 
-Shapes: a compiled pass sees the rows' whole cache buffers (`BatchLayout.static`)
-and a mask over every column, so no Python number of a pass (the rows' lengths)
-reaches the graph. A pass recompiles when the node count first changes (the
-count then becomes symbolic: one graph for every tree size) and when the buffer
-grows (it doubles, so O(log n) times a sequence, and becomes symbolic too).
+Shapes: a compiled pass takes its node count from the input tensors and its key
+count from the layout's window (`BatchLayout.window`), both marked symbolic from
+the first compile, so no Python number of a pass (the rows' lengths) reaches the
+graph and one graph serves every tree and context. It recompiles when the cache's
+buffer first grows (it doubles; its size then becomes symbolic too) and for
+another batch size or another set of captured layers.
 
 Invariants:
 - the same inputs give the eager pass's logits up to float summation order
@@ -66,22 +67,28 @@ class CompiledPass:
         self.failure: str | None = None  # why compiling failed, once it has
 
     @staticmethod
-    def mark(inputs: dict) -> None:
-        """Make the pass's node count symbolic from its first compile: every pass runs the same graph.
+    def mark(inputs: dict, window: torch.Tensor) -> None:
+        """Make the pass's node count and key count symbolic from its first compile: every pass runs
+        the same graph, whatever its tree and context.
 
         Why: a graph specialized to one count fuses and vectorizes its loops for that count, so its
         rows can round differently from another count's (measured: a 1-node graph and the general
         one gave different greedy text in bf16). Passes have at least 2 nodes (a one-token step gets
         a padding node, as the invariant path does), since a dimension of size 1 is always specialized.
         """
-        torch._dynamo.mark_dynamic(inputs["input_ids"], 1)
-        torch._dynamo.mark_dynamic(inputs["position_ids"], 1)
-        torch._dynamo.mark_dynamic(inputs["attention_mask"], 2)
+        # maybe_: the graph ties these sizes together (the mask's columns are the window's keys), which
+        # a strict mark would report as a violated constraint.
+        for tensor, dim in ((inputs["input_ids"], 1), (inputs["position_ids"], 1), (inputs["attention_mask"], 2),
+                            (inputs["attention_mask"], 3), (window, 0)):
+            torch._dynamo.maybe_mark_dynamic(tensor, dim)
 
-    def __call__(self, inputs: dict, capture: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def __call__(
+        self, inputs: dict, capture: Sequence[int], window: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logits [B, T, V], features or None) of one pass; `inputs` as `forward_pass` takes them, with
-        `position_ids` and a 4-D `attention_mask` over the cache's whole buffer, 2 or more nodes."""
-        self.mark(inputs)
+        `position_ids` and a 4-D `attention_mask` over the keys `window` (`BatchLayout.window`) names,
+        2 or more nodes."""
+        self.mark(inputs, window)
         with self.single.attention_as(ATTENTION):
             if self.failure is None:
                 try:

@@ -38,10 +38,10 @@ class BatchLayout:
     def __init__(self) -> None:
         self.starts = torch.zeros(0, dtype=torch.int64)  # [B] committed length per row
         self.context = 0  # max(starts): the cache length transformers sees before the pass
-        # A compiled pass's layout (`specdec.compiled`): every layer returns its whole buffer, so a
-        # pass's shapes depend on the buffer's capacity only, not on the rows' lengths (the caller's
-        # mask covers every column), and no Python number of a pass reaches the graph.
-        self.static = False
+        # A compiled pass's (`specdec.compiled`): the key positions 0..L-1 it attends to, L = max(starts)
+        # + T. Every layer returns its buffers' first L entries, L read from this tensor's shape, so no
+        # Python number of a pass reaches the compiled graph (there L is symbolic); None otherwise.
+        self.window: torch.Tensor | None = None
 
 
 class BatchedLayer(DynamicLayer):
@@ -94,9 +94,10 @@ class BatchedLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         rows, tokens = key_states.shape[0], key_states.shape[2]
-        if self.layout.static:  # the caller made room (`ensure`) before the pass
+        if self.layout.window is not None:  # the caller made room (`ensure`) before the pass
             self._write(key_states, value_states)
-            return self._keys[:rows], self._values[:rows]
+            end = self.layout.window.shape[0]
+            return self._keys[:rows, :, :end], self._values[:rows, :, :end]
         end = self.layout.context + tokens  # context = max(starts), set once per pass by the caller
         self.ensure(rows, end)
         if rows == 1:  # one sequence: a plain slice write, as a one-sequence cache does

@@ -39,8 +39,9 @@ from specdec.kv_cache import preallocated_cache
 from specdec.target import TargetModel
 from specdec.tree import DraftTree
 
-# A compiled pass (`specdec.compiled.CompiledPass`): (transformers inputs, capture) -> (logits, features).
-Pass = Callable[[dict, tuple[int, ...]], tuple[torch.Tensor, torch.Tensor | None]]
+# A compiled pass (`specdec.compiled.CompiledPass`): (transformers inputs, capture, the layout's window)
+# -> (logits, features).
+Pass = Callable[[dict, tuple[int, ...], torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
 
 
 class PromptFill:
@@ -67,7 +68,6 @@ class BatchedTarget:
         self.device = single.device
         self.dtype = single.dtype
         self.layout = BatchLayout()
-        self.layout.static = compiled is not None
         self.cache = batched_cache(single.num_layers, self.layout)
         self.lengths: list[int] = []  # committed tokens per row
         self._pending: list[int] = []  # tree sizes of the last pass, awaiting commit
@@ -165,14 +165,18 @@ class BatchedTarget:
         ]
 
     def _verify_compiled(self, trees: Sequence[DraftTree]) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-        """`verify_trees` on the compiled pass: every layer's whole buffer, the mask over all of it."""
+        """`verify_trees` on the compiled pass: the rows' trees and the layout's window as tensors."""
         width = max(max(tree.num_nodes for tree in trees), 2)  # see `specdec.compiled.CompiledPass.mark`
         for layer in self._layers:
             layer.ensure(self.num_rows, self.layout.context + width)
-        tokens, positions, mask = self._tree_inputs(trees, self._layers[0].capacity, width)
+        tokens, positions, mask = self._tree_inputs(trees, width)
+        self.layout.window = torch.arange(self.layout.context + width, device=self.device)
         inputs = dict(input_ids=tokens.to(self.device), position_ids=positions, attention_mask=mask,
                       past_key_values=self.cache, use_cache=True)
-        logits, features = self.compiled(inputs, self.capture)
+        try:
+            logits, features = self.compiled(inputs, self.capture, self.layout.window)
+        finally:
+            self.layout.window = None  # the other passes on this cache (prefill copies) are eager
         self._pending = [tree.num_nodes for tree in trees]
         return [
             (logits[b, : tree.num_nodes], None if features is None else features[b, : tree.num_nodes])
@@ -180,9 +184,9 @@ class BatchedTarget:
         ]
 
     def _tree_inputs(
-        self, trees: Sequence[DraftTree], keys: int | None = None, min_width: int = 1
+        self, trees: Sequence[DraftTree], min_width: int = 1
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """tokens [B, T], positions [B, T] and the additive mask [B, 1, T, keys] of a pass over rows padded to width T
+        """tokens [B, T], positions [B, T] and the additive mask of a pass over rows padded to width T
         (at least 2 when invariant: a one-token step then runs the many-row kernels as a tree does,
         its padding node costing next to nothing, and no product needs padding of its own)."""
         width = max(max(tree.num_nodes for tree in trees), 2 if self.invariant else min_width)
@@ -192,12 +196,11 @@ class BatchedTarget:
         for b, tree in enumerate(trees):
             tokens[b, : tree.num_nodes] = tree.tokens
             positions[b, : tree.num_nodes] += tree.depths
-        return tokens, positions.to(self.device), self._mask(trees, width, keys)
+        return tokens, positions.to(self.device), self._mask(trees, width)
 
-    def _mask(self, trees: Sequence[DraftTree], width: int, keys: int | None = None) -> torch.Tensor:
-        """Additive mask [B, 1, T, keys] (keys: max(lengths) + T unless given): own prefix, own
-        ancestors; padding sees itself."""
-        keys = max(self.lengths) + width if keys is None else keys
+    def _mask(self, trees: Sequence[DraftTree], width: int) -> torch.Tensor:
+        """Additive mask [B, 1, T, max(lengths) + T]: own prefix, own ancestors; padding sees itself."""
+        keys = max(self.lengths) + width
         blocked = torch.finfo(self.dtype).min
         allowed = torch.zeros(len(trees), width, keys, dtype=torch.bool)
         for b, (tree, start) in enumerate(zip(trees, self.lengths, strict=True)):
