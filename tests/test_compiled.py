@@ -59,6 +59,29 @@ def _greedy(rows: BatchedTarget, prompt: list[int], steps: int) -> list[int]:
     return out
 
 
+def test_the_windowed_cache_gives_the_eager_passes_logits():
+    """The compiled path's inputs and cache (keys through `BatchLayout.window`, 2+ nodes, the mask
+    over the window), run by the eager forward: the same logits as the ordinary batched path, for
+    trees and chains across the cache's growth. Fast: nothing compiles."""
+    model = _tiny("torch").model
+    single = TargetModel(model)
+    windowed = BatchedTarget(single, lambda inputs, capture, window: single.forward_pass(inputs, False, capture))
+    plain = BatchedTarget(TargetModel(model))
+    prompt = torch.randint(0, 512, (240,), generator=torch.Generator().manual_seed(3)).tolist()
+    for rows in (windowed, plain):
+        rows.add(prompt)
+    torch.testing.assert_close(windowed.verify_trees([TREE])[0][0], plain.verify_trees([TREE])[0][0])
+    for rows in (windowed, plain):
+        rows.commit([[0, 3, 4]])
+    assert windowed._layers[0].capacity == 256
+    for step in range(16):  # one-token passes, past the first 256 entries: the buffers double
+        token = DraftTree.chain(7 + step, [])
+        torch.testing.assert_close(windowed.verify_trees([token])[0][0], plain.verify_trees([token])[0][0])
+        for rows in (windowed, plain):
+            rows.commit([[0]])
+    assert windowed._layers[0].capacity == 512 and windowed.layout.window is None
+
+
 @pytest.mark.slow
 def test_compiled_pass_matches_the_eager_one():
     """Tree logits equal the eager pass's (fp32, to summation order), and greedy decoding across the
