@@ -45,10 +45,8 @@ from collections.abc import Sequence
 
 import torch
 
-from specdec.batching.target import BatchedTarget
 from specdec.models.base import one_line
 from specdec.target import TargetModel
-from specdec.tree import DraftTree
 
 ATTENTION = "eager"  # transformers' attention that inductor fuses (see the module docstring)
 
@@ -107,33 +105,3 @@ class CompiledTarget(TargetModel):
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__(model)
         self.compiled = CompiledPass(self)
-
-
-class CompiledSingle:
-    """One sequence with `TargetModel`'s prefill / forward_tree / trim on the compiled pass: what the
-    cost curve times (`proposers.budget`), so the planner sizes trees by the compiled costs."""
-
-    def __init__(self, rows: BatchedTarget) -> None:
-        self.rows = rows
-        self.config = rows.single.config
-        self.device = rows.device
-        self.max_length = rows.single.max_length
-
-    @property
-    def num_cached(self) -> int:
-        return self.rows.lengths[0] if self.rows.lengths else 0
-
-    def prefill(self, token_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
-        self.rows.discard()
-        while self.rows.num_rows:
-            self.rows.remove(0)
-        return self.rows.add(torch.as_tensor(token_ids).tolist())[1]
-
-    def forward_tree(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
-        return self.rows.verify_trees([DraftTree(tokens.to(torch.int64), parents.to(torch.int64))])[0][0]
-
-    def trim(self, length: int) -> None:
-        """Drop the pending tree; only the committed length is supported (what a timing needs)."""
-        if length != self.num_cached:
-            raise ValueError("a compiled timing sequence is trimmed back to its committed tokens only")
-        self.rows.discard()

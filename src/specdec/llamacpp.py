@@ -383,34 +383,3 @@ class LlamaCppTarget:
 
     def batched(self) -> LlamaCppBatch:
         return self.model.batched(self.exact)
-
-
-class LlamaCppSingle:
-    """One sequence with `TargetModel`'s prefill / forward_tree / trim: what the cost curve times."""
-
-    def __init__(self, model: LlamaCppModel, exact: bool = False) -> None:
-        self.model = model
-        self.config = model.config
-        self.device = model.device
-        self.max_length = model.max_length
-        self._batch = model.batched(exact)
-
-    @property
-    def num_cached(self) -> int:
-        return self._batch.rows[0].length if self._batch.rows else 0
-
-    def prefill(self, token_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
-        self._batch.release()
-        return self._batch.add(torch.as_tensor(token_ids).tolist())[1]
-
-    def forward_tree(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
-        return self._batch.verify_trees([DraftTree(tokens.to(torch.int64), parents.to(torch.int64))])[0][0]
-
-    def trim(self, length: int) -> None:
-        """Drop the pending tree; only the committed length is supported (what a timing needs)."""
-        if length != self.num_cached:
-            raise ValueError("a llama.cpp sequence is trimmed back to its committed tokens only")
-        self._batch.rollback()
-
-    def close(self) -> None:
-        self._batch.release()

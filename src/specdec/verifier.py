@@ -10,9 +10,9 @@ that model shares one KV memory and its sequence ids.
 from __future__ import annotations
 
 from specdec.attention import AttentionPlan, resolve_plan
-from specdec.batching.target import BatchedTarget
-from specdec.compiled import CompiledSingle, CompiledTarget
-from specdec.llamacpp import LlamaCppBatch, LlamaCppModel, LlamaCppSingle, LlamaCppTarget
+from specdec.batching.target import BatchedTarget, OneSequence
+from specdec.compiled import CompiledTarget
+from specdec.llamacpp import LlamaCppBatch, LlamaCppModel, LlamaCppTarget
 from specdec.models import LoadedModel
 from specdec.packed import verify_model
 from specdec.target import TargetModel
@@ -33,13 +33,12 @@ def verifier(loaded: LoadedModel, attention: str | AttentionPlan = "auto") -> Ta
     return TargetModel(verify_model(loaded), attention=resolve_plan(loaded, attention))
 
 
-def timing_target(loaded: LoadedModel) -> TargetModel | CompiledSingle | LlamaCppSingle:
+def timing_target(loaded: LoadedModel) -> TargetModel | OneSequence:
     """A one-sequence target of its own (prefill, forward_tree, trim) on what the engine verifies with."""
-    if loaded.backend == "llamacpp":
-        return LlamaCppSingle(llamacpp_model(loaded), loaded.exact == "on")
-    if loaded.backend == "compiled":
-        return CompiledSingle(rows_of(CompiledTarget(verify_model(loaded))))
-    return TargetModel(verify_model(loaded))
+    if loaded.backend == "torch":
+        return TargetModel(verify_model(loaded))
+    target = verifier(loaded)
+    return OneSequence(rows_of(target), target.config, target.device, target.max_length)
 
 
 def rows_of(target: TargetModel | LlamaCppTarget) -> BatchedTarget | LlamaCppBatch:

@@ -148,24 +148,25 @@ class BatchedTarget:
         self.layout.starts = torch.tensor(self.lengths, dtype=torch.int64)
         self.layout.context = max(self.lengths)
         if self.compiled is not None:
-            return self._verify_compiled(trees)
-        if len(trees) == 1 and trees[0].is_chain and (trees[0].num_nodes > 1 or not self.invariant):
-            # One sequence, a chain: the ordinary causal case; transformers builds its own mask (none at
-            # all for one token) from the cache length, as a plain decoding step does.
-            tokens, positions, mask = trees[0].tokens[None], None, None
+            logits, features = self._run_compiled(trees)
         else:
-            tokens, positions, mask = self._tree_inputs(trees)
-        logits, features = self.single.run(
-            tokens.to(self.device), positions, mask, self.cache, self.layout.context, capture=self.capture
-        )  # [B, T, V], [B, T, F] or None
+            if len(trees) == 1 and trees[0].is_chain and (trees[0].num_nodes > 1 or not self.invariant):
+                # One sequence, a chain: the ordinary causal case; transformers builds its own mask (none
+                # at all for one token) from the cache length, as a plain decoding step does.
+                tokens, positions, mask = trees[0].tokens[None], None, None
+            else:
+                tokens, positions, mask = self._tree_inputs(trees)
+            logits, features = self.single.run(
+                tokens.to(self.device), positions, mask, self.cache, self.layout.context, capture=self.capture
+            )  # [B, T, V], [B, T, F] or None
         self._pending = [tree.num_nodes for tree in trees]
         return [
             (logits[b, : tree.num_nodes], None if features is None else features[b, : tree.num_nodes])
             for b, tree in enumerate(trees)
         ]
 
-    def _verify_compiled(self, trees: Sequence[DraftTree]) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-        """`verify_trees` on the compiled pass: the rows' trees and the layout's window as tensors."""
+    def _run_compiled(self, trees: Sequence[DraftTree]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The pass on the compiled path: the rows' trees and the layout's window as tensors."""
         width = max(max(tree.num_nodes for tree in trees), 2)  # see `specdec.compiled.CompiledPass.mark`
         for layer in self._layers:
             layer.ensure(self.num_rows, self.layout.context + width)
@@ -174,14 +175,9 @@ class BatchedTarget:
         inputs = dict(input_ids=tokens.to(self.device), position_ids=positions, attention_mask=mask,
                       past_key_values=self.cache, use_cache=True)
         try:
-            logits, features = self.compiled(inputs, self.capture, self.layout.window)
+            return self.compiled(inputs, self.capture, self.layout.window)
         finally:
             self.layout.window = None  # the other passes on this cache (prefill copies) are eager
-        self._pending = [tree.num_nodes for tree in trees]
-        return [
-            (logits[b, : tree.num_nodes], None if features is None else features[b, : tree.num_nodes])
-            for b, tree in enumerate(trees)
-        ]
 
     def _tree_inputs(
         self, trees: Sequence[DraftTree], min_width: int = 1
@@ -212,9 +208,15 @@ class BatchedTarget:
         mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, blocked)
         return mask[:, None].to(self.device)
 
-    def discard(self) -> None:
+    def rollback(self) -> None:
         """Drop the running pass's trees: every row keeps its committed tokens only."""
         self._pending = []
+
+    def release(self) -> None:
+        """Drop every row (their buffers stay allocated for the next ones)."""
+        self.rollback()
+        while self.num_rows:
+            self.remove(self.num_rows - 1)
 
     @torch.inference_mode()
     def commit(self, paths: Sequence[Sequence[int]]) -> None:
@@ -246,3 +248,34 @@ class BatchedTarget:
         src, dst = (src + base).to(self.device), (dst + base).to(self.device)
         for layer in self._layers:
             layer.keep_paths(rows, src, dst)
+
+
+class OneSequence:
+    """One sequence with `TargetModel`'s prefill / forward_tree / trim over a batch's rows (a
+    `BatchedTarget` on the compiled pass, or llama.cpp's `LlamaCppBatch`): what the cost curve times
+    (`proposers.budget`) where passes run through batch rows, so trees are sized by those passes' costs."""
+
+    def __init__(self, rows: BatchedTarget, config: object, device: torch.device, max_length: int) -> None:
+        """rows: anything with `add`, `verify_trees`, `lengths`, `rollback` and `release` as `BatchedTarget`."""
+        self.rows = rows
+        self.config, self.device, self.max_length = config, device, max_length
+
+    @property
+    def num_cached(self) -> int:
+        return self.rows.lengths[0] if self.rows.lengths else 0
+
+    def prefill(self, token_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        self.rows.release()
+        return self.rows.add(torch.as_tensor(token_ids).tolist())[1]
+
+    def forward_tree(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+        return self.rows.verify_trees([DraftTree(tokens.to(torch.int64), parents.to(torch.int64))])[0][0]
+
+    def trim(self, length: int) -> None:
+        """Drop the pending tree; only the committed length is supported (what a timing needs)."""
+        if length != self.num_cached:
+            raise ValueError("a batch-row sequence is trimmed back to its committed tokens only")
+        self.rows.rollback()
+
+    def close(self) -> None:
+        self.rows.release()

@@ -34,13 +34,13 @@ from pathlib import Path
 
 import torch
 
-from specdec.llamacpp import LlamaCppSingle
+from specdec.batching.target import OneSequence
 from specdec.models import LoadedModel, default_cache_dir
 from specdec.target import TargetModel
 from specdec.timing_cache import contended, cost_file, cost_key, write_json_atomic
 from specdec.verifier import timing_target
 
-Timed = TargetModel | LlamaCppSingle  # prefill, forward_tree, trim on a sequence of its own
+Timed = TargetModel | OneSequence  # prefill, forward_tree, trim on a sequence of its own
 
 DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 DEFAULT_REPEATS = 5
