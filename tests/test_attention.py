@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_target import ATOL, reference_logits, tiny_llama, tiny_qwen2, trees
+from test_target import assert_logits_close, reference_logits, tiny_llama, tiny_qwen2, trees
 
 from specdec.attention import AttentionPlan, load_or_measure_plan, resolve_plan
 from specdec.models import LoadedModel
@@ -48,7 +48,7 @@ def test_tree_logits_are_exact_under_either_implementation(make, impl):
         assert model.config._attn_implementation == "sdpa"  # handed back as it was
         for node in range(tree.num_nodes):
             expected = reference_logits(model, prefix + tree.path_tokens(node))
-            torch.testing.assert_close(logits[node].float(), expected.float(), atol=ATOL, rtol=0)
+            assert_logits_close(logits[node], expected)
 
 
 def test_measured_plan_is_cached_unless_busy(default_model, tmp_path):

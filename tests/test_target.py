@@ -17,6 +17,17 @@ from specdec.tree import DraftTree
 ATOL = 1e-4
 
 
+def assert_logits_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """Equal up to fp32 rounding, which grows with the logits' scale (the default model's reach ~30).
+
+    Different kernel shapes (a cache that grew, a tree against a fresh prefill) sum in a different
+    order; that moved the default model's logits by up to 2e-4 on one CI machine, 4e-5 on another.
+    A wrong mask or position moves them by whole units.
+    """
+    atol = ATOL + 2e-5 * float(expected.abs().max())
+    torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=0)
+
+
 def tiny_llama() -> torch.nn.Module:
     config = LlamaConfig(
         vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -61,7 +72,10 @@ def trees(vocab: int) -> dict[str, DraftTree]:
     return {
         "root-only": DraftTree.chain(5),
         "chain": DraftTree.chain(7, [11, 13, 17, 19, 23, 29]),
-        "wide": DraftTree(torch.randint(0, vocab, (9,)), torch.tensor([-1] + [0] * 8)),
+        "wide": DraftTree(
+            torch.randint(0, vocab, (9,), generator=torch.Generator().manual_seed(2)),
+            torch.tensor([-1] + [0] * 8),
+        ),
         "deep": random_tree(24, vocab, seed=3, max_fanout_bias=0.15),
         "bushy": random_tree(32, vocab, seed=4, max_fanout_bias=0.7),
     }
@@ -83,7 +97,7 @@ def test_tree_logits_match_sequential(model, shape):
     assert logits.shape == (tree.num_nodes, vocab)
     for node in range(tree.num_nodes):
         expected = reference_logits(model, prefix + tree.path_tokens(node))
-        torch.testing.assert_close(logits[node].float(), expected.float(), atol=ATOL, rtol=0)
+        assert_logits_close(logits[node], expected)
 
 
 @pytest.mark.parametrize("capacity", [256, 4], ids=["roomy", "grows"])
@@ -106,13 +120,13 @@ def test_commit_then_continue_equals_fresh_prefill(model, shape, capacity):
     committed = prefix + tree.path_tokens(deepest)
     for node in range(follow.num_nodes):
         expected = reference_logits(model, committed + follow.path_tokens(node))
-        torch.testing.assert_close(logits[node].float(), expected.float(), atol=ATOL, rtol=0)
+        assert_logits_close(logits[node], expected)
     target.commit([0, 2])
     fresh = TargetModel(model)
     fresh_logits = fresh.prefill(committed + [3, 5, 8])
-    torch.testing.assert_close(target.append([8])[-1].float(), fresh_logits.float(), atol=ATOL, rtol=0)
+    assert_logits_close(target.append([8])[-1], fresh_logits)
     # The same cache object serves the next sequence: nothing of this one may leak into it.
-    torch.testing.assert_close(target.prefill(prefix).float(), fresh.prefill(prefix).float(), atol=ATOL, rtol=0)
+    assert_logits_close(target.prefill(prefix), fresh.prefill(prefix))
 
 
 def test_trim_rolls_back(model):
@@ -120,9 +134,7 @@ def test_trim_rolls_back(model):
     target.prefill([1, 2, 3, 4, 5, 6])
     target.trim(4)
     assert target.num_cached == 4
-    torch.testing.assert_close(
-        target.append([9])[-1].float(), reference_logits(model, [1, 2, 3, 4, 9]).float(), atol=ATOL, rtol=0
-    )
+    assert_logits_close(target.append([9])[-1], reference_logits(model, [1, 2, 3, 4, 9]))
 
 
 def test_protocol_errors(model):
