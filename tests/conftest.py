@@ -35,6 +35,13 @@ def spec_bench_subset() -> Path:
     return Path(__file__).parent / "data" / "spec_bench_subset.jsonl"
 
 
+def fixed_attention_plan():  # noqa: ANN201 - specdec.attention.AttentionPlan
+    """SDPA for short contexts, eager beyond: both implementations run in the suite, chosen by shape."""
+    from specdec import attention
+
+    return attention.AttentionPlan((128, 512), (1, 64), (("sdpa", "sdpa"), ("eager", "sdpa")))
+
+
 @pytest.fixture(scope="session")
 def default_model():
     """The bundled SmolLM2-135M-Instruct in float32, loaded once per session, with a fixed cost curve cached."""
@@ -44,9 +51,7 @@ def default_model():
     from specdec.timing_cache import cost_key
 
     loaded = load_model("smollm2-135m", dtype="fp32")
-    # SDPA for short contexts, eager beyond: both implementations run in the suite, chosen by shape.
-    plan = attention.AttentionPlan((128, 512), (1, 64), (("sdpa", "sdpa"), ("eager", "sdpa")))
-    attention.save_plan(loaded, plan)
+    attention.save_plan(loaded, fixed_attention_plan())
     key = cost_key(loaded, budget.DEFAULT_SIZES, budget.DEFAULT_CONTEXT)
     costs = budget.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values()))
     budget.save_costs(budget.costs_folder(), key, costs)

@@ -35,8 +35,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL, help="bundled name, HF folder, .gguf file or hub id")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 where the CPU has AMX/avx512_bf16), fp32, bf16")
     parser.add_argument("--cache-dir", default=None, help="where converted models are kept (~/.cache/specdec)")
-    parser.add_argument("--pack", default="auto", choices=("auto", "on", "off"),  # models.base.PACK (not imported: fast --help)
-                        help="verify with prepacked Linear weights: auto (bf16 on CPU, bit-identical), on (fp32 too), off")
+    parser.add_argument("--pack", default="auto", choices=("auto", "on", "off", "int4"),  # models.base.PACK (not imported: fast --help)
+                        help="verify with prepacked Linear weights: auto (bf16 on CPU, bit-identical), on (fp32 too), off; "
+                             "int4: 4-bit weights in groups of 32 (CPU; plain decoding and every method run the "
+                             "quantized model)")
     parser.add_argument("--exact", default="off", choices=("off", "on"),  # invariant.EXACT (fast --help)
                         help="on: batch-invariant verification (bf16 on CPU), so every method's greedy text equals "
                         "plain decoding's in bf16 too, at 15-20%% of tokens/s; off: faster, bf16 text may drift")

@@ -55,6 +55,7 @@ import inspect
 
 import torch
 
+from specdec.int4 import Int4Linear, can_quantize
 from specdec.invariant import MIN_ROWS, wants_invariance
 from specdec.models.base import LoadedModel, check_pack
 from specdec.models.state import ModelState
@@ -126,7 +127,8 @@ class FusedQKVAttention(torch.nn.Module):
     attention and the attention plan apply unchanged.
     """
 
-    def __init__(self, attention: torch.nn.Module, min_rows: int = 1) -> None:
+    def __init__(self, attention: torch.nn.Module, min_rows: int = 1, int4: bool = False) -> None:
+        """int4: the fused product holds 4-bit weights (`specdec.int4`) instead of packed bf16 ones."""
         super().__init__()
         module = inspect.getmodule(type(attention))
         self._rotary = module.apply_rotary_pos_emb
@@ -143,7 +145,7 @@ class FusedQKVAttention(torch.nn.Module):
             fused.weight.copy_(torch.cat([p.weight for p in projections]))
             if fused.bias is not None:
                 fused.bias.copy_(torch.cat([p.bias for p in projections]))
-        self.qkv_proj = PackedLinear(fused, min_rows)
+        self.qkv_proj = Int4Linear(fused) if int4 else PackedLinear(fused, min_rows)
         self.o_proj = attention.o_proj
 
     def forward(self, hidden_states, position_embeddings, attention_mask, past_key_values=None, **kwargs):
@@ -158,11 +160,15 @@ class FusedQKVAttention(torch.nn.Module):
         return self.o_proj(out.reshape(*hidden_states.shape[:-1], -1).contiguous()), weights
 
 
-def _fusable(module: torch.nn.Module) -> bool:
+def _fusable(module: torch.nn.Module, int4: bool) -> bool:
     projections = [getattr(module, name, None) for name in ("q_proj", "k_proj", "v_proj")]
-    return type(module).__name__ in FUSABLE_ATTENTION and all(
-        type(p) is torch.nn.Linear and can_pack(p.weight.dtype, p.weight.device) for p in projections
-    )
+    return type(module).__name__ in FUSABLE_ATTENTION and all(_packable(p, int4) for p in projections)
+
+
+def _packable(linear: torch.nn.Module | None, int4: bool) -> bool:
+    if int4:
+        return can_quantize(linear)
+    return type(linear) is torch.nn.Linear and can_pack(linear.weight.dtype, linear.weight.device)
 
 
 def can_pack(dtype: torch.dtype, device: torch.device) -> bool:
@@ -179,30 +185,38 @@ def can_pack(dtype: torch.dtype, device: torch.device) -> bool:
 
 
 def wants_packing(pack: str, model: torch.nn.Module) -> bool:
-    """`auto`: where packing is exact (bf16 / fp16 on CPU); `on`: wherever oneDNN can; `off`: never."""
+    """`auto`: where packing is exact (bf16 / fp16 on CPU); `on`: wherever oneDNN can; `int4`: 4-bit
+    weights (`specdec.int4`), on the CPU only; `off`: never."""
     check_pack(pack)
     weight = next(model.parameters())
+    if pack == "int4":
+        if weight.device.type != "cpu":
+            raise ValueError(f"pack 'int4' runs on the CPU only (the model is on {weight.device.type})")
+        return True
     if pack == "off" or not can_pack(weight.dtype, weight.device):
         return False
     return pack == "on" or weight.dtype in _EXACT_DTYPES
 
 
-def packed_view(model: torch.nn.Module, min_rows: int = 1) -> torch.nn.Module:
+def packed_view(model: torch.nn.Module, min_rows: int = 1, int4: bool = False) -> torch.nn.Module:
     """A copy of `model` sharing its tensors, with the decoder's Linear layers (and a bf16 head) packed,
-    each product run over at least `min_rows` rows."""
+    each product run over at least `min_rows` rows; int4: the decoder's Linear layers in 4-bit groups
+    instead (`specdec.int4`; min_rows does not apply to them: their rows are computed alone)."""
     tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
     view = copy.deepcopy(model, tensors)  # modules and configs copied, tensors shared
     decoder = view.get_decoder() if hasattr(view, "get_decoder") else view
     head = view.get_output_embeddings() if hasattr(view, "get_output_embeddings") else None
     for parent in list(decoder.modules()):
         for name, child in list(parent.named_children()):
-            if _fusable(child):
-                setattr(parent, name, FusedQKVAttention(child, min_rows))
+            if _fusable(child, int4):
+                setattr(parent, name, FusedQKVAttention(child, min_rows, int4))
     for parent in list(decoder.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear and child is not head and can_pack(child.weight.dtype, child.weight.device):
-                setattr(parent, name, PackedLinear(child, min_rows))
-    if type(head) is torch.nn.Linear and head.weight.dtype in _EXACT_DTYPES and can_pack(head.weight.dtype, head.weight.device):
+            if child is not head and _packable(child, int4):
+                setattr(parent, name, Int4Linear(child) if int4 else PackedLinear(child, min_rows))
+    # The head keeps its weights' precision under int4 too: a GGUF's head is usually of more bits than its
+    # layers (the bundled model's: Q8_0, which 4 bits would move by up to 5% of its largest weight).
+    if _packable(head, False) and head.weight.dtype in _EXACT_DTYPES:
         view.set_output_embeddings(PackedLinear(head, min_rows))
     view.eval()
     return view
@@ -219,9 +233,10 @@ def maybe_packed(
     """
     if not wants_packing(pack, model):
         return model
+    int4 = pack == "int4"
     if state is None:
-        return packed_view(model, min_rows)
-    return state.shared(f"packed_view:{min_rows}", lambda: packed_view(model, min_rows))
+        return packed_view(model, min_rows, int4)
+    return state.shared(f"packed_view:{min_rows}:{pack}", lambda: packed_view(model, min_rows, int4))
 
 
 def is_invariant(loaded: LoadedModel) -> bool:

@@ -50,6 +50,7 @@ def cost_key(loaded: LoadedModel, sizes: Sequence[int], context_len: int) -> dic
         "dtype": str(loaded.dtype).removeprefix("torch."),
         # the engine times what it runs
         "packed": loaded.backend != "llamacpp" and verify_model(loaded) is not loaded.model,
+        "weights": loaded.pack if loaded.pack == "int4" and loaded.backend != "llamacpp" else "as loaded",
         "invariant": is_invariant(loaded) if loaded.backend != "llamacpp" else loaded.exact == "on",
         "backend": loaded.backend,
         "device": loaded.device.type,

@@ -22,7 +22,7 @@ from specdec.errors import ModelLoadError, UnsupportedModelError
 from specdec.models.state import ModelState
 
 SHA_PREFIX_CHARS = 12
-PACK = ("auto", "on", "off")  # LoadedModel.pack
+PACK = ("auto", "on", "off", "int4")  # LoadedModel.pack
 BACKENDS = ("torch", "compiled", "llamacpp")  # LoadedModel.backend
 
 
@@ -50,7 +50,8 @@ class LoadedModel:
     # the same prompt.
     state_scope: str = ""
     # How the engine verifies on this model: with prepacked Linear weights where that is exact
-    # ("auto"), also in fp32 ("on"), or never ("off"): `specdec.packed.verify_model`. Carried here,
+    # ("auto"), also in fp32 ("on"), never ("off"), or with 4-bit weights ("int4", CPU: the model
+    # verified is then the quantized one, `specdec.int4`): `specdec.packed.verify_model`. Carried here,
     # not by the engine, so the cost curves that size the drafts time the same model the engine runs.
     pack: str = "auto"
     # Whether that verification is batch-invariant (`specdec.invariant`): "off" or "on" (packed

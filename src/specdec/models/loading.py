@@ -102,7 +102,8 @@ def load_model(
     dtype: "auto"/None (see `default_dtype`), "fp32", "bf16", "fp16" (or long names) or a torch.dtype.
     device: None means "cuda" if available, else "cpu".
     cache_dir: parent folder of converted GGUF models (default ~/.cache/specdec).
-    pack: "auto" | "on" | "off": verify with prepacked Linear weights (`LoadedModel.pack`, `specdec.packed`).
+    pack: "auto" | "on" | "off" | "int4": verify with prepacked Linear weights, or 4-bit ones
+    (`LoadedModel.pack`, `specdec.packed`, `specdec.int4`).
     exact: "off" | "on": verify batch-invariantly (`LoadedModel.exact`, `specdec.invariant`).
     backend: "torch" | "compiled" | "llamacpp": which engine verifies (`LoadedModel.backend`); compiled
     needs a C++ compiler (else it warns and runs eagerly) and exact off; llamacpp needs a GGUF
@@ -114,7 +115,12 @@ def load_model(
     if backend == "compiled" and exact == "on":
         raise ValueError("backend 'compiled' and exact 'on' cannot be combined: the batch-invariant attention "
                          "is not compiled; use backend 'torch' for exact verification")
+    if pack == "int4" and exact == "on":
+        raise ValueError("pack 'int4' and exact 'on' cannot be combined: batch-invariant verification "
+                         "is shown for packed bf16 weights only; use pack 'auto' for exact verification")
     loaded = replace(_load(name_or_path, dtype, device, cache_dir), pack=pack, exact=exact, backend=backend)
+    if pack == "int4" and loaded.device.type != "cpu":
+        raise ValueError(f"pack 'int4' runs on the CPU only (the model is on {loaded.device.type})")
     if backend == "llamacpp":
         if loaded.gguf_path is None:
             raise ModelLoadError(

@@ -1,0 +1,102 @@
+"""Linear layers with 4-bit weights (`pack="int4"`): a third of the bytes a decode step reads.
+
+Why: on a CPU a one-token verification pass of a small model reads every weight once and does
+little arithmetic with it, so the bytes read set its floor. PyTorch's own CPU kernel for 4-bit
+weights (`aten._weight_int4pack_mm_for_cpu`, activations in fp32 / bf16 / fp16) reads a quarter of
+bf16's bytes (plus a scale and zero per group). Measured on a 2-core AVX-512 CPU (SmolLM2-135M bf16,
+one-token pass at 512 tokens of context, eager): the decoder's products 2.7 ms against 5.0 packed
+bf16, and the output head 0.4 ms against 1.9; from 16 rows on the int4 products cost more than bf16's
+(oneDNN's bf16 kernels use the CPU's bf16 dot-product instructions), so trees get dearer.
+
+The quantization is Q4_1's (llama.cpp's): groups of 32 input columns, each with its own minimum and
+step, w = q * step + minimum, q in 0..15 (the kernel's form: (q - 8) * scale + zero, zero = minimum +
+8 * step). A weight that came from a Q4_1 GGUF (the bundled model) is recovered group for group:
+Q4_1 takes each group's minimum and maximum as its ends, so re-quantizing its dequantized values
+gives back the same q; only the scale and zero are rounded to the activations' dtype.
+
+Invariants:
+- the model verified is the quantized one: plain decoding and every method run on the same view
+  (`specdec.packed.verify_model`), so losslessness is relative to it, not to the unquantized model;
+- the kernel computes each row of a product alone (measured: a row's bits do not depend on how
+  many rows share the call), so tree width does not change a node's products;
+- the decoder's Linear layers only: the output head keeps its precision (a GGUF's head is usually
+  stored with more bits than its layers; the bundled model's is Q8_0);
+- fp32 views hold the dequantized weights (no fast fp32 kernel): bf16 / fp16 are the fast path;
+- CPU only; a Linear whose input size is not a multiple of the group, whose output size is not
+  one of 16 (the packing's blocks), or whose weight is not fp32 / bf16 / fp16 keeps its own product.
+"""
+
+from __future__ import annotations
+
+import torch
+
+GROUP = 32  # input columns per scale and zero (Q4_1's block)
+LEVELS = 15  # q in 0..LEVELS
+_INNER_K_TILES = 2  # the packing's inner tiling (the kernel's choice for K a multiple of 64 or 32)
+_ROW_BLOCK = 16  # the packing takes output sizes in blocks of this many
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def can_quantize(linear: torch.nn.Module) -> bool:
+    """Whether `linear` is a plain CPU Linear this kernel takes."""
+    if type(linear) is not torch.nn.Linear:
+        return False
+    weight = linear.weight
+    return (
+        weight.device.type == "cpu" and weight.dtype in _DTYPES
+        and linear.in_features % GROUP == 0 and linear.out_features % _ROW_BLOCK == 0
+    )
+
+
+def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """weight [N, K] -> (q [N, K] int32 in 0..LEVELS, step [N, K/GROUP], minimum [N, K/GROUP]), fp32."""
+    rows, cols = weight.shape
+    groups = weight.detach().float().reshape(rows, cols // GROUP, GROUP)
+    low, high = groups.amin(-1), groups.amax(-1)
+    step = (high - low) / LEVELS
+    safe = torch.where(step > 0, step, torch.ones_like(step))  # a constant group: every q is 0
+    q = torch.round((groups - low[..., None]) / safe[..., None]).clamp(0, LEVELS).to(torch.int32)
+    return q.reshape(rows, cols), step, low
+
+
+def dequantize(q: torch.Tensor, scale_zero: torch.Tensor) -> torch.Tensor:
+    """The weight [N, K] (fp32) that the kernel multiplies by, from q and its `scale_zero` [K/G, N, 2]."""
+    rows, cols = q.shape
+    scale, zero = scale_zero.float().unbind(-1)  # [K/G, N] each
+    groups = (q.reshape(rows, cols // GROUP, GROUP) - 8).float() * scale.T[..., None] + zero.T[..., None]
+    return groups.reshape(rows, cols)
+
+
+class Int4Linear(torch.nn.Module):
+    """y = x @ W.T + b with W held as 4-bit groups in PyTorch's CPU int4 layout (inference only)."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__()
+        if not can_quantize(linear):
+            raise ValueError(f"int4 needs a CPU Linear in fp32/bf16/fp16 with in_features a multiple of {GROUP} "
+                             f"and out_features one of {_ROW_BLOCK}")
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        q, step, low = quantize(linear.weight)
+        # [K/G, N, 2] in the activations' dtype: what the kernel reads
+        scale_zero = torch.stack([step.T, (low + 8 * step).T], -1).to(linear.weight.dtype).contiguous()
+        self.register_buffer("scale_zero", scale_zero)
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach())
+        # fp32 has no fast kernel here (16 rows by a 1536x576 weight: 9.5 ms against 0.24 dense), so an
+        # fp32 view multiplies by the dequantized weight: the same quantized model, at fp32's speed.
+        fp32 = linear.weight.dtype == torch.float32
+        self.register_buffer("dense", dequantize(q, scale_zero) if fp32 else None)
+        self.register_buffer("weight", None if fp32 else torch._convert_weight_to_int4pack_for_cpu(q, _INNER_K_TILES))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., in_features] -> [..., out_features]."""
+        rows = x.reshape(-1, self.in_features)
+        if self.dense is not None:
+            y = rows @ self.dense.T
+        else:
+            y = torch._weight_int4pack_mm_for_cpu(rows, self.weight, GROUP, self.scale_zero)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int4 groups of {GROUP}"
