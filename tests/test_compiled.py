@@ -144,3 +144,23 @@ def test_methods_are_lossless_on_the_compiled_backend(on_compiled, engine, bench
         single = _run(compiled, prompts[:1], method)[0]
     assert single == plain[0] == _run(engine, prompts[:1], "plain")[0]  # fp32: the eager backend's text too
     assert _run(compiled, prompts, method) == plain  # the batched path
+
+
+@pytest.mark.slow
+def test_compiled_pass_runs_int4_weights():
+    """The 4-bit view (bf16, PyTorch's int4 kernel) compiles: its tree logits are the eager pass's, to
+    bf16 rounding, and no fallback was taken."""
+    from specdec.int4 import Int4Linear
+    from specdec.packed import packed_view
+
+    view = packed_view(_tiny("compiled", layers=1).model.to(torch.bfloat16), int4=True)
+    assert any(type(m) is Int4Linear for m in view.modules())
+    target = CompiledTarget(view)
+    eager, compiled = BatchedTarget(TargetModel(view)), BatchedTarget(target, target.compiled)
+    prompt = torch.randint(0, 512, (40,), generator=torch.Generator().manual_seed(1)).tolist()
+    for rows in (eager, compiled):
+        rows.add(prompt)
+    torch._dynamo.utils.counters.clear()
+    want, got = eager.verify_trees([TREE])[0][0], compiled.verify_trees([TREE])[0][0]
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    assert target.compiled.failure is None and torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1
