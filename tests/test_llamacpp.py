@@ -122,6 +122,17 @@ def test_batched_rows_decode_to_the_end(on_llamacpp, bench_prompts):
     assert len(llamacpp_model(on_llamacpp).free_sequences) == free
 
 
+def test_measuring_the_cost_curve_gives_its_sequence_back(on_llamacpp, tmp_path):
+    """A curve measured while the machine is busy is not cached, so every engine measures again: each
+    measurement must hand its sequence (and KV cells) back to the shared context."""
+    from specdec.proposers import budget
+
+    free = len(llamacpp_model(on_llamacpp).free_sequences)
+    for _ in range(2):
+        budget.load_or_measure(on_llamacpp, tmp_path, sizes=(1, 2), repeats=1, context_len=16, is_busy=lambda share: True)
+    assert len(llamacpp_model(on_llamacpp).free_sequences) == free
+
+
 def test_feature_methods_are_refused(on_llamacpp, bench_prompts):
     engine = Engine(on_llamacpp)
     with pytest.raises(ValueError, match="hidden states"):

@@ -158,7 +158,12 @@ def load_or_measure(
     cached = None if remeasure else load_costs(folder, key)
     if cached is not None:
         return cached
-    costs, cpu_share = _measure(timing_target(loaded), sizes, repeats, context_len)
+    target = timing_target(loaded)
+    try:
+        costs, cpu_share = _measure(target, sizes, repeats, context_len)
+    finally:  # a target on batch rows holds a sequence (llama.cpp: its id and KV cells) until closed
+        if hasattr(target, "close"):
+            target.close()
     if loaded.device.type == "cpu" and is_busy(cpu_share):
         return costs  # timed while other work held the cores: good for this run, not for every later one
     save_costs(folder, key, costs)
