@@ -34,8 +34,9 @@ Invariants:
   (fused loops sum in another order); every method and plain decoding on this
   backend run the same compiled pass, so greedy text stays token-identical to
   plain decoding on it (tests/test_compiled.py);
-- a compilation that fails (no C++ compiler, an inductor error) is reported
-  once as a warning and the pass runs eagerly from then on, with the same inputs.
+- a compilation that fails (no C++ compiler, an inductor error, more than
+  RECOMPILE_LIMIT graphs) is reported once as a warning and the pass runs eagerly
+  from then on, with the same inputs.
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ from specdec.models.base import one_line
 from specdec.target import TargetModel
 
 ATTENTION = "eager"  # transformers' attention that inductor fuses (see the module docstring)
+# Graphs dynamo keeps for `TargetModel.forward_pass`, shared by every compiled target of the process
+# (a graph per batch size, set of captured layers, grown cache, model). Its default of 8 is reached by a
+# server batching 8 rows; past it dynamo would run new shapes eagerly without a word, so reaching
+# this limit fails loudly instead (the pass falls back to eager, with a warning).
+RECOMPILE_LIMIT = 64
 
 
 def _options() -> dict:
@@ -90,7 +96,8 @@ class CompiledPass:
         with self.single.attention_as(ATTENTION):
             if self.failure is None:
                 try:
-                    return self._compiled(inputs, False, tuple(capture))
+                    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
+                        return self._compiled(inputs, False, tuple(capture))
                 except Exception as error:  # noqa: BLE001 - any compiler failure: the eager pass stays
                     self.failure = one_line(error)
                     warnings.warn(f"compiling the verification pass failed, running it eagerly: {self.failure}",
