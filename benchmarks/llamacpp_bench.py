@@ -191,6 +191,7 @@ def main() -> None:
                         help="torch, compiled, llamacpp; -int4: with pack=int4 (torch-int4, compiled-int4); "
                              "-exact: with exact=on (llamacpp-exact)")
     parser.add_argument("--spec-types", default=",".join(SPEC_TYPES), help="llama-server --spec-type values")
+    parser.add_argument("--model", default="smollm2-135m", help="a model from a GGUF file (the bundled one, a pulled one, a .gguf)")
     parser.add_argument("--dtype", default="auto", help="the torch backend's dtype")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--server", default=None, help="a llama-server binary (default: build or find it)")
@@ -215,7 +216,7 @@ def main() -> None:
     out = Path(args.out)
     done = [json.loads(line) for line in out.read_text().splitlines()] if out.is_file() else []
     have = {(r["engine"], r["prompt"]) for r in done}
-    base = load_model("smollm2-135m", dtype=args.dtype)
+    base = load_model(args.model, dtype=args.dtype)
     work = [(pid, encode_prompt(base.tokenizer, text, chat=True)) for pid, text in prompts(args.per_category)]
 
     def record(row: dict) -> None:
@@ -237,7 +238,7 @@ def main() -> None:
         finally:
             server.close()
     for backend in args.backends.split(","):
-        loaded = load_model("smollm2-135m", dtype=args.dtype, **backend_settings(backend))
+        loaded = load_model(args.model, dtype=args.dtype, **backend_settings(backend))
         engine = Engine(loaded)
         for method in args.methods.split(","):
             name = f"specdec {backend} {method}"
