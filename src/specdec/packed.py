@@ -19,6 +19,8 @@ cost what the two 1,536-column ones do (2 rows: 94 vs 84 us a layer). The
 original stays as it was, and transformers' own `generate` (the benchmarks'
 baselines) keeps using it;
 drafts in the target's dtype get a packed view of their own (`draft.py`).
+With `pack="int4"` the view holds the decoder's Linear layers as 4-bit groups
+instead (`specdec.int4`; a draft model is quantized alike), the head as above.
 
 Invariants:
 - only what `auto` packs is bit-identical to the unpacked layer: in bf16 / fp16
