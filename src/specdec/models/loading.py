@@ -119,8 +119,6 @@ def load_model(
         raise ValueError("pack 'int4' and exact 'on' cannot be combined: batch-invariant verification "
                          "is shown for packed bf16 weights only; use pack 'auto' for exact verification")
     loaded = replace(_load(name_or_path, dtype, device, cache_dir), pack=pack, exact=exact, backend=backend)
-    if pack == "int4" and loaded.device.type != "cpu":
-        raise ValueError(f"pack 'int4' runs on the CPU only (the model is on {loaded.device.type})")
     if backend == "llamacpp":
         if loaded.gguf_path is None:
             raise ModelLoadError(
