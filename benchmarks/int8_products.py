@@ -7,13 +7,14 @@ bf16 activations, per-channel scales) against the oneDNN product the packed view
 `aten._weight_int4pack_mm_for_cpu`: what `--pack int4` runs). Microseconds per call, best of 5 x 200 calls on
 one random weight per shape (in cache, except the 57 MB head): a lower bound for both.
 
-    .venv/bin/python benchmarks/int8_products.py
+    .venv/bin/python benchmarks/int8_products.py [--rows 1,2,4,16]
 
 Run it alone.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import time
 
@@ -37,10 +38,13 @@ def best_us(fn, calls: int = 200) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="1,2,4,16", help="comma-separated row counts")
+    row_counts = [int(r) for r in parser.parse_args().rows.split(",")]
     torch.manual_seed(0)
     print("| rows | " + " | ".join(f"{name} bf16 | {name} int8 | {name} int4" for name in SHAPES) + " |")
     print("|---:|" + "---:|" * (3 * len(SHAPES)))
-    for rows in (1, 2, 4, 16):
+    for rows in row_counts:
         cells = []
         for out_features, in_features in SHAPES.values():
             weight = torch.randn(out_features, in_features, dtype=torch.bfloat16) / 30

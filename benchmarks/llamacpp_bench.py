@@ -5,8 +5,10 @@ time after the first token), decode ms per token, prefill time, and whether the
 text equals the engine's own plain decoding:
 
 - llama.cpp's `llama-server` (2 threads, the GGUF file as is), through its
-  OpenAI-style API with token-id prompts, greedy, once plainly and once per
-  built-in n-gram speculation type (`--spec-type`);
+  OpenAI-style API with token-id prompts, greedy, once plainly, once per
+  built-in n-gram speculation type (`--spec-type`) and, with `--draft-model`,
+  once with that model's GGUF as its draft (`--spec-type draft-simple -md`, the
+  draft settings left at llama.cpp's defaults);
 - specdec's methods on the torch backend (`--dtype`, bf16 where the CPU has it),
   eager or compiled, with the model's weights or 4-bit ones (`-int4`: the same
   Q4_1 groups as the GGUF's layers), and on the llama.cpp backend
@@ -19,6 +21,8 @@ text equals the engine's own plain decoding:
 
     .venv/bin/python benchmarks/llamacpp_bench.py --build-only
     .venv/bin/python benchmarks/llamacpp_bench.py --per-category 3 --out docs/results/x/rows.jsonl
+    .venv/bin/python benchmarks/llamacpp_bench.py --model qwen2.5-coder-1.5b --draft-model qwen2.5-coder-0.5b \
+        --methods plain,logitspec,draft:draft_model=qwen2.5-coder-0.5b,jump=2,fill=6 --spec-types "" ...
 
 Run it alone (every number is a wall-clock time). Rows are appended to `--out` as
 they finish and a rerun skips the rows already there; the summary table goes to stdout.
@@ -93,12 +97,14 @@ def free_port() -> int:
 class Server:
     """A llama-server process on a free port, stopped on exit."""
 
-    def __init__(self, binary: Path, gguf: Path, threads: int, spec_type: str | None) -> None:
+    def __init__(self, binary: Path, gguf: Path, threads: int, spec_type: str | None, draft: Path | None = None) -> None:
         self.port = free_port()
         command = [str(binary), "-m", str(gguf), "--port", str(self.port), "-t", str(threads), "-tb", str(threads),
                    "-c", "4096", "-np", "1", "--no-webui", "--log-disable"]
         if spec_type:
             command += ["--spec-type", spec_type]
+        if draft is not None:
+            command += ["-md", str(draft), "-td", str(threads), "-tbd", str(threads)]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 120
         while time.time() < deadline:
@@ -174,6 +180,17 @@ def summarize(rows: list[dict]) -> None:
     print(f"\n{len(rows)} rows; median new tokens {statistics.median(r['new'] for r in rows)}")
 
 
+def gguf_file(model: str) -> Path:
+    """The GGUF file of a pulled model's name or of a .gguf path."""
+    from specdec.models import pulled
+
+    if model in pulled.PULLABLE:
+        return pulled.pulled_gguf_path(model)
+    if model.endswith(".gguf") and Path(model).is_file():
+        return Path(model)
+    raise SystemExit(f"--draft-model {model!r}: give a pulled model's name or a .gguf file")
+
+
 def backend_settings(name: str) -> dict[str, str]:
     """`load_model` settings of a --backends entry: a backend, then -int4 (pack) and / or -exact."""
     backend, *flags = name.split("-")
@@ -186,12 +203,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--per-category", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--methods", default="plain,pld,logitspec", help="specdec methods (each on both backends)")
+    parser.add_argument("--methods", default="plain,pld,logitspec",
+                        help="specdec methods, run on every backend (name:key=value,key=value,next)")
     parser.add_argument("--backends", default="torch,llamacpp,llamacpp-exact",
                         help="torch, compiled, llamacpp; -int4: with pack=int4 (torch-int4, compiled-int4); "
                              "-exact: with exact=on (llamacpp-exact)")
     parser.add_argument("--spec-types", default=",".join(SPEC_TYPES), help="llama-server --spec-type values")
     parser.add_argument("--model", default="smollm2-135m", help="a model from a GGUF file (the bundled one, a pulled one, a .gguf)")
+    parser.add_argument("--draft-model", default=None,
+                        help="a pulled model or .gguf file: llama-server also runs with it as its draft")
     parser.add_argument("--dtype", default="auto", help="the torch backend's dtype")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--server", default=None, help="a llama-server binary (default: build or find it)")
@@ -209,6 +229,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    from specdec.bench.config import split_method_list
     from specdec.engine import Engine
     from specdec.models import load_model
     from specdec.prompts import encode_prompt
@@ -224,23 +245,25 @@ def main() -> None:
         with out.open("a") as handle:
             handle.write(json.dumps(row) + "\n")
 
-    for spec in ["", *[s for s in args.spec_types.split(",") if s]]:
-        name = f"llama-server {spec or 'plain'}"
+    draft = gguf_file(args.draft_model) if args.draft_model else None
+    servers = [("plain", None, None), *[(s, s, None) for s in args.spec_types.split(",") if s]]
+    for method, spec, draft_file in servers + ([("draft", "draft-simple", draft)] if draft else []):
+        name = f"llama-server {method}"
         if all((name, pid) in have for pid, _ in work):
             continue
-        server = Server(binary, base.gguf_path, args.threads, spec or None)
+        server = Server(binary, base.gguf_path, args.threads, spec, draft_file)
         try:
             server.complete(work[0][1][:32], 8)  # warm-up
             for pid, ids in work:
                 if (name, pid) not in have:
-                    record({"engine": name, "backend": "llama-server", "method": spec or "plain", "prompt": pid,
+                    record({"engine": name, "backend": "llama-server", "method": method, "prompt": pid,
                             **server.complete(ids, args.max_new_tokens)})
         finally:
             server.close()
     for backend in args.backends.split(","):
         loaded = load_model(args.model, dtype=args.dtype, **backend_settings(backend))
         engine = Engine(loaded)
-        for method in args.methods.split(","):
+        for method in split_method_list(args.methods):
             name = f"specdec {backend} {method}"
             if all((name, pid) in have for pid, _ in work):
                 continue
