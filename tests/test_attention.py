@@ -60,3 +60,19 @@ def test_measured_plan_is_cached_unless_busy(default_model, tmp_path):
     assert load_or_measure_plan(loaded, tmp_path, is_busy=lambda share: True) == first  # read back, not timed
     assert len(busy.choices) == len(first.choices)
     assert loaded.model.config._attn_implementation == "sdpa"
+
+
+def test_attention_as_switches_every_layer_and_hands_back():
+    """The switch reaches every attention module, the first time (checked by transformers) and after."""
+    model = tiny_llama()
+    target = TargetModel(model)
+    layers = [m for m in model.modules() if hasattr(m, "layer_idx") and hasattr(m, "config")]
+    assert layers
+    for _ in range(2):
+        with target.attention_as("eager"):
+            assert {m.config._attn_implementation for m in layers} == {"eager"}
+        assert {m.config._attn_implementation for m in layers} == {"sdpa"}
+    with pytest.raises((ValueError, ImportError)):  # one this model cannot run is refused, not set
+        with target.attention_as("flash_attention_2"):
+            pass
+    assert model.config._attn_implementation == "sdpa"
