@@ -298,7 +298,7 @@ class TargetModel:
             self.model.set_attn_implementation(own)
             self._attention_checked.add(choice)
         # The config's own setter (sub-configs follow): `set_attn_implementation` walks every module on each
-        # call, ~0.9 ms twice a pass for SmolLM2-135M, more than a tenth of a compiled one-token pass.
+        # call (SmolLM2-135M: 360 us a switch and back, against 13 us here; the compiled pass switches).
         config._attn_implementation = choice
         try:
             yield
