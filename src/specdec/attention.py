@@ -9,8 +9,9 @@ nodes) gets the implementation that measured fastest, timed once per (model,
 dtype, device, machine, threads, torch) on a throwaway `TargetModel` and cached
 as JSON beside the cost curves (`~/.cache/specdec/attention/`).
 
-The choice is applied through transformers' public `set_attn_implementation`,
-between passes; both implementations take the same explicit 4-D tree mask, so
+The choice is applied between passes (`TargetModel.attention_as`: transformers'
+public `set_attn_implementation` checks it once, then the config's attribute is
+set, which its setter carries to sub-configs); both implementations take the same explicit 4-D tree mask, so
 the choice changes speed, never which tokens are accepted (up to float rounding,
 as between any two kernels).
 
