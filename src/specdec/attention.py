@@ -11,9 +11,9 @@ as JSON beside the cost curves (`~/.cache/specdec/attention/`).
 
 The choice is applied between passes (`TargetModel.attention_as`: transformers'
 public `set_attn_implementation` checks it once, then the config's attribute is
-set, which its setter carries to sub-configs); both implementations take the same explicit 4-D tree mask, so
-the choice changes speed, never which tokens are accepted (up to float rounding,
-as between any two kernels).
+set, which its setter carries to sub-configs); both implementations take the
+same explicit 4-D tree mask, so the choice changes speed, never which tokens are
+accepted (up to float rounding, as between any two kernels).
 
 An implementation other than SDPA is chosen only where it measured at least
 MIN_GAIN faster: on the first machine, eager won from ~1,000 cached tokens on,

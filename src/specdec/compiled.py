@@ -15,8 +15,8 @@ measured with `torch._dynamo.explain` and the profiler: one graph, no breaks):
 - the weights must be read prepacked (`specdec.packed`); inductor packs only
   weights frozen into the graph, and a frozen graph is never cached on disk
   (a minute of compiling in every process). The packed products are one opaque
-  op instead (`torch.ops.specdec.packed_product`, defined in `specdec.packed`), so the graph caches and a process that
-  finds it compiles in seconds;
+  op instead (`torch.ops.specdec.packed_product`, defined in `specdec.packed`),
+  so the graph caches and a process that finds it compiles in seconds;
 - dynamo's guards check every module attribute on every call (~1 ms a step
   here; ~0.3 ms with `skip_guard_on_all_nn_modules_unsafe`). They stay: without
   them a graph compiled for one model would run for another model of the same
