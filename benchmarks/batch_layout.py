@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/batch_layout.py [--rows 8] [--width 4] [--context 512] [--dtype auto]
 
-padded (what specdec.batching does): B rows x W tokens, each row attending over its own `context`
+padded (what specdec.backends.torch.rows does): B rows x W tokens, each row attending over its own `context`
 entries (one [B, W] forward). packed (the alternative): the same B*W tokens as one sequence over
 one cache holding all rows' entries (B*context), a block mask keeping each token on its own row's
 entries, i.e. every query scores every row's keys. Reports the median of --repeats passes each,
@@ -19,10 +19,10 @@ import time
 
 import torch
 
-from specdec.batching.target import BatchedTarget
-from specdec.kv_cache import preallocated_cache
+from specdec.backends.torch.kv_cache import preallocated_cache
+from specdec.backends.torch.rows import BatchedTarget
+from specdec.backends.torch.target import TargetModel
 from specdec.models import load_model
-from specdec.target import TargetModel
 from specdec.tree import DraftTree
 
 

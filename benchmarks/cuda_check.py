@@ -25,13 +25,13 @@ import sys
 
 import torch
 
-from specdec.engine import Engine
-from specdec.generation import GenerationConfig
+from specdec.backends.torch.target import TargetModel
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
 from specdec.models import load_model
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.proposers.plain import PlainProposer
-from specdec.target import TargetModel
 from specdec.tree import DraftTree
 
 PROMPTS = (

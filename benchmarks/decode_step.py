@@ -60,14 +60,14 @@ def main() -> None:
     parser.add_argument("--exact", default="off", help="batch-invariant verification: off, on (newer sources)")
     args = parser.parse_args()
     sys.path.insert(0, str(args.src.resolve()))
-    from specdec.engine import Engine
+    from specdec.engine.loop import Engine
     from specdec.models import load_model, machine_fingerprint
     from specdec.tree import DraftTree
 
     try:
-        from specdec.generation import GenerationConfig
+        from specdec.engine.generation import GenerationConfig
     except ImportError:  # sources from before the generation types had a module of their own
-        from specdec.engine import GenerationConfig
+        from specdec.engine.loop import GenerationConfig
 
     exact = {"exact": args.exact} if "exact" in inspect.signature(load_model).parameters else {}
     engine = Engine(load_model(args.model, dtype=args.dtype, **exact))

@@ -32,14 +32,14 @@ from collections import defaultdict
 
 import torch
 
+from specdec.backends.torch.target import TargetModel
 from specdec.data import default_questions_path, load_questions
-from specdec.engine import Engine
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
 from specdec.models import load_model, machine_fingerprint
 from specdec.prompts import encode_prompt
 from specdec.proposers.draft import QUANTIZE, DraftConfig
 from specdec.proposers.plain import PlainProposer
-from specdec.target import TargetModel
 from specdec.tree import DraftTree
 
 MAX_K = 8

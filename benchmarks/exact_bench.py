@@ -25,11 +25,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from specdec.backends.torch.packed import is_invariant
 from specdec.data import load_questions
-from specdec.engine import Engine
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
 from specdec.models import load_model
-from specdec.packed import is_invariant
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 

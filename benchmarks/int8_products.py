@@ -3,7 +3,7 @@
 Why: a decode step on the torch backend spends about half its time in 211 small products; an int8
 weight halves the bytes each reads. PyTorch's own CPU kernel for it (`aten._weight_int8pack_mm`,
 bf16 activations, per-channel scales) against the oneDNN product the packed view runs
-(`mkldnn._linear_pointwise` on a prepacked weight), and `specdec.int4.Int4Linear` (4-bit groups of 32,
+(`mkldnn._linear_pointwise` on a prepacked weight), and `specdec.backends.torch.int4.Int4Linear` (4-bit groups of 32,
 `aten._weight_int4pack_mm_for_cpu`: what `--pack int4` runs). Microseconds per call, best of 5 x 200 calls on
 one random weight per shape (in cache, except the 57 MB head): a lower bound for both.
 
@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from specdec.int4 import Int4Linear
+from specdec.backends.torch.int4 import Int4Linear
 
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate": (1536, 576), "down": (576, 1536), "head": (49152, 576)}
 

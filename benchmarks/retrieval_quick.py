@@ -26,8 +26,8 @@ from collections.abc import Callable
 import torch
 
 from specdec.data import load_questions
-from specdec.engine import Engine
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
 from specdec.models import LoadedModel, load_model
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import httpx
 
-from specdec.engine import Engine
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
 from specdec.models import load_model
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method

@@ -33,9 +33,9 @@ from torch.profiler import ProfilerActivity, profile
 # commit, it times that commit's TargetModel (how the before/after numbers were taken).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from specdec.backends.torch.packed import packed_view  # noqa: E402
+from specdec.backends.torch.target import TargetModel  # noqa: E402
 from specdec.models import load_model, machine_fingerprint  # noqa: E402
-from specdec.packed import packed_view  # noqa: E402
-from specdec.target import TargetModel  # noqa: E402
 from specdec.tree import DraftTree  # noqa: E402
 
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::baddbmm",
@@ -110,8 +110,8 @@ def run(args: argparse.Namespace) -> list[dict]:
     views = {"off": loaded.model, "on": packed_view(loaded.model)} if "on" in args.pack else {"off": loaded.model}
     for pack, attn in [(pack, attn) for pack in args.pack for attn in args.attn]:
         model = views[pack]
-        if attn == "auto":  # the engine's per-shape plan (specdec.attention)
-            from specdec.attention import load_or_measure_plan
+        if attn == "auto":  # the engine's per-shape plan (specdec.backends.torch.attention)
+            from specdec.backends.torch.attention import load_or_measure_plan
 
             target = TargetModel(model, attention=load_or_measure_plan(loaded))
         else:
@@ -138,12 +138,12 @@ def run(args: argparse.Namespace) -> list[dict]:
 def run_backend(args: argparse.Namespace, backend: str, bandwidth: float) -> list[dict]:
     """The same passes on another backend, through what the cost curve times (`verifier.timing_target`):
     llama.cpp's (the model's GGUF file; `-exact`: exact=on, one-token passes padded; its floor: the
-    GGUF file read once) or the compiled pass (`specdec.compiled`; its floor: the weights read once;
+    GGUF file read once) or the compiled pass (`specdec.backends.compiled`; its floor: the weights read once;
     warmed on every shape before timing, so compiling is not timed). No profiler breakdown."""
     from llamacpp_bench import backend_settings
 
-    from specdec.packed import verify_model
-    from specdec.verifier import timing_target
+    from specdec.backends.registry import timing_target
+    from specdec.backends.torch.packed import verify_model
 
     loaded = load_model(args.model, dtype=args.dtype, **backend_settings(backend))
     if loaded.backend == "llamacpp":
@@ -186,7 +186,7 @@ def main() -> None:
     parser.add_argument("--contexts", default="128,512,2048", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--sizes", default="1,4,16,64", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--attn", default="sdpa", type=lambda s: s.split(","), help="sdpa, eager, auto (the engine's per-shape plan); comma list")
-    parser.add_argument("--pack", default="off", type=lambda s: s.split(","), help="off, on (specdec.packed); comma list")
+    parser.add_argument("--pack", default="off", type=lambda s: s.split(","), help="off, on (specdec.backends.torch.packed); comma list")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--backend", default="torch", type=lambda s: s.split(","),

@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from specdec.models.loading import load_model
-from specdec.engine import Engine, GenerationConfig
 from specdec.bench.config import parse_method_spec
+from specdec.engine.loop import Engine, GenerationConfig
+from specdec.models.loading import load_model
 from specdec.prompts import encode_prompt
 
 torch.manual_seed(0)

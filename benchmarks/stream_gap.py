@@ -18,8 +18,8 @@ import statistics
 import threading
 import time
 
-from specdec.engine import Engine
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
 from specdec.models import load_model
 from specdec.proposers import make_config
 from specdec.serve.metrics import ServerMetrics

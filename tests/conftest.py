@@ -35,9 +35,9 @@ def spec_bench_subset() -> Path:
     return Path(__file__).parent / "data" / "spec_bench_subset.jsonl"
 
 
-def fixed_attention_plan():  # noqa: ANN201 - specdec.attention.AttentionPlan
+def fixed_attention_plan():  # noqa: ANN201 - specdec.backends.torch.attention.AttentionPlan
     """SDPA for short contexts, eager beyond: both implementations run in the suite, chosen by shape."""
-    from specdec import attention
+    from specdec.backends.torch import attention
 
     return attention.AttentionPlan((128, 512), (1, 64), (("sdpa", "sdpa"), ("eager", "sdpa")))
 
@@ -45,23 +45,23 @@ def fixed_attention_plan():  # noqa: ANN201 - specdec.attention.AttentionPlan
 @pytest.fixture(scope="session")
 def default_model():
     """The bundled SmolLM2-135M-Instruct in float32, loaded once per session, with a fixed cost curve cached."""
-    from specdec import attention
+    from specdec.backends.timing_cache import cost_key
+    from specdec.backends.torch import attention
+    from specdec.engine import costs
     from specdec.models import load_model
-    from specdec.proposers import budget
-    from specdec.timing_cache import cost_key
 
     loaded = load_model("smollm2-135m", dtype="fp32")
     attention.save_plan(loaded, fixed_attention_plan())
-    key = cost_key(loaded, budget.DEFAULT_SIZES, budget.DEFAULT_CONTEXT)
-    costs = budget.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values()))
-    budget.save_costs(budget.costs_folder(), key, costs)
+    key = cost_key(loaded, costs.DEFAULT_SIZES, costs.DEFAULT_CONTEXT)
+    curve = costs.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values()))
+    costs.save_costs(costs.costs_folder(), key, curve)
     return loaded
 
 
 @pytest.fixture(scope="session")
 def engine(default_model):
     """An Engine on the default model (each generate() starts from its own prefill)."""
-    from specdec.engine import Engine
+    from specdec.engine.loop import Engine
 
     return Engine(default_model)
 

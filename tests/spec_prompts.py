@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from specdec.data import load_questions
-from specdec.engine import Engine
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
 from specdec.prompts import encode_prompt
 from specdec.proposers.plain import PlainProposer
 from specdec.sampling import SamplingParams

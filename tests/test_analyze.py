@@ -8,7 +8,7 @@ import torch
 
 from specdec.analyze import AnalyzeConfig, PromptAnalysis, next_next_ranks, run_analysis, summarize
 from specdec.data import load_questions
-from specdec.engine import Engine
+from specdec.engine.loop import Engine
 
 
 def test_next_next_ranks():

@@ -7,9 +7,9 @@ import pytest
 import torch
 from test_target import assert_logits_close, reference_logits, tiny_llama, tiny_qwen2, trees
 
-from specdec.attention import AttentionPlan, load_or_measure_plan, resolve_plan
+from specdec.backends.torch.attention import AttentionPlan, load_or_measure_plan, resolve_plan
+from specdec.backends.torch.target import TargetModel
 from specdec.models import LoadedModel
-from specdec.target import TargetModel
 
 PLAN = AttentionPlan((128, 512), (1, 16), (("sdpa", "eager"), ("eager", "sdpa")))
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 from test_lossless import CASES, GREEDY, stdlib_datastore  # noqa: F401 (a fixture some cases build on)
 
-from specdec.engine import generate_batch
-from specdec.generation import GenerationConfig
-from specdec.proposers.budget import load_or_measure
+from specdec.engine.costs import load_or_measure
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import generate_batch
 from specdec.proposers.plain import PlainProposer
 
 NEW_TOKENS = 32

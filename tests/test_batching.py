@@ -11,18 +11,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.batching.planner import RowRates, cut, plan_width
-from specdec.batching.target import BatchedTarget
+from specdec.backends.torch.rows import BatchedTarget
+from specdec.backends.torch.target import TargetModel
 from specdec.data import load_questions
-from specdec.engine import generate_batch
-from specdec.generation import GenerationConfig
+from specdec.engine.costs import load_or_measure
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import generate_batch
+from specdec.engine.planner import RowRates, cut, plan_width
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
-from specdec.proposers.budget import load_or_measure
 from specdec.proposers.draft import DraftConfig
 from specdec.proposers.plain import PlainProposer
 from specdec.sampling import SamplingParams
-from specdec.target import TargetModel
 from specdec.tree import DraftTree
 
 LENGTHS = (12, 4, 10, 1, 8)  # max_new_tokens per prompt: rows end at different steps
@@ -218,7 +218,7 @@ def test_generate_batch_file_writes_one_line_per_request_in_order(default_model,
 
 
 def engine_alone(default_model, prompt_ids, config):
-    from specdec.engine import Engine
+    from specdec.engine.loop import Engine
 
     return Engine(default_model).generate(prompt_ids, parse_method("pld").build(default_model), config).token_ids
 
@@ -235,7 +235,7 @@ def engine_alone(default_model, prompt_ids, config):
     ],
 )
 def test_bad_batch_files_name_the_line(tmp_path, text, message):
-    from specdec.batching.files import read_requests
+    from specdec.jobs import read_requests
 
     path = tmp_path / "bad.jsonl"
     path.write_text(text + "\n")

@@ -1,4 +1,4 @@
-"""The compiled verification pass (`backend="compiled"`, `specdec.compiled`).
+"""The compiled verification pass (`backend="compiled"`, `specdec.backends.compiled`).
 
 Compiling costs a minute or two per graph on a 2-core CPU (cached on disk after),
 so everything that compiles is in the full tier. Lossless means: on this backend
@@ -14,15 +14,16 @@ import torch
 from conftest import FIXED_COST_CURVE
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specdec.batching.target import BatchedTarget
-from specdec.compiled import CompiledTarget
-from specdec.engine import Engine, generate_batch
-from specdec.generation import GenerationConfig
+from specdec.backends.compiled import CompiledTarget
+from specdec.backends.timing_cache import cost_key
+from specdec.backends.torch.rows import BatchedTarget
+from specdec.backends.torch.target import TargetModel
+from specdec.engine import costs
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine, generate_batch
 from specdec.models import LoadedModel, load_model
 from specdec.models.state import ModelState
-from specdec.proposers import budget, parse_method
-from specdec.target import TargetModel
-from specdec.timing_cache import cost_key
+from specdec.proposers import parse_method
 from specdec.tree import DraftTree
 
 TREE = DraftTree(torch.tensor([5, 6, 7, 8, 9, 10, 11]), torch.tensor([-1, 0, 1, 0, 3, 3, 1]))
@@ -39,8 +40,8 @@ def _tiny(backend: str, layers: int = 2) -> LoadedModel:
 
 def _with_fixed_costs(loaded: LoadedModel) -> LoadedModel:
     """The cost curve the suite uses everywhere (no timing, no compiling to measure it)."""
-    key = cost_key(loaded, budget.DEFAULT_SIZES, budget.DEFAULT_CONTEXT)
-    budget.save_costs(budget.costs_folder(), key, budget.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values())))
+    key = cost_key(loaded, costs.DEFAULT_SIZES, costs.DEFAULT_CONTEXT)
+    costs.save_costs(costs.costs_folder(), key, costs.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values())))
     return loaded
 
 
@@ -150,8 +151,8 @@ def test_methods_are_lossless_on_the_compiled_backend(on_compiled, engine, bench
 def test_compiled_pass_runs_int4_weights():
     """The 4-bit view (bf16, PyTorch's int4 kernel) compiles: its tree logits are the eager pass's, to
     bf16 rounding, and no fallback was taken."""
-    from specdec.int4 import Int4Linear
-    from specdec.packed import packed_view
+    from specdec.backends.torch.int4 import Int4Linear
+    from specdec.backends.torch.packed import packed_view
 
     view = packed_view(_tiny("compiled", layers=1).model.to(torch.bfloat16), int4=True)
     assert any(type(m) is Int4Linear for m in view.modules())

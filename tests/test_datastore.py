@@ -28,8 +28,8 @@ from spec_prompts import prompts_by_category
 from specdec.cli import main
 from specdec.datastore import SEPARATOR, Datastore, DatastoreError, tokenizer_identity
 from specdec.datastore_build import build_datastore, suffix_array
+from specdec.engine.generation import GenerationConfig
 from specdec.errors import SpecdecError
-from specdec.generation import GenerationConfig
 from specdec.proposers import make_config, parse_method
 from specdec.sampling import SamplingParams
 from specdec.serve.options import RequestRefused

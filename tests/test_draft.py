@@ -19,8 +19,8 @@ from tokenizers.pre_tokenizers import Whitespace
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from specdec.data import load_questions
-from specdec.engine import Engine
-from specdec.generation import GenerationConfig, ProposalContext
+from specdec.engine.generation import GenerationConfig, ProposalContext
+from specdec.engine.loop import Engine
 from specdec.models import LoadedModel
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from specdec.data import load_questions
-from specdec.generation import GenerationConfig, ProposalContext
+from specdec.engine.generation import GenerationConfig, ProposalContext
 from specdec.prompts import encode_prompt
 from specdec.proposers.draft import DraftConfig
 from specdec.sampling import SamplingParams

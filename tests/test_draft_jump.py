@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from specdec.data import load_questions
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
 from specdec.prompts import encode_prompt
 from specdec.proposers import MethodError, parse_method
 from specdec.proposers.draft import DraftConfig

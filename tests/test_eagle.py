@@ -24,8 +24,8 @@ from specdec.drafters.eagle3 import (
 )
 from specdec.drafters.features import collate, load_cache
 from specdec.drafters.train import TrainConfig, train, ttt_loss
-from specdec.engine import Engine, generate_batch
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine, generate_batch
 from specdec.models import LoadedModel
 from specdec.proposers import make_config
 from specdec.proposers.plain import PlainProposer

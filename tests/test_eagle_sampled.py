@@ -28,11 +28,11 @@ import pytest
 import torch
 from test_sampling import total_variation, tv_bound
 
-from specdec.engine import generate_batch
-from specdec.generation import GenerationConfig, ProposalContext
+from specdec.engine.costs import load_or_measure
+from specdec.engine.generation import GenerationConfig, ProposalContext
+from specdec.engine.loop import generate_batch
 from specdec.prompts import encode_prompt
 from specdec.proposers import make_config
-from specdec.proposers.budget import load_or_measure
 from specdec.proposers.eagle import EagleProposer
 from specdec.sampling import SamplingParams, accept, logits_to_probs
 from specdec.tree import DraftTree

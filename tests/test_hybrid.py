@@ -18,7 +18,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from specdec.data import load_questions
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
 from specdec.models import load_model
 from specdec.proposers import MethodError, parse_method
 from specdec.proposers.draft import DraftConfig

@@ -1,4 +1,5 @@
-"""No import cycles among specdec's modules, counting every import: module-level, local, TYPE_CHECKING.
+"""No import cycles among specdec's modules, and no import from a lower layer into a higher one,
+counting every import: module-level, local, TYPE_CHECKING.
 
 An AST walk over src/specdec (nothing is imported). `from pkg import name` is an edge to
 `pkg.name` when that is a module, else to the package; a submodule's implicit import of
@@ -11,8 +12,36 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
-# target.py imports AttentionPlan from `specdec.attention` (for type checking only); it lives in
-# `specdec.attention_plan`, and once target.py imports it from there this entry goes.
+# The layers, bottom up (drawn in docs/architecture.md): a module imports only from its own layer or
+# lower ones. A module belongs to the first layer with a prefix that names it or a package above it.
+LAYERS = (
+    ("shared pieces", ("specdec.tree", "specdec.sampling", "specdec.uniforms", "specdec.text", "specdec.prompts",
+                       "specdec.errors", "specdec.choices", "specdec.extras", "specdec.data", "specdec.datastore")),
+    ("models", ("specdec.models",)),
+    ("backends", ("specdec.backends",)),
+    ("engine", ("specdec.engine",)),
+    ("proposers", ("specdec.proposers", "specdec.drafters")),
+    ("applications", ("specdec",)),  # the CLI, server, bench, demo, integrations, api, jobs
+)
+
+
+def layer_of(module: str) -> int:
+    for index, (_, prefixes) in enumerate(LAYERS):
+        if any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes):
+            return index
+    raise ValueError(f"{module} is in no layer")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import from a module into a higher layer than its own, as 'importer (layer) -> imported (layer)'."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            if layer_of(target) > layer_of(module):
+                found.append(f"{module} ({LAYERS[layer_of(module)][0]}) -> {target} ({LAYERS[layer_of(target)][0]})")
+    return found
+
+
 def module_graph(src: Path) -> dict[str, set[str]]:
     modules = {}
     for path in (src / "specdec").rglob("*.py"):
@@ -87,3 +116,19 @@ def test_cycle_finder_finds_a_planted_cycle():
 
 def test_no_import_cycles():
     assert cycles(module_graph(SRC)) == []
+
+
+def test_layer_check_finds_a_planted_upward_import():
+    graph = {
+        "specdec.tree": set(),
+        "specdec.backends.torch.target": {"specdec.tree", "specdec.engine.loop"},  # the plant
+        "specdec.engine.loop": {"specdec.backends.torch.target", "specdec.tree"},
+        "specdec.cli": {"specdec.engine.loop"},
+    }
+    assert upward_imports(graph) == ["specdec.backends.torch.target (backends) -> specdec.engine.loop (engine)"]
+
+
+def test_every_module_has_a_layer_and_imports_only_downward():
+    graph = module_graph(SRC)
+    assert all(layer_of(module) >= 0 for module in graph)
+    assert upward_imports(graph) == []

@@ -1,4 +1,4 @@
-"""pack="int4": 4-bit decoder weights (specdec.int4), the quantized model verified by every method.
+"""pack="int4": 4-bit decoder weights (specdec.backends.torch.int4), the quantized model verified by every method.
 
 The products equal x @ W_q.T for the dequantized weight W_q; a weight already on a Q4_1 grid (the
 bundled model's decoder) comes back group for group; a row's bits do not depend on how many rows
@@ -15,15 +15,16 @@ import torch
 from conftest import FIXED_COST_CURVE, fixed_attention_plan
 from test_target import tiny_llama
 
-from specdec import attention
-from specdec.engine import Engine, generate_batch
-from specdec.generation import GenerationConfig
-from specdec.int4 import GROUP, Int4Linear, dequantize, quantize
+from specdec.backends.timing_cache import cost_key
+from specdec.backends.torch import attention
+from specdec.backends.torch.int4 import GROUP, Int4Linear, dequantize, quantize
+from specdec.backends.torch.packed import PackedLinear, packed_view, verify_model
+from specdec.backends.torch.target import TargetModel
+from specdec.engine import costs
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine, generate_batch
 from specdec.models import ModelState, load_model
-from specdec.packed import PackedLinear, packed_view, verify_model
-from specdec.proposers import budget, parse_method
-from specdec.target import TargetModel
-from specdec.timing_cache import cost_key
+from specdec.proposers import parse_method
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -102,9 +103,9 @@ def on_int4(default_model):
     """The default model (fp32) verified on 4-bit weights: a state of its own, the suite's cost curve."""
     loaded = dataclasses.replace(default_model, pack="int4", state=ModelState())
     attention.save_plan(loaded, fixed_attention_plan())
-    key = cost_key(loaded, budget.DEFAULT_SIZES, budget.DEFAULT_CONTEXT)
+    key = cost_key(loaded, costs.DEFAULT_SIZES, costs.DEFAULT_CONTEXT)
     assert key["weights"] == "int4" and cost_key(default_model, (1,), 8)["weights"] == "as loaded"
-    budget.save_costs(budget.costs_folder(), key, budget.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values())))
+    costs.save_costs(costs.costs_folder(), key, costs.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values())))
     return loaded
 
 

@@ -1,4 +1,4 @@
-"""Batch-invariant verification (specdec.invariant): bf16 output that does not depend on the pass.
+"""Batch-invariant verification (specdec.backends.torch.invariant): bf16 output that does not depend on the pass.
 
 On a CPU whose oneDNN runs bf16 (where `exact="on"` can turn invariance on), checks
 that a tree node's logits and features carry the bits of one-token passes along
@@ -18,17 +18,18 @@ import torch
 from spec_prompts import prompts_by_category
 from test_layerskip import SKIP
 
-from specdec.batching.target import BatchedTarget, PromptFill
-from specdec.engine import Engine, generate_batch
-from specdec.generation import GenerationConfig
-from specdec.invariant import TAIL, verifiable
+from specdec.backends.contract import PromptFill
+from specdec.backends.torch.invariant import TAIL, verifiable
+from specdec.backends.torch.packed import can_pack, is_invariant
+from specdec.backends.torch.rows import BatchedTarget
+from specdec.backends.torch.target import TargetModel
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine, generate_batch
 from specdec.models import load_model
-from specdec.packed import can_pack, is_invariant
 from specdec.proposers import parse_method
 from specdec.proposers.draft import DraftConfig
 from specdec.proposers.layerskip import LayerSkipConfig
 from specdec.sampling import SamplingParams
-from specdec.target import TargetModel
 from specdec.tree import DraftTree
 
 pytestmark = pytest.mark.skipif(not can_pack(torch.bfloat16, torch.device("cpu")), reason="no oneDNN bf16 here")

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from specdec.kv_cache import PreallocatedLayer, preallocated_cache
+from specdec.backends.torch.kv_cache import PreallocatedLayer, preallocated_cache
 
 
 def chunk(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,8 +11,9 @@ import json
 import pytest
 import torch
 
+from specdec.backends.torch.target import TargetModel
 from specdec.data import load_questions
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
 from specdec.models import LoadedModel
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
@@ -29,7 +30,6 @@ from specdec.proposers.layerskip import (
 )
 from specdec.proposers.plain import PlainProposer
 from specdec.sampling import SamplingParams
-from specdec.target import TargetModel
 
 pytestmark = pytest.mark.slow  # the full tier (make test-all): calibration runs on the real model
 

@@ -1,4 +1,4 @@
-"""The llama.cpp backend (`specdec.llamacpp`): trees as sequences, rows as sequences, clear refusals.
+"""The llama.cpp backend (`specdec.backends.llamacpp`): trees as sequences, rows as sequences, clear refusals.
 
 The tree checks compare logits with exact equality: on a context whose cells hold
 only the row at hand, llama.cpp computes a tree node with the same bits as the node's
@@ -13,15 +13,15 @@ import torch
 
 pytest.importorskip("llama_cpp")
 
-from specdec.engine import Engine, generate_batch  # noqa: E402
+from specdec.backends.llamacpp import MAX_SEQUENCES, LlamaCppModel  # noqa: E402
+from specdec.backends.registry import llamacpp_model  # noqa: E402
+from specdec.engine.generation import GenerationConfig  # noqa: E402
+from specdec.engine.loop import Engine, generate_batch  # noqa: E402
 from specdec.errors import ModelLoadError  # noqa: E402
-from specdec.generation import GenerationConfig  # noqa: E402
-from specdec.llamacpp import MAX_SEQUENCES, LlamaCppModel  # noqa: E402
 from specdec.models import load_model  # noqa: E402
 from specdec.models.state import ModelState  # noqa: E402
 from specdec.proposers import parse_method  # noqa: E402
 from specdec.tree import DraftTree  # noqa: E402
-from specdec.verifier import llamacpp_model  # noqa: E402
 
 PROMPT = list(range(1000, 1100))
 TREE = DraftTree(torch.tensor([5, 6, 7, 8, 9, 10, 11]), torch.tensor([-1, 0, 1, 0, 3, 3, 1]))
@@ -125,11 +125,11 @@ def test_batched_rows_decode_to_the_end(on_llamacpp, bench_prompts):
 def test_measuring_the_cost_curve_gives_its_sequence_back(on_llamacpp, tmp_path):
     """A curve measured while the machine is busy is not cached, so every engine measures again: each
     measurement must hand its sequence (and KV cells) back to the shared context."""
-    from specdec.proposers import budget
+    from specdec.engine import costs
 
     free = len(llamacpp_model(on_llamacpp).free_sequences)
     for _ in range(2):
-        budget.load_or_measure(on_llamacpp, tmp_path, sizes=(1, 2), repeats=1, context_len=16, is_busy=lambda share: True)
+        costs.load_or_measure(on_llamacpp, tmp_path, sizes=(1, 2), repeats=1, context_len=16, is_busy=lambda share: True)
     assert len(llamacpp_model(on_llamacpp).free_sequences) == free
 
 
@@ -176,7 +176,7 @@ def test_cli_generates_on_llamacpp(on_llamacpp, capsys):
 @pytest.mark.slow
 def test_server_on_llamacpp(on_llamacpp):
     """The server on the llama.cpp backend: a request alone gives the library's text; two concurrent
-    ones complete (rows beside each other may round a near tie differently, see specdec.llamacpp);
+    ones complete (rows beside each other may round a near tie differently, see specdec.backends.llamacpp);
     a method that reads hidden states gets a 400 naming why, not a 500."""
     from concurrent.futures import ThreadPoolExecutor
 

@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_retrieval import has_path
 
-from specdec.generation import ProposalContext
+from specdec.engine.costs import CostModel
+from specdec.engine.generation import ProposalContext
+from specdec.engine.verify import VerifyResult
 from specdec.proposers import MethodError, parse_method
-from specdec.proposers.budget import CostModel
 from specdec.proposers.logitspec.learn import uninformative_prior
 from specdec.proposers.logitspec.plan import ROOT, NodePool, best_prefix, chain_pays
 from specdec.proposers.logitspec.proposer import LogitSpecConfig, LogitSpecProposer
@@ -30,7 +31,6 @@ from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.pld import PLDConfig, PLDProposer
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 CPU_COSTS = CostModel((1, 16, 32, 64), (0.052, 0.094, 0.127, 0.189))  # SmolLM2 fp32, 2-core AVX2 CPU
 DEAR = CostModel((1, 2, 64), (1.0, 3.0, 90.0))  # a second node costs two steps: no chain pays

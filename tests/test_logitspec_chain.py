@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from specdec.proposers.budget import AcceptanceStats
+from specdec.engine.costs import AcceptanceStats
 from specdec.proposers.logitspec.chain import choose_chain, retrieve_chain
 from specdec.proposers.logitspec.learn import Step, learn_retrieval, learn_step, uninformative_prior
 from specdec.proposers.logitspec.retrieval import Retrieval, retrieve

@@ -25,9 +25,10 @@ from test_retrieval import has_path
 
 from specdec.datastore import Datastore, DatastoreError
 from specdec.datastore_build import build_datastore, suffix_array
-from specdec.generation import GenerationConfig, ProposalContext
+from specdec.engine.costs import CostModel
+from specdec.engine.generation import GenerationConfig, ProposalContext
+from specdec.engine.verify import VerifyResult
 from specdec.proposers import MethodError, parse_method
-from specdec.proposers.budget import CostModel
 from specdec.proposers.logitspec.proposer import LogitSpecConfig, LogitSpecProposer
 from specdec.proposers.logitspec.sources import Sources
 from specdec.proposers.recycle import RecycleTable, output_vocab_size
@@ -35,7 +36,6 @@ from specdec.proposers.session_store import SessionStore
 from specdec.sampling import SamplingParams
 from specdec.serve.options import RequestRefused, check_option
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 VOCAB = 32
 FREE = CostModel((1, 64), (1.0, 1.0))  # nodes cost nothing: every node above the floor probability is kept

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from specdec.data import load_questions
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.verify import VerifyResult
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.proposers.lookahead import LookaheadConfig, LookaheadProposer
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 NEW_TOKENS = 32
 
@@ -42,7 +42,7 @@ def _fake_result(tree: DraftTree, next_tokens: dict[int, int], emitted: list[int
 
 
 def test_diagonal_ngrams_enter_the_pool():
-    from specdec.generation import ProposalContext
+    from specdec.engine.generation import ProposalContext
 
     proposer = LookaheadProposer(LookaheadConfig(window=3, ngram=3, guesses=1, max_nodes=8))
     proposer.begin([1, 2, 3, 4])  # first guess: the prompt's last 3 tokens

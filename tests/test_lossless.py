@@ -30,7 +30,7 @@ from test_layerskip import SKIP
 from test_logitspec_sources import fresh as fresh_sources_logitspec
 from test_recycle import fresh as fresh_recycle_proposer
 
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
 from specdec.proposers import parse_method
 from specdec.proposers.draft import DraftConfig
 from specdec.proposers.hybrid import HybridConfig, HybridProposer

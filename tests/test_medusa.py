@@ -18,8 +18,8 @@ from specdec.drafters.eagle3 import HeadError
 from specdec.drafters.features import collate, load_cache
 from specdec.drafters.medusa import MedusaHeads, load_medusa, medusa_loss, save_medusa
 from specdec.drafters.train import TrainConfig, train
-from specdec.engine import Engine, generate_batch
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine, generate_batch
 from specdec.proposers import make_config
 from specdec.proposers.plain import PlainProposer
 from specdec.sampling import SamplingParams

@@ -1,4 +1,4 @@
-"""Prepacked Linear layers (specdec.packed): exact where `auto` packs, lossless where `on` packs.
+"""Prepacked Linear layers (specdec.backends.torch.packed): exact where `auto` packs, lossless where `on` packs.
 
 bf16 on CPU: the packed view's logits must equal the original model's bit for bit
 (prefill, a chain, a tree; SmolLM2 and a tiny Qwen2 whose q/k/v carry biases), its
@@ -19,9 +19,8 @@ import torch
 from spec_prompts import prompts_by_category
 from test_target import tiny_qwen2
 
-from specdec.engine import Engine
-from specdec.generation import GenerationConfig
-from specdec.packed import (
+from specdec.backends.timing_cache import cost_key
+from specdec.backends.torch.packed import (
     PAD_MIN_WEIGHT,
     PAD_ROWS,
     FusedQKVAttention,
@@ -30,9 +29,10 @@ from specdec.packed import (
     packed_view,
     wants_packing,
 )
+from specdec.backends.torch.target import TargetModel
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
 from specdec.proposers import parse_method
-from specdec.target import TargetModel
-from specdec.timing_cache import cost_key
 
 needs_bf16 = pytest.mark.skipif(not can_pack(torch.bfloat16, torch.device("cpu")), reason="no oneDNN bf16 here")
 
@@ -131,7 +131,7 @@ def test_fp32_packed_engine_is_lossless(default_model, spec_bench_subset):
 
 @needs_bf16
 def test_a_bf16_draft_is_packed_once_like_its_target(default_model):
-    from specdec.packed import verify_model
+    from specdec.backends.torch.packed import verify_model
     from specdec.proposers.draft import DraftConfig
     from specdec.proposers.draft_module import last_row_head
 

@@ -1,4 +1,4 @@
-"""Chunked prefill (`specdec.engine.Batch`): a prompt that joins running rows is prefilled a chunk per step.
+"""Chunked prefill (`specdec.engine.loop.Batch`): a prompt that joins running rows is prefilled a chunk per step.
 
 What must hold (each test can fail):
 - in fp32 greedy, a row whose prompt was prefilled in chunks between other rows'
@@ -20,8 +20,9 @@ import math
 import pytest
 import torch
 
-from specdec.batching.target import BatchedTarget, PromptFill
-from specdec.generation import GenerationConfig
+from specdec.backends.contract import PromptFill
+from specdec.backends.torch.rows import BatchedTarget
+from specdec.engine.generation import GenerationConfig
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.proposers.plain import PlainProposer

@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spec_prompts import prompts_by_category
 
-from specdec.generation import GenerationConfig, ProposalContext
+from specdec.engine.generation import GenerationConfig, ProposalContext
+from specdec.engine.verify import VerifyResult
 from specdec.proposers import parse_method
 from specdec.proposers.recycle import (
     RecycleConfig,
@@ -32,7 +33,6 @@ from specdec.proposers.recycle import (
 )
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 NEW_TOKENS = 16
 

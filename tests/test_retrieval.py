@@ -19,12 +19,14 @@ from hypothesis import strategies as st
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
+from specdec.backends.timing_cache import contended
 from specdec.data import load_questions
-from specdec.generation import GenerationConfig, ProposalContext
+from specdec.engine.costs import AcceptanceStats, CostModel, load_or_measure
+from specdec.engine.generation import GenerationConfig, ProposalContext
+from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel, machine_fingerprint
 from specdec.prompts import encode_prompt
 from specdec.proposers import MethodError, parse_method
-from specdec.proposers.budget import AcceptanceStats, CostModel, load_or_measure
 from specdec.proposers.logitspec.learn import MAX_HEAT
 from specdec.proposers.logitspec.plan import chain_pays, plan_tree
 from specdec.proposers.logitspec.proposer import LogitSpecConfig, LogitSpecProposer
@@ -32,9 +34,7 @@ from specdec.proposers.logitspec.retrieval import continue_match, paper_tree, re
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.pld import PLDConfig, PLDProposer
 from specdec.sampling import SamplingParams
-from specdec.timing_cache import contended
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 NEW_TOKENS = 32
 CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")

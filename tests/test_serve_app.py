@@ -26,7 +26,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from specdec.api import generate
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
 from specdec.proposers import make_config
 from specdec.sampling import SamplingParams
 from specdec.serve.app import ServerConfig, create_app

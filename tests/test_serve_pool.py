@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
 from specdec.prompts import encode_prompt
 from specdec.proposers import make_config
 from specdec.proposers.draft import DraftProposer

@@ -27,8 +27,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdec.engine import Engine
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.sampling import SamplingParams

@@ -27,7 +27,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
 from specdec.proposers import make_config
 from specdec.serve.app import ServerConfig, create_app
 from specdec.serve.metrics import ServerMetrics

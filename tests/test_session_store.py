@@ -18,8 +18,8 @@ import pytest
 
 from specdec.bench.config import parse_methods
 from specdec.bench.runner import SpecdecContender
-from specdec.engine import Engine
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
 from specdec.models import LoadedModel
 from specdec.proposers import parse_method
 from specdec.proposers.logitspec.sources import Sources

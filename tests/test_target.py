@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from specdec.backends.torch.target import TargetModel, head_logits, head_weight
 from specdec.models import UnsupportedModelError
-from specdec.target import TargetModel, head_logits, head_weight
 from specdec.tree import DraftTree
 
 ATOL = 1e-4

@@ -1,5 +1,9 @@
 """One layer's attention (SmolLM2 shapes: 3 key heads, 3 query heads each) in isolation, µs per call."""
-import torch, time
+import time
+
+import torch
+
+
 def t(f, n=200):
     for _ in range(10): f()
     s=time.perf_counter()

@@ -1,5 +1,9 @@
 """Batched products on a view of a preallocated cache buffer (copied by PyTorch) vs a dense copy vs one product per head."""
-import torch, time
+import time
+
+import torch
+
+
 def t(f, n=300):
     for _ in range(20): f()
     s=time.perf_counter()

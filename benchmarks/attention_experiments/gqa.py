@@ -6,14 +6,17 @@ from pathlib import Path
 
 # This checkout's specdec, not the installed one (as benchmarks/step_cost.py does).
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-import statistics, sys, time
-import torch
-import grouped  # noqa: F401  (registers "gqa")
-from specdec.models.loading import load_model
-from specdec.packed import verify_model
-from specdec.attention import resolve_plan
-from specdec.target import TargetModel
+import statistics
+import sys
+import time
 
+import grouped  # noqa: F401  (registers "gqa")
+import torch
+
+from specdec.backends.torch.attention import resolve_plan
+from specdec.backends.torch.packed import verify_model
+from specdec.backends.torch.target import TargetModel
+from specdec.models.loading import load_model
 
 loaded = load_model(dtype="bf16")
 model = verify_model(loaded)

@@ -1,6 +1,10 @@
 """Prefill attention, one layer: SDPA's causal kernel vs stacked-group (grouped.py) vs eager, ms."""
-import torch, time
+import time
+
+import torch
 from grouped import gqa_attention
+
+
 def t(f, n=10):
     for _ in range(3): f()
     s=time.perf_counter()

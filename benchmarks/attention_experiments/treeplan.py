@@ -5,11 +5,15 @@ from pathlib import Path
 
 # This checkout's specdec, not the installed one (as benchmarks/step_cost.py does).
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-import time, torch
-from specdec.models.loading import load_model
-from specdec.packed import verify_model
-from specdec.target import TargetModel
+import time
+
 import grouped  # noqa: F401  (registers "gqa")
+import torch
+
+from specdec.backends.torch.packed import verify_model
+from specdec.backends.torch.target import TargetModel
+from specdec.models.loading import load_model
+
 IMPLEMENTATIONS = ("sdpa", "eager", "gqa")
 loaded = load_model(dtype="bf16"); model = verify_model(loaded)
 target = TargetModel(model); V = model.config.vocab_size; g = torch.Generator().manual_seed(0)

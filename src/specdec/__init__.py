@@ -18,9 +18,9 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "generate": "specdec.api",
-    "Engine": "specdec.engine",
-    "GenerationConfig": "specdec.engine",
-    "GenerationOutput": "specdec.engine",
+    "Engine": "specdec.engine.loop",
+    "GenerationConfig": "specdec.engine.loop",
+    "GenerationOutput": "specdec.engine.loop",
     "LoadedModel": "specdec.models",
     "ModelLoadError": "specdec.models",
     "load_model": "specdec.models",
@@ -45,8 +45,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     from specdec.api import generate
-    from specdec.engine import Engine
-    from specdec.generation import GenerationConfig, GenerationOutput
+    from specdec.engine.generation import GenerationConfig, GenerationOutput
+    from specdec.engine.loop import Engine
     from specdec.models import LoadedModel, ModelLoadError, load_model
     from specdec.proposers import METHODS, parse_method
     from specdec.sampling import SamplingParams

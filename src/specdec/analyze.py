@@ -29,14 +29,14 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from specdec.backends.torch.target import TargetModel
 from specdec.data import Question
-from specdec.engine import Engine
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
 from specdec.prompts import encode_prompt
 from specdec.proposers.logitspec.retrieval import retrieve
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.plain import PlainProposer
-from specdec.target import TargetModel
 
 TOP_KS = (1, 10, 60)
 

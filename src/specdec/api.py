@@ -2,7 +2,7 @@
 
 A thin layer over `Engine` for the common case; loops that generate many times
 (benchmarks, the server) keep one `Engine` and one proposer instead. A list of
-prompts is decoded as a batch (`specdec.batching`, up to `max_batch` rows per
+prompts is decoded as a batch (`specdec.engine.loop`, up to `max_batch` rows per
 forward pass) and gives one output per prompt, each equal to that prompt alone
 in greedy decoding.
 """
@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specdec.engine import Engine, generate_batch
-from specdec.generation import GenerationConfig, GenerationOutput
+from specdec.engine.costs import load_or_measure
+from specdec.engine.generation import GenerationConfig, GenerationOutput
+from specdec.engine.loop import Engine, generate_batch
 from specdec.models import LoadedModel
 from specdec.prompts import Messages, encode_prompt
 from specdec.proposers import make_config, parse_method
-from specdec.proposers.budget import load_or_measure
 from specdec.sampling import SamplingParams
 
 

@@ -11,6 +11,7 @@ import json
 import sys
 from collections.abc import Callable
 
+from specdec.choices import BACKENDS, DEFAULT_BACKEND, EXACT, PACK
 from specdec.errors import SpecdecError
 from specdec.extras import require_extra
 
@@ -35,17 +36,15 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL, help="bundled name, HF folder, .gguf file or hub id")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 where the CPU has AMX/avx512_bf16), fp32, bf16")
     parser.add_argument("--cache-dir", default=None, help="where converted models are kept (~/.cache/specdec)")
-    parser.add_argument("--pack", default="auto", choices=("auto", "on", "off", "int4"),  # models.base.PACK (not imported: fast --help)
+    parser.add_argument("--pack", default="auto", choices=PACK,
                         help="verify with prepacked Linear weights: auto (bf16 on CPU, bit-identical), on (fp32 too), off; "
                              "int4: 4-bit weights in groups of 32 (CPU; plain decoding and every method run the "
                              "quantized model)")
-    parser.add_argument("--exact", default="off", choices=("off", "on"),  # invariant.EXACT (fast --help)
+    parser.add_argument("--exact", default="off", choices=EXACT,
                         help="on: batch-invariant verification (bf16 on CPU), so every method's greedy text equals "
                         "plain decoding's in bf16 too, at 15-20%% of tokens/s; off: faster, bf16 text may drift")
-    parser.add_argument("--backend", default="torch", choices=("torch", "compiled", "llamacpp"),  # models.base.BACKENDS (fast --help)
-                        help="which engine verifies: torch (transformers), compiled (transformers with its verification "
-                        "pass compiled: needs a C++ compiler, 1-2 minutes of compiling the first time, cached after), or "
-                        "llamacpp (llama.cpp on the GGUF file; needs llama-cpp-python)")
+    parser.add_argument("--backend", default=DEFAULT_BACKEND, choices=tuple(BACKENDS),
+                        help="which engine verifies: " + "; ".join(f"{name}: {b.help}" for name, b in BACKENDS.items()))
 
 
 def add_sampling_options(parser: argparse.ArgumentParser) -> None:
@@ -77,8 +76,8 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from specdec.engine import Engine
-    from specdec.generation import GenerationConfig
+    from specdec.engine.generation import GenerationConfig
+    from specdec.engine.loop import Engine
     from specdec.models import load_model
     from specdec.prompts import encode_prompt
     from specdec.proposers import parse_method
@@ -115,8 +114,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _generate_batch(args: argparse.Namespace, settings, method) -> int:
-    from specdec.batching.files import generate_file, read_requests
-    from specdec.engine import Engine
+    from specdec.engine.loop import Engine
+    from specdec.jobs import generate_file, read_requests
     from specdec.models import load_model
 
     requests = read_requests(args.batch, settings, chat=args.chat)  # every line checked before loading
@@ -248,7 +247,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--prefill-chunk", type=_positive_int, default=None, metavar="TOKENS",
         help="prompt tokens prefilled per decode step while other requests decode (bounds how long a long "
-             "prompt stalls the running streams; default: specdec.engine.DEFAULT_PREFILL_CHUNK)",
+             "prompt stalls the running streams; default: specdec.engine.loop.DEFAULT_PREFILL_CHUNK)",
     )  # fmt: skip
     p.add_argument(
         "--expose-stats", action="store_true",
@@ -355,7 +354,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
     from specdec.analyze import AnalyzeConfig, markdown_table, run_analysis
     from specdec.data import load_questions
-    from specdec.engine import Engine
+    from specdec.engine.loop import Engine
     from specdec.models import load_model
 
     categories = [c.strip() for c in args.categories.split(",")] if args.categories else None

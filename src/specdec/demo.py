@@ -10,15 +10,16 @@ import sys
 
 import torch
 
+from specdec.backends.torch.packed import is_invariant
+from specdec.choices import BACKENDS, DEFAULT_BACKEND
 from specdec.data import DataError, load_questions
 from specdec.drafters.eagle3 import ARCHITECTURE as EAGLE3
 from specdec.drafters.eagle3 import HeadError
 from specdec.drafters.medusa import ARCHITECTURE as MEDUSA
 from specdec.drafters.shipped import find_shipped_head
-from specdec.engine import Engine
-from specdec.generation import GenerationConfig, GenerationOutput
+from specdec.engine.generation import GenerationConfig, GenerationOutput
+from specdec.engine.loop import Engine
 from specdec.models import load_model
-from specdec.packed import is_invariant
 from specdec.prompts import encode_prompt
 from specdec.proposers import METHODS, parse_method
 
@@ -42,7 +43,7 @@ def demo_prompt() -> str:
 
 def run_demo(
     model: str, dtype: str | None = "auto", cache_dir: str | None = None, max_new_tokens: int = 128, pack: str = "auto",
-    exact: str = "off", backend: str = "torch",
+    exact: str = "off", backend: str = DEFAULT_BACKEND,
 ) -> None:
     loaded = load_model(model, dtype=dtype, cache_dir=cache_dir, pack=pack, exact=exact, backend=backend)
     engine = Engine(loaded)
@@ -50,8 +51,8 @@ def run_demo(
     prompt_ids = encode_prompt(loaded.tokenizer, prompt, chat=True)
     settings = GenerationConfig(max_new_tokens=max_new_tokens)
     # eagle and medusa where a head ships for the model and the verifier returns hidden states (not llama.cpp's)
-    methods = [m for m in DEMO_METHODS if m in METHODS and (m not in HEADS or (backend != "llamacpp" and _ships(loaded, m)))]
-    runs_on = f"llama.cpp, {loaded.gguf_path.name}" if backend == "llamacpp" else f"{loaded.dtype}, {loaded.device}"
+    methods = [m for m in DEMO_METHODS if m in METHODS and (m not in HEADS or (BACKENDS[backend].hidden_states and _ships(loaded, m)))]
+    runs_on = f"{backend}, {loaded.gguf_path.name}" if BACKENDS[backend].gguf else f"{loaded.dtype}, {loaded.device}"
     print(f"model: {loaded.name} ({runs_on}); prompt: {len(prompt_ids)} tokens")
     print(f"prompt (Spec-Bench summarization): {prompt[:160]!r}...\n")
     # Warm-up so the first timed method does not pay for one-off allocations.

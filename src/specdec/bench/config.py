@@ -25,10 +25,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from specdec.choices import DEFAULT_BACKEND, check_backend, check_exact, check_pack
 from specdec.data import DataError, Question, default_questions_path, load_questions
-from specdec.invariant import check_exact
 from specdec.models import default_device, resolve_dtype
-from specdec.models.base import check_backend, check_pack
 from specdec.proposers import METHODS, MethodError, make_config, split_method
 
 # Shown when --methods is not given; names that are not registered yet are left out.
@@ -76,7 +75,7 @@ class BenchConfig:
     dtype: str = "auto"
     pack: str = "auto"  # our methods' verification (LoadedModel.pack); transformers' baselines run the model as loaded
     exact: str = "off"  # batch-invariant verification (LoadedModel.exact)
-    backend: str = "torch"  # our methods' verifier (LoadedModel.backend); transformers' baselines run on torch
+    backend: str = DEFAULT_BACKEND  # our methods' verifier (LoadedModel.backend); transformers' baselines run on torch
     device: str | None = None
     cache_dir: str | None = None
     methods: tuple[str, ...] | None = None  # None: DEFAULT_METHODS that exist

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdec.data import Question
-from specdec.generation import GenerationOutput
+from specdec.engine.generation import GenerationOutput
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import torch
 
 from specdec.bench.config import BenchConfig, BenchConfigError, BenchPlan
 from specdec.bench.records import PairKey, pair_key
+from specdec.choices import DEFAULT_BACKEND
 from specdec.models import LoadedModel, default_device, resolve_dtype
 
 MANIFEST = "manifest.json"
@@ -78,7 +79,7 @@ def run_identity(config: BenchConfig, plan: BenchPlan, loaded: LoadedModel | Non
         "methods": sorted(plan.labels),
         "data_sha256": plan.data_sha256,
     }
-    if config.backend != "torch":  # only then: folders of torch runs keep resuming as before
+    if config.backend != DEFAULT_BACKEND:  # only then: folders of default runs keep resuming as before
         identity["backend"] = config.backend
     return json.loads(json.dumps(identity))
 

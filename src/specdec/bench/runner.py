@@ -44,8 +44,8 @@ from specdec.bench.records import PairKey, RunResult, fill_match_flags, from_eng
 from specdec.bench.report import new_session, write_manifest, write_reports
 from specdec.bench.resume import RESPONSES, ResumeState, open_resume, run_identity
 from specdec.data import Question
-from specdec.engine import Engine
-from specdec.generation import GenerationConfig
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
 from specdec.models import LoadedModel, load_model
 from specdec.prompts import encode_prompt
 from specdec.sampling import SamplingParams

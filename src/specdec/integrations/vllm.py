@@ -53,10 +53,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from specdec.engine.costs import AcceptanceStats
 from specdec.integrations.step_cost import StepCost
 from specdec.integrations.vllm_options import LogitSpecOptions, PromptLookupOptions, read_options
 from specdec.integrations.vllm_runner import LogitsTap, RunnerView, root_rows
-from specdec.proposers.budget import AcceptanceStats
 from specdec.proposers.logitspec.chain import retrieve_chain
 from specdec.proposers.logitspec.learn import MAX_HEAT, learn_retrieval, uninformative_prior
 from specdec.proposers.logitspec.retrieval import Retrieval

@@ -18,23 +18,11 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from specdec.choices import DEFAULT_BACKEND
 from specdec.errors import ModelLoadError, UnsupportedModelError
 from specdec.models.state import ModelState
 
 SHA_PREFIX_CHARS = 12
-PACK = ("auto", "on", "off", "int4")  # LoadedModel.pack
-BACKENDS = ("torch", "compiled", "llamacpp")  # LoadedModel.backend
-
-
-def check_pack(pack: str) -> None:
-    """Raise ValueError unless `pack` is one of PACK (one message for every entry point)."""
-    if pack not in PACK:
-        raise ValueError(f"pack must be one of {', '.join(PACK)} (got {pack!r})")
-
-def check_backend(backend: str) -> None:
-    """Raise ValueError unless `backend` is one of BACKENDS (one message for every entry point)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
 
 
 @dataclass(frozen=True)
@@ -51,16 +39,16 @@ class LoadedModel:
     state_scope: str = ""
     # How the engine verifies on this model: with prepacked Linear weights where that is exact
     # ("auto"), also in fp32 ("on"), never ("off"), or with 4-bit weights ("int4", CPU: the model
-    # verified is then the quantized one, `specdec.int4`): `specdec.packed.verify_model`. Carried here,
+    # verified is then the quantized one, `specdec.backends.torch.int4`): `specdec.backends.torch.packed.verify_model`. Carried here,
     # not by the engine, so the cost curves that size the drafts time the same model the engine runs.
     pack: str = "auto"
-    # Whether that verification is batch-invariant (`specdec.invariant`): "off" or "on" (packed
+    # Whether that verification is batch-invariant (`specdec.backends.torch.invariant`): "off" or "on" (packed
     # weights needed). Here for the same reason as `pack`.
     exact: str = "off"
     # Which engine verifies: "torch" (the transformers model above), "compiled" (the same, its
-    # verification pass compiled by inductor: `specdec.compiled`) or "llamacpp" (llama.cpp's, on the
-    # GGUF file the model came from: `specdec.llamacpp`). `gguf_path`: that file, None for other sources.
-    backend: str = "torch"
+    # verification pass compiled by inductor: `specdec.backends.compiled`) or "llamacpp" (llama.cpp's, on the
+    # GGUF file the model came from: `specdec.backends.llamacpp`). `gguf_path`: that file, None for other sources.
+    backend: str = DEFAULT_BACKEND
     gguf_path: Path | None = None
     # What outlives one proposer or request (`models.state`): made here, at load time, and handed
     # to every proposer through `config.build(loaded)`; `dataclasses.replace` keeps the same object.

@@ -27,14 +27,12 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from specdec.invariant import check_exact
+from specdec.choices import BACKENDS, DEFAULT_BACKEND, check_backend, check_exact, check_pack
 from specdec.models import gguf, pulled
 from specdec.models.base import (
     LoadedModel,
     ModelLoadError,
     UnsupportedModelError,
-    check_backend,
-    check_pack,
     default_cache_dir,
     one_line,
     sha256_file,
@@ -95,7 +93,7 @@ def load_model(
     cache_dir: str | Path | None = None,
     pack: str = "auto",
     exact: str = "off",
-    backend: str = "torch",
+    backend: str = DEFAULT_BACKEND,
 ) -> LoadedModel:
     """Load the bundled default, a `.gguf` file, a local HF folder or a hub id as a LoadedModel.
 
@@ -103,8 +101,8 @@ def load_model(
     device: None means "cuda" if available, else "cpu".
     cache_dir: parent folder of converted GGUF models (default ~/.cache/specdec).
     pack: "auto" | "on" | "off" | "int4": verify with prepacked Linear weights, or 4-bit ones
-    (`LoadedModel.pack`, `specdec.packed`, `specdec.int4`).
-    exact: "off" | "on": verify batch-invariantly (`LoadedModel.exact`, `specdec.invariant`).
+    (`LoadedModel.pack`, `specdec.backends.torch.packed`, `specdec.backends.torch.int4`).
+    exact: "off" | "on": verify batch-invariantly (`LoadedModel.exact`, `specdec.backends.torch.invariant`).
     backend: "torch" | "compiled" | "llamacpp": which engine verifies (`LoadedModel.backend`); compiled
     needs a C++ compiler (else it warns and runs eagerly) and exact off; llamacpp needs a GGUF
     source (the bundled model, a pulled one or a .gguf file) and llama-cpp-python.
@@ -112,21 +110,21 @@ def load_model(
     check_pack(pack)
     check_exact(exact)
     check_backend(backend)
-    if backend == "compiled" and exact == "on":
-        raise ValueError("backend 'compiled' and exact 'on' cannot be combined: the batch-invariant attention "
-                         "is not compiled; use backend 'torch' for exact verification")
+    if exact == "on" and not BACKENDS[backend].exact:
+        raise ValueError(f"backend {backend!r} and exact 'on' cannot be combined: its pass is not batch-invariant; "
+                         "use backend 'torch' for exact verification")
     if pack == "int4" and exact == "on":
         raise ValueError("pack 'int4' and exact 'on' cannot be combined: batch-invariant verification "
                          "is shown for packed bf16 weights only; use pack 'auto' for exact verification")
     loaded = replace(_load(name_or_path, dtype, device, cache_dir), pack=pack, exact=exact, backend=backend)
-    if backend == "llamacpp":
+    if BACKENDS[backend].gguf:
         if loaded.gguf_path is None:
             raise ModelLoadError(
-                f"backend 'llamacpp' runs GGUF files: {name_or_path!r} is not one (give a .gguf file, "
+                f"backend {backend!r} runs GGUF files: {name_or_path!r} is not one (give a .gguf file, "
                 f"{DEFAULT_MODEL!r} or a pulled model)"
             )
         if loaded.device.type != "cpu":
-            raise ValueError(f"backend 'llamacpp' runs on the CPU here (the model is on {loaded.device.type})")
+            raise ValueError(f"backend {backend!r} runs on the CPU here (the model is on {loaded.device.type})")
     return loaded
 
 

@@ -30,12 +30,13 @@ from __future__ import annotations
 from typing import Annotated
 
 from specdec.datastore import Datastore, DatastoreError
-from specdec.generation import ProposalContext
+from specdec.engine.generation import ProposalContext
+from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
+from specdec.proposers.base import ProposerBase
 from specdec.proposers.pld import check_min_ngram, cut_after_eos
 from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 
 @method_config("datastore")
@@ -71,10 +72,8 @@ class DatastoreConfig:
         return DatastoreProposer(self, self.open(loaded), loaded.eos_token_ids)
 
 
-class DatastoreProposer:
+class DatastoreProposer(ProposerBase):
     prunable = True  # a batch may cut the tree to its budget
-    source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
-    feature_layers: tuple[int, ...] = ()  # reads no target features
 
     def __init__(
         self, config: DatastoreConfig, datastore: Datastore, eos_token_ids: tuple[int, ...] = ()

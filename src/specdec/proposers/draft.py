@@ -23,7 +23,7 @@ Invariants:
   the sampling seed through a fixed mixing step so its stream differs from the
   verifier's (the draft draws must be independent of the acceptance draws);
 - the draft's dtype and device are the target's, and its Linear weights are
-  prepacked as the target's are (`specdec.packed`); `quantize=int8` swaps the
+  prepacked as the target's are (`specdec.backends.torch.packed`); `quantize=int8` swaps the
   draft's Linear layers for dynamic int8 ones (CPU): a cheaper, slightly worse
   guesser, and still lossless since only the draft changes. `quantize=auto`
   (the default) does so on CPU for drafts of at least `draft_module.AUTO_INT8_PARAMS`
@@ -58,9 +58,12 @@ from typing import Annotated, Literal
 
 import torch
 
-from specdec.generation import ProposalContext
+from specdec.backends.torch.packed import maybe_packed, verify_model
+from specdec.backends.torch.target import TargetModel
+from specdec.engine.generation import ProposalContext
+from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel, load_model
-from specdec.packed import maybe_packed, verify_model
+from specdec.proposers.base import ProposerBase
 from specdec.proposers.chain_length import SCHEDULES, ChainSettings, DraftLength, PassTimes
 from specdec.proposers.draft_jump import MAX_NGRAM as JUMP_MAX_NGRAM
 from specdec.proposers.draft_jump import RetrievalJump
@@ -75,9 +78,7 @@ from specdec.proposers.draft_module import (
 from specdec.proposers.schema import method_config, option
 from specdec.proposers.universal import UniversalDraftProposer
 from specdec.sampling import SamplingParams, logits_to_probs
-from specdec.target import TargetModel
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 QUANTIZE = ("auto", "none", "int8")
 TEXT_CHOICES = ("auto", "always", "never")
@@ -189,12 +190,10 @@ class PreparedDraft:
     cost_ratio: float
 
 
-class DraftProposer:
+class DraftProposer(ProposerBase):
     """Drafts a chain with any causal LM (a separate draft model or a layer-skipping view)."""
 
     prunable = True  # a batch may cut the tree to its budget
-    source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
-    feature_layers: tuple[int, ...] = ()  # reads no target features
 
     def __init__(
         self,

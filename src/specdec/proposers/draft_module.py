@@ -19,8 +19,8 @@ from contextlib import contextmanager
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from specdec.packed import PackedLinear
-from specdec.target import FAST_HEAD_TYPES
+from specdec.backends.torch.packed import PackedLinear
+from specdec.backends.torch.target import FAST_HEAD_TYPES
 
 AUTO_INT8_PARAMS = 300e6  # `compute_params` from which `quantize=auto` picks int8 on CPU
 # A transformers decoder layer costs some fixed Python/dispatch time on top of its

@@ -44,15 +44,16 @@ import torch
 
 from specdec.drafters.eagle3 import ARCHITECTURE, Eagle3Head, load_head
 from specdec.drafters.shipped import find_shipped_head
-from specdec.generation import ProposalContext
+from specdec.engine.costs import CostModel, load_or_measure
+from specdec.engine.generation import ProposalContext
+from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
-from specdec.proposers.budget import CostModel, load_or_measure
+from specdec.proposers.base import ProposerBase
 from specdec.proposers.eagle_retrieval import Node, Retrieval
 from specdec.proposers.eagle_sampled import HeadSteps, SampledPlan, draft_generator, draft_rows, grow_sampled
 from specdec.proposers.schema import method_config, option
 from specdec.proposers.tree_budget import as_tree, likeliest, paying_count
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 
 def find_head(loaded: LoadedModel) -> Path:
@@ -100,7 +101,7 @@ class EagleConfig:
         return EagleProposer(self, self.load(loaded), costs)
 
 
-class EagleProposer:
+class EagleProposer(ProposerBase):
     source_stats: dict[str, dict[str, int]] | None  # with retrieval: offered / accepted nodes per source
 
     def __init__(self, config: EagleConfig, head: Eagle3Head, costs: CostModel | None = None) -> None:

@@ -23,7 +23,7 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from specdec.proposers.budget import AcceptanceStats
+from specdec.engine.costs import AcceptanceStats
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.pld import synced_index
 

@@ -44,8 +44,10 @@ from typing import Annotated, Literal
 
 import torch
 
-from specdec.generation import ProposalContext
+from specdec.engine.generation import ProposalContext
+from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
+from specdec.proposers.base import ProposerBase
 from specdec.proposers.chain_length import SCHEDULES, DraftLength
 from specdec.proposers.draft import QUANTIZE, DraftConfig, DraftProposer
 from specdec.proposers.draft_jump import MAX_NGRAM as JUMP_MAX_NGRAM
@@ -55,7 +57,6 @@ from specdec.proposers.schema import method_config, option
 from specdec.proposers.universal import UniversalDraftProposer
 from specdec.sampling import point_mass_rows
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 WHEN = ("weak", "always")
 RATES = ("kind", "overall")
@@ -99,10 +100,9 @@ class HybridConfig:
         return HybridProposer(self, self.logitspec_config().build(loaded), draft, loaded.model.config.vocab_size)
 
 
-class HybridProposer:
+class HybridProposer(ProposerBase):
     prunable = True  # a batch may cut the tree to its budget
     source_stats: dict[str, dict[str, int]]  # per-source offered / accepted nodes, over its life
-    feature_layers: tuple[int, ...] = ()  # reads no target features
 
     def __init__(
         self,

@@ -50,14 +50,14 @@ from typing import Annotated, Literal
 import torch
 from transformers import DynamicCache
 
+from specdec.backends.torch.packed import verify_model
+from specdec.backends.torch.target import TargetModel
 from specdec.models import LoadedModel, default_cache_dir
-from specdec.packed import verify_model
 from specdec.proposers.chain_length import SCHEDULES, ChainSettings
 from specdec.proposers.draft import VERIFY_COST_PER_TOKEN, DraftProposer
 from specdec.proposers.draft_module import LAYER_OVERHEAD_PARAMS, compute_params
 from specdec.proposers.plain import PlainProposer
 from specdec.proposers.schema import method_config, option
-from specdec.target import TargetModel
 
 CALIBRATION_PROMPTS = (
     "Write a Python function that returns the n-th Fibonacci number, and explain how it works.",

@@ -38,11 +38,12 @@ from __future__ import annotations
 from collections import deque
 from typing import Annotated
 
-from specdec.generation import ProposalContext
+from specdec.engine.generation import ProposalContext
+from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
+from specdec.proposers.base import ProposerBase
 from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 
 @method_config("lookahead")
@@ -64,11 +65,8 @@ class LookaheadConfig:
         return LookaheadProposer(self)
 
 
-class LookaheadProposer:
+class LookaheadProposer(ProposerBase):
     # The Jacobi window's nodes are read back by position in `observe`: a batch must not cut the tree.
-    prunable = False
-    source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
-    feature_layers: tuple[int, ...] = ()  # reads no target features
 
     def __init__(self, config: LookaheadConfig) -> None:
         self.config = config

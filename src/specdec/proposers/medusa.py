@@ -29,14 +29,15 @@ import torch
 
 from specdec.drafters.medusa import ARCHITECTURE, MedusaHeads, load_medusa
 from specdec.drafters.shipped import find_shipped_head
-from specdec.generation import ProposalContext
+from specdec.engine.costs import CostModel, load_or_measure
+from specdec.engine.generation import ProposalContext
+from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
-from specdec.proposers.budget import CostModel, load_or_measure
+from specdec.proposers.base import ProposerBase
 from specdec.proposers.eagle_retrieval import Node
 from specdec.proposers.schema import method_config, option
 from specdec.proposers.tree_budget import as_tree, likeliest, paying_count
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 
 @method_config("medusa")
@@ -68,9 +69,8 @@ class MedusaConfig:
         return MedusaProposer(self, self.load(loaded), costs)
 
 
-class MedusaProposer:
+class MedusaProposer(ProposerBase):
     prunable = True  # a batch may cut the tree to its budget (the kept order is likeliest first)
-    source_stats = None
 
     def __init__(self, config: MedusaConfig, heads: MedusaHeads, costs: CostModel | None = None) -> None:
         self.config = config

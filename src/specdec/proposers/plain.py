@@ -6,11 +6,11 @@ methods use, which makes "token-identical to plain decoding" a like-for-like cla
 
 from __future__ import annotations
 
-from specdec.generation import ProposalContext
+from specdec.engine.generation import ProposalContext
 from specdec.models import LoadedModel
+from specdec.proposers.base import ProposerBase
 from specdec.proposers.schema import method_config
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 
 @method_config("plain")
@@ -21,16 +21,8 @@ class PlainConfig:
         return PlainProposer()
 
 
-class PlainProposer:
+class PlainProposer(ProposerBase):
     prunable = True  # a batch may cut the tree to its budget
-    source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
-    feature_layers: tuple[int, ...] = ()  # reads no target features
-
-    def begin(self, prompt_ids: list[int]) -> None:
-        pass
 
     def propose(self, ctx: ProposalContext) -> DraftTree:
         return DraftTree.chain(ctx.token_ids[-1])
-
-    def observe(self, result: VerifyResult) -> None:
-        pass

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from specdec.generation import ProposalContext
+from specdec.engine.generation import ProposalContext
+from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
+from specdec.proposers.base import ProposerBase
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 PREFER_CHOICES = ("earliest", "latest")
 
@@ -61,10 +62,8 @@ class PLDConfig:
         return PLDProposer(self, loaded.eos_token_ids)
 
 
-class PLDProposer:
+class PLDProposer(ProposerBase):
     prunable = True  # a batch may cut the tree to its budget
-    source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
-    feature_layers: tuple[int, ...] = ()  # reads no target features
 
     def __init__(self, config: PLDConfig, eos_token_ids: tuple[int, ...] = ()) -> None:
         self.config = config

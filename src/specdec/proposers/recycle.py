@@ -52,11 +52,12 @@ from typing import Annotated, Any
 import numpy as np
 import torch
 
-from specdec.generation import ProposalContext
+from specdec.engine.generation import ProposalContext
+from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
+from specdec.proposers.base import ProposerBase
 from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 RANK_PRIOR = 0.6  # weight of a rank-r successor: RANK_PRIOR / (r + 1); see the module docstring
 MAX_CACHED_SHAPES = 64
@@ -224,10 +225,8 @@ class RecycleConfig:
         return RecycleProposer(self, RecycleTable.for_loaded(loaded, self.k), loaded.eos_token_ids)
 
 
-class RecycleProposer:
+class RecycleProposer(ProposerBase):
     prunable = True  # a batch may cut the tree to its budget
-    source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
-    feature_layers: tuple[int, ...] = ()  # reads no target features
 
     def __init__(self, config: RecycleConfig, table: RecycleTable, eos_token_ids: Iterable[int] = ()) -> None:
         self.config = config

@@ -46,13 +46,14 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Annotated
 
-from specdec.generation import ProposalContext
+from specdec.engine.generation import ProposalContext
+from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
+from specdec.proposers.base import ProposerBase
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.pld import check_min_ngram, cut_after_eos, synced_index
 from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 Counts = dict[int, int]
 
@@ -207,10 +208,8 @@ class SessionConfig:
         return SessionProposer(self, store, loaded.eos_token_ids)
 
 
-class SessionProposer:
+class SessionProposer(ProposerBase):
     prunable = True  # a batch may cut the tree to its budget
-    source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
-    feature_layers: tuple[int, ...] = ()  # reads no target features
 
     def __init__(self, config: SessionConfig, store: SessionStore, eos_token_ids: Iterable[int] = ()) -> None:
         self.config = config

@@ -32,12 +32,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from specdec.generation import ProposalContext
+from specdec.engine.generation import ProposalContext
+from specdec.engine.verify import VerifyResult
+from specdec.proposers.base import ProposerBase
 from specdec.proposers.chain_length import DraftLength
 from specdec.proposers.draft_module import TokenizerMismatchError
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 WINDOW = 8  # context tokens re-encoded with the drafted text, so merges at the seam come out right
 ROUND_TRIP_TEXTS = (
@@ -83,12 +84,10 @@ class ChainDrafter(Protocol):
     def record(self, num_accepted: int) -> None: ...
 
 
-class UniversalDraftProposer:
+class UniversalDraftProposer(ProposerBase):
     """Drafts with `inner` (a drafter over the draft model's own vocabulary) through text."""
 
     prunable = True  # a batch may cut the tree to its budget
-    source_stats: dict[str, dict[str, int]] | None = None  # no per-source counts
-    feature_layers: tuple[int, ...] = ()  # reads no target features
 
     def __init__(self, inner: ChainDrafter, draft_tokenizer, target_tokenizer) -> None:
         check_round_trip(target_tokenizer, "the target")

@@ -43,7 +43,7 @@ Invariants:
 - a client gets request_timeout_s for its headers and again for its body, else
   408 and the connection closed (`specdec.serve.http`, `specdec.serve.guard`);
 - a long prompt joining running requests is prefilled prefill_chunk tokens per
-  decode step (`specdec.engine.Batch`), so it delays the running streams by
+  decode step (`specdec.engine.loop.Batch`), so it delays the running streams by
   about one chunk's pass per token, and a client that leaves stops it between chunks;
 - on shutdown (SIGINT/SIGTERM) uvicorn lets in-flight responses finish for up to
   shutdown_timeout_s, then the scheduler cancels what is left and stops; a
@@ -66,14 +66,13 @@ import jinja2.exceptions
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from specdec.engine import DEFAULT_PREFILL_CHUNK, Engine
-from specdec.generation import GenerationConfig
-from specdec.invariant import check_exact
+from specdec.choices import DEFAULT_BACKEND, check_backend, check_exact, check_pack
+from specdec.engine.costs import load_or_measure
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import DEFAULT_PREFILL_CHUNK, Engine
 from specdec.models import DEFAULT_MODEL, LoadedModel
-from specdec.models.base import check_backend, check_pack
 from specdec.prompts import encode_prompt
 from specdec.proposers import MethodError
-from specdec.proposers.budget import load_or_measure
 from specdec.sampling import SamplingParams
 from specdec.serve.guard import PUBLIC_PATHS, Guard, tenant
 from specdec.serve.http import HeaderDeadlineProtocol
@@ -129,7 +128,7 @@ class ServerConfig:
     dtype: str = "auto"
     pack: str = "auto"  # LoadedModel.pack
     exact: str = "off"  # LoadedModel.exact
-    backend: str = "torch"  # LoadedModel.backend
+    backend: str = DEFAULT_BACKEND  # LoadedModel.backend
     cache_dir: str | None = None
     shutdown_timeout_s: float = 30.0
     request_timeout_s: float = 30.0  # for a request's headers, and again for its body; then 408

@@ -28,7 +28,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from specdec.generation import GenerationStats
+from specdec.engine.generation import GenerationStats
 
 STEP_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
 REQUEST_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)

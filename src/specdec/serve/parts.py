@@ -44,7 +44,7 @@ def _logitspec_needs(config: Any) -> Hashable | None:
 
 
 def _logitspec_prepare(loaded: LoadedModel, config: Any) -> Any:
-    from specdec.proposers.budget import load_or_measure
+    from specdec.engine.costs import load_or_measure
 
     costs = load_or_measure(loaded, config.costs_dir or None) if config.adaptive else None
     return costs, config.open_datastore(loaded)  # DatastoreError (at startup) for an unusable folder

@@ -2,7 +2,7 @@
 
 Why: on a CPU a forward pass over 8 tokens costs about what a pass over 1 does,
 so one worker thread runs up to `max_batch` requests in one batched decode loop
-(`specdec.engine.Batch`): between two steps it admits waiting jobs into free rows,
+(`specdec.engine.loop.Batch`): between two steps it admits waiting jobs into free rows,
 drops cancelled ones (a joining prompt between two of its prefill chunks), and
 hands finished ones their output. A prompt that joins running rows is prefilled
 a chunk per step, so no prompt stalls the running streams for longer than one
@@ -20,7 +20,7 @@ Invariants:
   requests apart per API key) and handed back with `release` when it ends;
   `begin(prompt_ids)` resets its per-request state, so no token one request
   drafted or saw can reach another, and a row's output never depends on the
-  other rows (`specdec.engine`);
+  other rows (`specdec.engine.loop`);
 - a cancelled job never starts, or leaves the batch at the next step boundary;
 - the worker never dies on a job's error: a failing proposer ends its own row; a
   failing batched pass fails the rows in it and the worker starts a fresh batch;
@@ -39,9 +39,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from specdec.engine import DEFAULT_PREFILL_CHUNK, Batch, Engine, Row
-from specdec.generation import GenerationConfig, GenerationOutput
-from specdec.proposers.budget import CostModel
+from specdec.engine.costs import CostModel
+from specdec.engine.generation import GenerationConfig, GenerationOutput
+from specdec.engine.loop import DEFAULT_PREFILL_CHUNK, Batch, Engine, Row
 from specdec.serve.metrics import ServerMetrics
 
 log = logging.getLogger("specdec.server")

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specdec.proposers.budget import AcceptanceStats
+from specdec.engine.costs import AcceptanceStats
 from specdec.proposers.logitspec.learn import chain_probs, rank_bucket
 from specdec.proposers.logitspec.retrieval import Retrieval, continue_match, ranked_candidates
 from specdec.proposers.ngram_index import NGramIndex

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
-from specdec.proposers.budget import AcceptanceStats
+from specdec.engine.costs import AcceptanceStats
 from specdec.proposers.logitspec.retrieval import SELF_RANK, THIRD_K, Retrieval, Third
 
 MAX_HEAT = 2  # right after a long acceptance the text is usually still being copied

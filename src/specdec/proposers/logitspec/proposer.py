@@ -64,9 +64,11 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from specdec.datastore import Datastore
-from specdec.generation import ProposalContext
+from specdec.engine.costs import AcceptanceStats, CostModel, load_or_measure
+from specdec.engine.generation import ProposalContext
+from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
-from specdec.proposers.budget import AcceptanceStats, CostModel, load_or_measure
+from specdec.proposers.base import ProposerBase
 from specdec.proposers.logitspec.learn import (
     MAX_HEAT,
     SOURCES,
@@ -97,7 +99,6 @@ from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.pld import PREFER_CHOICES, PLDConfig, PLDProposer, synced_index
 from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 __all__ = ["LogitSpecConfig", "LogitSpecProposer"]
 
@@ -161,10 +162,9 @@ class LogitSpecConfig:
         return LogitSpecProposer(self, costs, loaded.eos_token_ids, sources)
 
 
-class LogitSpecProposer:
+class LogitSpecProposer(ProposerBase):
     prunable = True  # a batch may cut the tree to its budget
     source_stats: dict[str, dict[str, int]]  # per-source offered / accepted nodes, over its life
-    feature_layers: tuple[int, ...] = ()  # reads no target features
 
     def __init__(
         self,

@@ -12,10 +12,10 @@ measured with `torch._dynamo.explain` and the profiler: one graph, no breaks):
   ~475 us per layer for one query over 1,024 slots: half the compiled step.
   Here the model runs under transformers' "eager" attention (plain products and
   a softmax, which inductor fuses) over the batched cache's buffer;
-- the weights must be read prepacked (`specdec.packed`); inductor packs only
+- the weights must be read prepacked (`specdec.backends.torch.packed`); inductor packs only
   weights frozen into the graph, and a frozen graph is never cached on disk
   (a minute of compiling in every process). The packed products are one opaque
-  op instead (`torch.ops.specdec.packed_product`, defined in `specdec.packed`),
+  op instead (`torch.ops.specdec.packed_product`, defined in `specdec.backends.torch.packed`),
   so the graph caches and a process that finds it compiles in seconds;
 - dynamo's guards check every module attribute on every call (~1 ms a step
   here; ~0.3 ms with `skip_guard_on_all_nn_modules_unsafe`). They stay: without
@@ -47,8 +47,8 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from specdec.backends.torch.target import TargetModel
 from specdec.models.base import one_line
-from specdec.target import TargetModel
 
 ATTENTION = "eager"  # transformers' attention that inductor fuses (see the module docstring)
 # Graphs dynamo keeps for `TargetModel.forward_pass`, shared by every compiled target of the process

@@ -8,7 +8,7 @@ Invariants: a plan covers every shape (the nearest measured bucket above, else
 the largest); passes larger than the largest measured tree (prefills) use
 `prefill`, as do prompt passes: `DEFAULT` (SDPA, which never materializes a
 [T, T] score matrix) unless the plan is `invariant()`, where verification
-passes of any size run `specdec.invariant`'s attention and prompt passes its
+passes of any size run `specdec.backends.torch.invariant`'s attention and prompt passes its
 prefill attention (in chunks of `MATERIALIZED_CHUNK` tokens, to bound their
 score matrices).
 """
@@ -18,8 +18,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from specdec.invariant import IMPLEMENTATION as INVARIANT  # registered with transformers on import
-from specdec.invariant import PREFILL_IMPLEMENTATION as INVARIANT_PREFILL
+from specdec.backends.torch.invariant import (
+    IMPLEMENTATION as INVARIANT,  # registered with transformers on import
+)
+from specdec.backends.torch.invariant import PREFILL_IMPLEMENTATION as INVARIANT_PREFILL
 
 IMPLEMENTATIONS = ("sdpa", "eager")  # what a measured plan chooses between
 DEFAULT = "sdpa"
@@ -44,7 +46,7 @@ class AttentionPlan:
 
     @classmethod
     def invariant(cls) -> AttentionPlan:
-        """Every pass on `specdec.invariant`'s attention: a node's bits do not depend on the pass."""
+        """Every pass on `specdec.backends.torch.invariant`'s attention: a node's bits do not depend on the pass."""
         return cls((1,), (1,), ((INVARIANT,),), prefill=INVARIANT_PREFILL)
 
     @property

@@ -20,7 +20,7 @@ original stays as it was, and transformers' own `generate` (the benchmarks'
 baselines) keeps using it;
 drafts in the target's dtype get a packed view of their own (`draft.py`).
 With `pack="int4"` the view holds the decoder's Linear layers as 4-bit groups
-instead (`specdec.int4`; a draft model is quantized alike), the head as above.
+instead (`specdec.backends.torch.int4`; a draft model is quantized alike), the head as above.
 
 Invariants:
 - only what `auto` packs is bit-identical to the unpacked layer: in bf16 / fp16
@@ -57,9 +57,10 @@ import inspect
 
 import torch
 
-from specdec.int4 import Int4Linear, can_quantize
-from specdec.invariant import MIN_ROWS, wants_invariance
-from specdec.models.base import LoadedModel, check_pack
+from specdec.backends.torch.int4 import Int4Linear, can_quantize
+from specdec.backends.torch.invariant import MIN_ROWS, wants_invariance
+from specdec.choices import check_pack
+from specdec.models.base import LoadedModel
 from specdec.models.state import ModelState
 
 _EXACT_DTYPES = (torch.bfloat16, torch.float16)  # packing changes no bit of the output (see above)
@@ -68,7 +69,7 @@ PAD_MIN_WEIGHT = 2_000_000  # weight entries from which padding pays
 
 
 # `packed_product`: rows [M, in] @ a packed weight -> [M, out_features], `PackedLinear`'s product as one
-# opaque op: what a compiled pass (`specdec.compiled`) calls. Inductor lowers the mkldnn op itself only for
+# opaque op: what a compiled pass (`specdec.backends.compiled`) calls. Inductor lowers the mkldnn op itself only for
 # weights frozen into the graph as constants, and a frozen graph is never cached on disk (a minute of
 # compiling in every process here); behind this op the packed weight is an ordinary input, so the graph
 # caches, and the product is oneDNN's very call, bit for bit. Defined with `torch.library.Library` rather
@@ -94,7 +95,7 @@ class PackedLinear(torch.nn.Module):
     """y = x @ W.T + b with W held in oneDNN's blocked layout (inference only)."""
 
     def __init__(self, linear: torch.nn.Linear, min_rows: int = 1) -> None:
-        """min_rows: run every product over at least this many rows (`specdec.invariant.MIN_ROWS`)."""
+        """min_rows: run every product over at least this many rows (`specdec.backends.torch.invariant.MIN_ROWS`)."""
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
@@ -136,7 +137,7 @@ class FusedQKVAttention(torch.nn.Module):
     """
 
     def __init__(self, attention: torch.nn.Module, min_rows: int = 1, int4: bool = False) -> None:
-        """int4: the fused product holds 4-bit weights (`specdec.int4`) instead of packed bf16 ones."""
+        """int4: the fused product holds 4-bit weights (`specdec.backends.torch.int4`) instead of packed bf16 ones."""
         super().__init__()
         module = inspect.getmodule(type(attention))
         self._rotary = module.apply_rotary_pos_emb
@@ -194,7 +195,7 @@ def can_pack(dtype: torch.dtype, device: torch.device) -> bool:
 
 def wants_packing(pack: str, model: torch.nn.Module) -> bool:
     """`auto`: where packing is exact (bf16 / fp16 on CPU); `on`: wherever oneDNN can; `int4`: 4-bit
-    weights (`specdec.int4`), on the CPU only; `off`: never."""
+    weights (`specdec.backends.torch.int4`), on the CPU only; `off`: never."""
     check_pack(pack)
     weight = next(model.parameters())
     if pack == "int4":
@@ -209,7 +210,7 @@ def wants_packing(pack: str, model: torch.nn.Module) -> bool:
 def packed_view(model: torch.nn.Module, min_rows: int = 1, int4: bool = False) -> torch.nn.Module:
     """A copy of `model` sharing its tensors, with the decoder's Linear layers (and a bf16 head) packed,
     each product run over at least `min_rows` rows; int4: the decoder's Linear layers in 4-bit groups
-    instead (`specdec.int4`; min_rows does not apply to them: their rows are computed alone)."""
+    instead (`specdec.backends.torch.int4`; min_rows does not apply to them: their rows are computed alone)."""
     tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
     view = copy.deepcopy(model, tensors)  # modules and configs copied, tensors shared
     decoder = view.get_decoder() if hasattr(view, "get_decoder") else view
@@ -248,7 +249,7 @@ def maybe_packed(
 
 
 def is_invariant(loaded: LoadedModel) -> bool:
-    """Whether the engine verifies `loaded` batch-invariantly (`specdec.invariant`, `loaded.exact`)."""
+    """Whether the engine verifies `loaded` batch-invariantly (`specdec.backends.torch.invariant`, `loaded.exact`)."""
     return wants_invariance(loaded.exact, loaded.dtype, loaded.device, wants_packing(loaded.pack, loaded.model))
 
 

@@ -12,7 +12,7 @@ rows' lengths are garbage to it). Rows are padded to the pass's longest tree;
 the padding's entries land after the row's own and are overwritten later.
 
 It plugs in through transformers' public cache API (`Cache(layers=...)`), like
-`specdec.kv_cache`: no model file forked, nothing patched.
+`specdec.backends.torch.kv_cache`: no model file forked, nothing patched.
 
 Invariants:
 - `layout.starts` [B] (the rows' committed lengths) and `layout.context`
@@ -38,7 +38,7 @@ class BatchLayout:
     def __init__(self) -> None:
         self.starts = torch.zeros(0, dtype=torch.int64)  # [B] committed length per row
         self.context = 0  # max(starts): the cache length transformers sees before the pass
-        # A compiled pass's (`specdec.compiled`): the key positions 0..L-1 it attends to, L = max(starts)
+        # A compiled pass's (`specdec.backends.compiled`): the key positions 0..L-1 it attends to, L = max(starts)
         # + T. Every layer returns its buffers' first L entries, L read from this tensor's shape, so no
         # Python number of a pass reaches the compiled graph (there L is symbolic); None otherwise.
         self.window: torch.Tensor | None = None

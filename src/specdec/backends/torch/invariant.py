@@ -13,7 +13,7 @@ whatever machine runs the suite):
   many-row kernel (a matrix-vector product against a matrix product); from two
   rows up, every row of every product we tried (2 to 2,048 rows, SmolLM2's and
   the LM head's shapes) had the bits it has in a two-row product. So every
-  packed product runs at least `MIN_ROWS` rows (`specdec.packed`);
+  packed product runs at least `MIN_ROWS` rows (`specdec.backends.torch.packed`);
 - attention: PyTorch's SDPA kernel splits its work by the number of queries;
   eager attention (scores, float32 softmax, probabilities by values) has three
   catches. oneDNN's probabilities-by-values product sums keys in pairs, so a
@@ -62,9 +62,9 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
+from specdec.choices import check_exact
 from specdec.tree import DraftTree
 
-EXACT = ("off", "on")  # LoadedModel.exact
 IMPLEMENTATION = "specdec_invariant"  # verification passes (trees, batches, one-token steps)
 PREFILL_IMPLEMENTATION = "specdec_invariant_prefill"  # prompt passes, in chunks of any size
 MIN_ROWS = 2  # oneDNN's one-row kernels sum in another order (module docstring)
@@ -72,12 +72,6 @@ MIN_KEYS = 1025  # past oneDNN's single-run reduction length, whose blocks start
 SAFE_KEYS = 512  # rows seeing no more keys than this sum alike in both regimes: no padding needed
 COLUMNS = 64  # softmax rows are a multiple of this wide: its vector loop then has no scalar tail
 TAIL = 32  # keys gathered per query row in position order: itself and the 31 before it
-
-
-def check_exact(exact: str) -> None:
-    """Raise ValueError unless `exact` is one of EXACT (one message for every entry point)."""
-    if exact not in EXACT:
-        raise ValueError(f"exact must be one of {', '.join(EXACT)} (got {exact!r})")
 
 
 def wants_invariance(exact: str, dtype: torch.dtype, device: torch.device, packed: bool) -> bool:

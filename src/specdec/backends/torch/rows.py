@@ -9,7 +9,7 @@ Padded rows, not packed ones: packing every row's nodes along one token axis
 (batch size 1) would need all rows' KV entries in one sequence, so every query
 would attend over every row's context (B times the attention work) and a commit
 would move other rows' entries; padding wastes only the pass's padding tokens,
-which the shared node budget (`specdec.batching.planner`) keeps few.
+which the shared node budget (`specdec.engine.planner`) keeps few.
 
 Invariants:
 - rows are slots 0..B-1 in admission order, kept contiguous: a finished row's
@@ -33,28 +33,16 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers.cache_utils import Cache
 
-from specdec.attention_plan import MATERIALIZED_CHUNK
-from specdec.batching.cache import BatchedLayer, BatchLayout, batched_cache
-from specdec.kv_cache import preallocated_cache
-from specdec.target import TargetModel
+from specdec.backends.contract import PromptFill
+from specdec.backends.torch.attention_plan import MATERIALIZED_CHUNK
+from specdec.backends.torch.batch_cache import BatchedLayer, BatchLayout, batched_cache
+from specdec.backends.torch.kv_cache import preallocated_cache
+from specdec.backends.torch.target import TargetModel
 from specdec.tree import DraftTree
 
-# A compiled pass (`specdec.compiled.CompiledPass`): (transformers inputs, capture, the layout's window)
+# A compiled pass (`specdec.backends.compiled.CompiledPass`): (transformers inputs, capture, the layout's window)
 # -> (logits, features).
 Pass = Callable[[dict, tuple[int, ...], torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
-
-
-class PromptFill:
-    """A prompt being prefilled a chunk at a time (`BatchedTarget.fill`): its ids and how many ran."""
-
-    def __init__(self, prompt_ids: Sequence[int]) -> None:
-        self.ids = torch.as_tensor(list(prompt_ids), dtype=torch.int64)  # [L]
-        self.done = 0
-        self.features: list[torch.Tensor] = []  # each chunk's captured features [n, F], while filling
-
-    @property
-    def remaining(self) -> int:
-        return self.ids.numel() - self.done
 
 
 class BatchedTarget:
@@ -62,7 +50,7 @@ class BatchedTarget:
 
     def __init__(self, single: TargetModel, compiled: Pass | None = None) -> None:
         """single: the one-sequence target (prefill, model, head and attention plan come from it);
-        compiled: the pass that verifies trees when the backend is "compiled" (`specdec.compiled`)."""
+        compiled: the pass that verifies trees when the backend is "compiled" (`specdec.backends.compiled`)."""
         self.single = single
         self.compiled = compiled
         self.device = single.device
@@ -167,7 +155,7 @@ class BatchedTarget:
 
     def _run_compiled(self, trees: Sequence[DraftTree]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The pass on the compiled path: the rows' trees and the layout's window as tensors."""
-        width = max(max(tree.num_nodes for tree in trees), 2)  # see `specdec.compiled.CompiledPass.mark`
+        width = max(max(tree.num_nodes for tree in trees), 2)  # see `specdec.backends.compiled.CompiledPass.mark`
         for layer in self._layers:
             layer.ensure(self.num_rows, self.layout.context + width)
         tokens, positions, mask = self._tree_inputs(trees, width)

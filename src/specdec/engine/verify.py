@@ -27,7 +27,7 @@ from specdec.tree import DraftTree
 from specdec.uniforms import PositionUniforms
 
 if TYPE_CHECKING:
-    from specdec.batching.target import BatchedTarget
+    from specdec.backends.contract import Rows
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class VerifyResult:
         return len(self.path) - 1
 
 
-def verify(target: BatchedTarget, trees: Sequence[DraftTree], draws: Sequence[Draws]) -> list[VerifyResult]:
+def verify(target: Rows, trees: Sequence[DraftTree], draws: Sequence[Draws]) -> list[VerifyResult]:
     """trees[b], draws[b]: row b's tree and draws -> row b's result, its accepted path committed."""
     passes = target.verify_trees(trees)  # per row: logits [n_b, V], features; one forward pass
     results = []

@@ -18,11 +18,11 @@ seed: in fp32 greedy it equals that prompt decoded alone, and a seeded sampled
 row draws the same random numbers whatever else shares the pass.
 
 Invariants:
-- output never overshoots (`specdec.generation.Emitter`); MAT counts decode
+- output never overshoots (`specdec.engine.generation.Emitter`); MAT counts decode
   steps only, so plain decoding has MAT = 1.00 exactly and a proposer whose every
   draft of depth d is accepted has MAT = d + 1 exactly; `num_forward_passes` =
   decode steps + 1 (the prefill);
-- acceptance happens in `specdec.verify` only;
+- acceptance happens in `specdec.engine.verify` only;
 - randomness comes only from each row's `torch.Generator`, seeded from its
   sampling params; the t-th sampled token is drawn with the t-th uniform
   (`specdec.uniforms`);
@@ -44,10 +44,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdec.attention import AttentionPlan
-from specdec.batching.planner import RowRates, cut, plan_width
-from specdec.batching.target import PromptFill
-from specdec.generation import (
+from specdec.backends.contract import PromptFill
+from specdec.backends.registry import rows_of, verifier
+from specdec.backends.torch.attention import AttentionPlan
+from specdec.backends.torch.invariant import verifiable
+from specdec.engine.costs import CostModel
+from specdec.engine.generation import (
     Emitter,
     GenerationConfig,
     GenerationOutput,
@@ -57,14 +59,12 @@ from specdec.generation import (
     StepStats,
     feature_layers,
 )
-from specdec.invariant import verifiable
+from specdec.engine.planner import RowRates, cut, plan_width
+from specdec.engine.verify import Draws, VerifyResult, verify
 from specdec.models import LoadedModel
-from specdec.proposers.budget import CostModel
 from specdec.sampling import draw_next, make_generator
 from specdec.tree import DraftTree
 from specdec.uniforms import PositionUniforms
-from specdec.verifier import rows_of, verifier
-from specdec.verify import Draws, VerifyResult, verify
 
 # Prompt tokens prefilled per step while other rows decode. A pass's cost grows with its tokens, so
 # this bounds how long a joining prompt holds the running rows; a few hundred tokens keep a chunk's
@@ -77,9 +77,9 @@ class Engine:
     """One loaded target model and its limits; decodes through `Batch`es of rows."""
 
     def __init__(self, loaded: LoadedModel, attention: str | AttentionPlan = "auto") -> None:
-        """attention: "auto" (the plan measured once per machine, see `specdec.attention`), an
+        """attention: "auto" (the plan measured once per machine, see `specdec.backends.torch.attention`), an
         implementation name for every pass ("sdpa", "eager"), or an `AttentionPlan`. Verification
-        runs on `specdec.verifier.verifier(loaded)`: the transformers model (prepacked Linear weights as
+        runs on `specdec.backends.registry.verifier(loaded)`: the transformers model (prepacked Linear weights as
         `loaded.pack` says) or llama.cpp's engine (`loaded.backend`)."""
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
@@ -167,7 +167,7 @@ class Batch:
         max_batch: int = 8,
         prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
     ) -> None:
-        """costs: pass seconds per token count, to plan one node budget per pass (`batching.planner`);
+        """costs: pass seconds per token count, to plan one node budget per pass (`specdec.engine.planner`);
         None: every tree is verified whole, as its proposer sized it. prefill_chunk: prompt tokens
         prefilled per step while other rows decode."""
         if max_batch < 1:

@@ -25,7 +25,7 @@ The plan itself (`AttentionPlan`, what the target reads per pass) is in
 Invariants: a plan covers every shape (the nearest measured bucket above, else
 the largest); passes larger than the largest measured tree (prefills) use SDPA,
 which never materializes a [T, T] score matrix; a plan timed on a busy machine
-serves its run but is not cached (see `specdec.timing_cache.contended`).
+serves its run but is not cached (see `specdec.backends.timing_cache.contended`).
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ from pathlib import Path
 
 import torch
 
-from specdec.attention_plan import DEFAULT, IMPLEMENTATIONS, AttentionPlan
+from specdec.backends.timing_cache import contended, cost_file, cost_key, write_json_atomic
+from specdec.backends.torch.attention_plan import DEFAULT, IMPLEMENTATIONS, AttentionPlan
+from specdec.backends.torch.packed import is_invariant
+from specdec.backends.torch.target import TargetModel
 from specdec.models import LoadedModel, default_cache_dir
-from specdec.packed import is_invariant
-from specdec.target import TargetModel
-from specdec.timing_cache import contended, cost_file, cost_key, write_json_atomic
 
 CONTEXTS = (128, 512, 1024, 2048)
 SIZES = (1, 4, 16, 64)
@@ -127,7 +127,7 @@ def load_or_measure_plan(
 
 def resolve_plan(loaded: LoadedModel, attention: str | AttentionPlan) -> AttentionPlan:
     """"auto" -> the measured plan; an implementation name -> a plan that always picks it. Where
-    verification is batch-invariant (`specdec.packed.is_invariant`), every choice gives way to the
+    verification is batch-invariant (`specdec.backends.torch.packed.is_invariant`), every choice gives way to the
     invariant plan: a node's bits must not depend on the pass's shape."""
     if is_invariant(loaded):
         return AttentionPlan.invariant()

@@ -9,7 +9,7 @@ order: {"index", "text", "token_ids", "finish_reason", "stats"}.
 
 Invariants: the whole file is read and checked before any decoding (a bad line
 is reported with its line number and nothing runs); each row's output equals
-that prompt run alone (`specdec.engine`).
+that prompt run alone (`specdec.engine.loop`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any, TextIO
 
 from tqdm.auto import tqdm
 
-from specdec.engine import Engine, Row, generate_batch
-from specdec.generation import GenerationConfig
+from specdec.engine.costs import load_or_measure
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine, Row, generate_batch
 from specdec.prompts import Messages, encode_prompt
-from specdec.proposers.budget import load_or_measure
 from specdec.sampling import SamplingParams
 
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "seed")

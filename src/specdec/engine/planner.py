@@ -21,7 +21,7 @@ Invariants:
   lookahead's Jacobi window) are never cut; their full width counts;
 - a sampled row (temperature > 0) is cut by its own plan alone, before the
   batch's: how many random draws a step takes depends on the tree, so a seeded
-  row's output must not depend on the other rows (`specdec.engine.Batch._budget`);
+  row's output must not depend on the other rows (`specdec.engine.loop.Batch._budget`);
 - width 1 (no drafts) is always a candidate, so a batch whose drafts do not pay
   decodes plainly.
 """
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specdec.proposers.budget import AcceptanceStats
+from specdec.engine.costs import AcceptanceStats
 from specdec.tree import DraftTree
 
 PRIOR = (0.5, 2.0)  # (mean, strength): Beta(1, 1), i.e. no opinion until the row has been seen

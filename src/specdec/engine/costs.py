@@ -34,11 +34,11 @@ from pathlib import Path
 
 import torch
 
-from specdec.batching.target import OneSequence
+from specdec.backends.registry import timing_target
+from specdec.backends.timing_cache import contended, cost_file, cost_key, write_json_atomic
+from specdec.backends.torch.rows import OneSequence
+from specdec.backends.torch.target import TargetModel
 from specdec.models import LoadedModel, default_cache_dir
-from specdec.target import TargetModel
-from specdec.timing_cache import contended, cost_file, cost_key, write_json_atomic
-from specdec.verifier import timing_target
 
 Timed = TargetModel | OneSequence  # prefill, forward_tree, trim on a sequence of its own
 

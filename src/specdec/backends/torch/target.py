@@ -6,7 +6,7 @@ prefix, keeping the KV entries of the one accepted root-to-node path, and
 dropping the rest. We get them from public transformers APIs only: an explicit
 4-D additive attention mask (ancestor-or-self), explicit `position_ids`
 (past length + depth), and a KV cache whose per-layer key/value tensors we
-compact in place: a `specdec.kv_cache` cache, preallocated and written in place
+compact in place: a `specdec.backends.torch.kv_cache` cache, preallocated and written in place
 (no per-step concatenation), kept across sequences. No model file is forked and
 nothing is monkeypatched.
 
@@ -39,9 +39,9 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
-from specdec.attention_plan import INVARIANT, MATERIALIZED_CHUNK, AttentionPlan
-from specdec.invariant import Layout, causal_allowed
-from specdec.kv_cache import DEFAULT_CAPACITY, preallocated_cache
+from specdec.backends.torch.attention_plan import INVARIANT, MATERIALIZED_CHUNK, AttentionPlan
+from specdec.backends.torch.invariant import Layout, causal_allowed
+from specdec.backends.torch.kv_cache import DEFAULT_CAPACITY, preallocated_cache
 from specdec.models import UnsupportedModelError
 from specdec.tree import ancestry
 
@@ -99,7 +99,7 @@ class TargetModel:
         self, model: torch.nn.Module, capacity: int = DEFAULT_CAPACITY, attention: AttentionPlan | None = None
     ) -> None:
         """capacity: tokens the cache holds before its first doubling; attention: the implementation
-        per pass shape (`specdec.attention`), None to keep the model's own."""
+        per pass shape (`specdec.backends.torch.attention`), None to keep the model's own."""
         self.model = model
         self.capacity = capacity
         self.attention = attention
@@ -232,7 +232,7 @@ class TargetModel:
         capture: hidden-state indices (transformers' `hidden_states[i]`: the input of decoder layer i)
         whose states are returned, concatenated, as features [B, T, len(capture) * H] at every
         position (None when capture is empty): what a draft head reads, from the same pass.
-        Also serves batched passes (`specdec.batching`), which bring their own cache.
+        Also serves batched passes (`specdec.backends.torch.rows`), which bring their own cache.
         """
         inputs = dict(
             input_ids=input_ids,
@@ -250,7 +250,7 @@ class TargetModel:
         self, inputs: dict, last_only: bool = False, capture: Sequence[int] = ()
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The model's forward on transformers keyword `inputs` under the attention set now: `run`'s
-        (logits, features). What a compiled pass compiles (`specdec.compiled`)."""
+        (logits, features). What a compiled pass compiles (`specdec.backends.compiled`)."""
         if capture:  # only then: a draft view's forward (layerskip) takes no such argument
             inputs = {**inputs, "output_hidden_states": True}
         if self._head is None:

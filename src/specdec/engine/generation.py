@@ -1,7 +1,7 @@
 """What one generation is asked for and what it gives back: the decode loop's vocabulary.
 
 Why a module of its own: proposers, the server, the bench and the engine all
-speak these types; keeping them apart from the loop (`specdec.engine`) means a
+speak these types; keeping them apart from the loop (`specdec.engine.loop`) means a
 proposer imports its context type without importing the engine.
 
 Invariants:
@@ -22,10 +22,10 @@ from typing import Protocol
 
 import torch
 
+from specdec.engine.verify import VerifyResult
 from specdec.sampling import SamplingParams
 from specdec.text import TextStream
 from specdec.tree import DraftTree
-from specdec.verify import VerifyResult
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Why this exists: on a CPU a decode step of a small model is bound by per-operato
 overhead, and llama.cpp's graph runs a step of SmolLM2-135M (Q4_1) in about a
 third of the time PyTorch's eager forward needs. This backend keeps every
 specdec proposer and acceptance rule and swaps only the verifier: the rows of a
-`specdec.engine.Batch` become sequences of one llama.cpp context, and a draft
+`specdec.engine.loop.Batch` become sequences of one llama.cpp context, and a draft
 tree becomes one `llama_decode` batch (through llama-cpp-python's low-level
 bindings; nothing of llama.cpp is forked or patched).
 
@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specdec.batching.target import PromptFill
+from specdec.backends.contract import PromptFill
 from specdec.errors import ModelLoadError
 from specdec.tree import DraftTree
 
@@ -121,7 +121,7 @@ class LlamaCppModel:
         self.free_sequences = list(range(MAX_SEQUENCES - 2, -1, -1))
 
     def batched(self, exact: bool = False) -> LlamaCppBatch:
-        """An empty batch of rows on this context (`specdec.engine.Batch`'s verifier); exact: pad
+        """An empty batch of rows on this context (`specdec.engine.loop.Batch`'s verifier); exact: pad
         one-token passes (see `decode`)."""
         return LlamaCppBatch(self, exact)
 
@@ -215,7 +215,7 @@ class _Row:
 
 
 class LlamaCppBatch:
-    """Rows of one `Batch` as llama.cpp sequences; the same calls as `batching.target.BatchedTarget`."""
+    """Rows of one `Batch` as llama.cpp sequences; the `specdec.backends.contract.Rows` calls."""
 
     invariant = False
 

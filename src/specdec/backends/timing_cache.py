@@ -23,10 +23,11 @@ from pathlib import Path
 
 import torch
 
+from specdec.backends.torch.packed import is_invariant, verify_model
+from specdec.choices import BACKENDS
 from specdec.models import LoadedModel, machine_fingerprint
-from specdec.packed import is_invariant, verify_model
 
-FORMAT_VERSION = 4  # 4: curves timed before q, k and v were fused (specdec.packed) are stale
+FORMAT_VERSION = 4  # 4: curves timed before q, k and v were fused (specdec.backends.torch.packed) are stale
 BUSY_CPU_SHARE = 0.85  # see `contended`
 
 
@@ -42,6 +43,7 @@ def contended(cpu_share: float) -> bool:
 
 def cost_key(loaded: LoadedModel, sizes: Sequence[int], context_len: int) -> dict:
     model = loaded.model
+    gguf = BACKENDS[loaded.backend].gguf  # the pass runs on the GGUF file: no packing, no torch invariance
     return {
         "format": FORMAT_VERSION,
         "model": loaded.name,
@@ -49,9 +51,9 @@ def cost_key(loaded: LoadedModel, sizes: Sequence[int], context_len: int) -> dic
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "dtype": str(loaded.dtype).removeprefix("torch."),
         # the engine times what it runs
-        "packed": loaded.backend != "llamacpp" and verify_model(loaded) is not loaded.model,
-        "weights": loaded.pack if loaded.pack == "int4" and loaded.backend != "llamacpp" else "as loaded",
-        "invariant": is_invariant(loaded) if loaded.backend != "llamacpp" else loaded.exact == "on",
+        "packed": not gguf and verify_model(loaded) is not loaded.model,
+        "weights": loaded.pack if loaded.pack == "int4" and not gguf else "as loaded",
+        "invariant": is_invariant(loaded) if not gguf else loaded.exact == "on",
         "backend": loaded.backend,
         "device": loaded.device.type,
         "machine": machine_fingerprint(loaded.device),

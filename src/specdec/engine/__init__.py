@@ -1,0 +1,6 @@
+"""The one decode loop and what it rests on: verification (`verify`), the rows' node budget (`planner`),
+the measured pass costs (`costs`) and the generation settings and results (`generation`).
+
+It drives backends only through `specdec.backends.contract` and proposers only through
+`specdec.engine.generation.Proposer`; it never imports a proposer module or an application.
+"""

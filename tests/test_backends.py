@@ -1,0 +1,59 @@
+"""Every backend the registry knows keeps the contract (`specdec.backends.contract`) and decodes losslessly.
+
+Lossless per backend: `logitspec`'s greedy text equals plain decoding's on the same backend, on the
+bundled model (torch and compiled in fp32; llama.cpp with exact passes, on its GGUF file). The compiled
+backend compiles for a minute or more, so its row is in the full tier.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from conftest import FIXED_COST_CURVE
+
+from specdec.backends import registry
+from specdec.backends.contract import Rows, Target
+from specdec.backends.timing_cache import cost_key
+from specdec.choices import BACKENDS
+from specdec.engine import costs
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
+from specdec.models.state import ModelState
+from specdec.proposers import parse_method
+
+SETTINGS = {"torch": {}, "compiled": {}, "llamacpp": {"exact": "on"}}  # what makes each pass exact
+
+
+def test_every_declared_backend_has_an_implementation():
+    assert set(registry._VERIFIERS) == set(BACKENDS) == set(SETTINGS)
+
+
+def test_an_undeclared_backend_is_refused():
+    from specdec.choices import check_backend
+
+    with pytest.raises(ValueError, match="backend must be one of torch, compiled, llamacpp"):
+        check_backend("tpu")
+
+
+@pytest.mark.parametrize("backend", [
+    "torch", pytest.param("compiled", marks=pytest.mark.slow), "llamacpp",
+])  # fmt: skip
+def test_backend_keeps_the_contract_and_decodes_losslessly(default_model, bench_prompts, backend):
+    loaded = dataclasses.replace(default_model, backend=backend, state=ModelState(), **SETTINGS[backend])
+    key = cost_key(loaded, costs.DEFAULT_SIZES, costs.DEFAULT_CONTEXT)
+    costs.save_costs(costs.costs_folder(), key, costs.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values())))
+    target = registry.verifier(loaded)
+    assert isinstance(target, Target)
+    rows = registry.rows_of(target)
+    assert isinstance(rows, Rows) and rows.num_rows == 0
+    slot, logits, _ = rows.add(bench_prompts["summarization"][:64])
+    assert slot == 0 and rows.num_rows == 1 and logits.shape == (target.config.vocab_size,)
+    rows.release()
+    engine = Engine(loaded)
+    config = GenerationConfig(max_new_tokens=32)
+    prompt = bench_prompts["summarization"]
+    plain = engine.generate(prompt, parse_method("plain").build(loaded), config)
+    out = engine.generate(prompt, parse_method("logitspec").build(loaded), config)
+    assert out.token_ids == plain.token_ids
+    assert out.stats.mat > 1.0
