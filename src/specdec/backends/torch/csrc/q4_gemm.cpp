@@ -1,0 +1,400 @@
+// Few-row GEMM y = x @ W.T with W in llama.cpp's Q4_1 layout (blocks of 32 along K).
+//
+// Why: a verification pass multiplies 1..64 rows by every weight. Each 4-bit block is read and
+// dequantized ONCE per call (to bf16, exactly as the pure-PyTorch reference `dequantize_q4` does) and
+// then used for every row, so extra rows cost only their multiply-adds.
+//
+// Invariant (row independence): every output element (r, n) is reduced by one thread, over the same
+// lanes, in the same block order, with the same final horizontal sum, whatever M, the row's position
+// and the tile shape that computed it. So a row's bits do not depend on which rows share the call.
+// Threads split the output columns N, never K.
+//
+// Paths (chosen at run time, one binary built without -march flags):
+//   avx512_bf16: 32 bf16 weights per zmm, vdpbf16ps into one zmm accumulator per (row, column);
+//   avx2:        the same bf16-rounded weights and activations widened to fp32, fp32 FMAs;
+//   scalar:      plain C++, one accumulator per (row, column).
+// The paths agree to rounding, not bitwise (their lane layouts differ).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <immintrin.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+// Unrolled before register allocation, so tile arrays of accumulators live in registers, not on the stack.
+#define Q4_UNROLL _Pragma("GCC unroll 8")
+
+constexpr int64_t kBlock = 32;  // Q4_1: weights per (scale, minimum)
+constexpr int kCols = 4;        // columns dequantized together (a column tile)
+constexpr int kRows = 4;        // rows multiplied together (a row tile): kRows x kCols accumulators
+constexpr int64_t kAhead = 2;   // software prefetch distance, in column tiles
+
+struct alignas(64) Line {  // one dequantized block: 32 bf16 weights, one zmm
+  uint16_t bits[32];
+};
+
+struct Problem {
+  const uint16_t* x;        // [M, K] bf16 bits (avx512 path)
+  const float* xf;          // [M, K] the same values as fp32 (avx2 / scalar paths)
+  const uint8_t* qs;        // [N, K/2]
+  const at::Half* scale;    // [N, K/32]
+  const at::Half* minimum;  // [N, K/32]
+  int64_t M, N, K, nb;      // nb = K / 32
+  float* out_f;             // [M, N] when x is fp32 ...
+  at::BFloat16* out_b;      // ... or bf16 (the other is null)
+};
+
+inline void store(const Problem& p, int64_t r, int64_t n, float v) {
+  if (p.out_b != nullptr) {
+    p.out_b[r * p.N + n] = c10::BFloat16(v);  // round to nearest even
+  } else {
+    p.out_f[r * p.N + n] = v;
+  }
+}
+
+// Per-thread buffers for one column tile: its scales as fp32 and, where more than one row tile reads
+// them, its dequantized blocks (left uninitialized: every line is written before it is read).
+struct Scratch {
+  std::vector<float> scale, minimum;  // [kCols][nb]
+  std::unique_ptr<Line[]> w;          // [nb][kCols]
+  Scratch(int64_t nb, bool keep_blocks)
+      : scale(kCols * nb), minimum(kCols * nb), w(keep_blocks ? new Line[nb * kCols] : nullptr) {}
+};
+
+// The weight the kernel multiplies by, as fp32 holding a bf16 value: float(q) * scale + minimum, the
+// multiply and the add each rounded in fp32 (the vector paths use an FMA: q * scale is exact in fp32,
+// a 4-bit integer times an 11-bit fp16 significand, so the FMA rounds the same single sum), then
+// rounded to bf16 (nearest even).
+inline float dequant_scalar(int q, float scale, float minimum) {
+  float product = static_cast<float>(q) * scale;
+  return static_cast<float>(c10::BFloat16(product + minimum));
+}
+
+// ---------------------------------------------------------------- avx512_bf16
+#define Q4_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,f16c")))
+
+// 32 bf16 weights of one block in element order: the 16 low nibbles are elements 0..15, the high ones
+// 16..31 (Q4_1's order), so the block lines up with 32 consecutive activations. The block's 16 possible
+// weights are computed once (a table, twice over in 32 words) and looked up by q with one vpermw: fewer
+// instructions than converting all 32 q. vpermw reads the low 5 bits of each index, so the low-nibble
+// indices may keep bit 4 (the high nibble's lowest bit): the table's two copies give the same weight.
+Q4_AVX512 inline __m512i dequant_block_avx512(const uint8_t* q16, float scale, float minimum) {
+  const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q16)));
+  const __m512i index = _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1);
+  const __m512 levels = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512 table = _mm512_fmadd_ps(levels, _mm512_set1_ps(scale), _mm512_set1_ps(minimum));
+  const __m512bh table_bf16 = _mm512_cvtne2ps_pbh(table, table);
+  return _mm512_permutexvar_epi16(index, (__m512i)table_bf16);
+}
+
+Q4_AVX512 inline __m512bh as_bf16(__m512i v) { return (__m512bh)v; }
+
+// The scales of columns [n0, n0 + C) as fp32, 16 at a time.
+template <int C>
+Q4_AVX512 void widen_scales_avx512(const Problem& p, int64_t n0, Scratch& s) {
+  Q4_UNROLL for (int c = 0; c < C; ++c) {
+    const at::Half* src[2] = {p.scale + (n0 + c) * p.nb, p.minimum + (n0 + c) * p.nb};
+    float* dst[2] = {s.scale.data() + c * p.nb, s.minimum.data() + c * p.nb};
+    for (int which = 0; which < 2; ++which) {
+      int64_t b = 0;
+      for (; b + 16 <= p.nb; b += 16) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[which] + b));
+        _mm512_storeu_ps(dst[which] + b, _mm512_cvtph_ps(h));
+      }
+      for (; b < p.nb; ++b) dst[which][b] = _cvtsh_ss(src[which][b].x);
+    }
+  }
+}
+
+// always_inline: an out-of-line call would take the accumulators' address and keep them in memory.
+template <int R, int C>
+Q4_AVX512 __attribute__((always_inline)) inline void finish_avx512(const Problem& p, int64_t r0, int64_t n0,
+                                                                   __m512 (&acc)[R][C]) {
+  Q4_UNROLL for (int r = 0; r < R; ++r)
+    Q4_UNROLL for (int c = 0; c < C; ++c) store(p, r0 + r, n0 + c, _mm512_reduce_add_ps(acc[r][c]));
+}
+
+// Rows [r0, r0 + R) x columns [n0, n0 + C), dequantizing each block as it goes (the first row tile);
+// kSave keeps the blocks in `w` for the row tiles after it. Prefetches the bytes of a tile kAhead on.
+template <int R, int C, bool kSave>
+Q4_AVX512 void first_rows_avx512(const Problem& p, int64_t r0, int64_t n0, Scratch& s) {
+  __m512 acc[R][C];
+  Q4_UNROLL for (int r = 0; r < R; ++r)
+    Q4_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  const int64_t half_k = p.K / 2;
+  const uint8_t* q = p.qs + n0 * half_k;
+  const char* next = reinterpret_cast<const char*>(q + kAhead * kCols * half_k);
+  for (int64_t b = 0; b < p.nb; ++b) {
+    _mm_prefetch(next + b * 64, _MM_HINT_T0);  // kCols * 16 bytes a block: one line
+    __m512i w[C];
+    Q4_UNROLL for (int c = 0; c < C; ++c) {
+      w[c] = dequant_block_avx512(q + c * half_k + b * 16, s.scale[c * p.nb + b], s.minimum[c * p.nb + b]);
+      if (kSave) _mm512_store_si512(s.w.get() + b * C + c, w[c]);
+    }
+    Q4_UNROLL for (int r = 0; r < R; ++r) {
+      const __m512i xv = _mm512_loadu_si512(p.x + (r0 + r) * p.K + b * kBlock);
+      Q4_UNROLL for (int c = 0; c < C; ++c)
+        acc[r][c] = _mm512_dpbf16_ps(acc[r][c], as_bf16(xv), as_bf16(w[c]));
+    }
+  }
+  finish_avx512<R, C>(p, r0, n0, acc);
+}
+
+// The later row tiles: the same sequence of vdpbf16ps, weights read back from `w`.
+template <int R, int C>
+Q4_AVX512 void more_rows_avx512(const Problem& p, int64_t r0, int64_t n0, const Scratch& s) {
+  __m512 acc[R][C];
+  Q4_UNROLL for (int r = 0; r < R; ++r)
+    Q4_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < p.nb; ++b) {
+    __m512i w[C];
+    Q4_UNROLL for (int c = 0; c < C; ++c) w[c] = _mm512_load_si512(s.w.get() + b * C + c);
+    Q4_UNROLL for (int r = 0; r < R; ++r) {
+      const __m512i xv = _mm512_loadu_si512(p.x + (r0 + r) * p.K + b * kBlock);
+      Q4_UNROLL for (int c = 0; c < C; ++c)
+        acc[r][c] = _mm512_dpbf16_ps(acc[r][c], as_bf16(xv), as_bf16(w[c]));
+    }
+  }
+  finish_avx512<R, C>(p, r0, n0, acc);
+}
+
+// Prefetches the scales and minimums of the column tile at column n: each tile reads them first thing,
+// and a tile's loop is too long for the CPU to issue those loads early by itself.
+inline void prefetch_scales(const Problem& p, int64_t n) {
+  const int64_t first = std::min(n, p.N - 1) * p.nb, last = std::min(n + kCols, p.N) * p.nb;  // halves
+  for (const at::Half* base : {p.scale, p.minimum}) {
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(base + first) & ~uintptr_t(63);
+    for (uintptr_t line = begin; line < reinterpret_cast<uintptr_t>(base + last); line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+  }
+}
+
+// Before a thread's first tile: its first kAhead tiles, which no earlier tile prefetched.
+inline void prefetch_first_tiles(const Problem& p, int64_t n0) {
+  const char* q = reinterpret_cast<const char*>(p.qs + n0 * (p.K / 2));
+  for (int64_t offset = 0; offset < kAhead * kCols * (p.K / 2); offset += 64)
+    _mm_prefetch(q + offset, _MM_HINT_T0);
+  for (int64_t t = 0; t < kAhead; ++t) prefetch_scales(p, n0 + t * kCols);
+}
+
+template <int C>
+Q4_AVX512 void column_tile_avx512(const Problem& p, int64_t n0, Scratch& s) {
+  prefetch_scales(p, n0 + kAhead * kCols);
+  widen_scales_avx512<C>(p, n0, s);
+  switch (std::min<int64_t>(p.M, kRows)) {
+    case 1: first_rows_avx512<1, C, false>(p, 0, n0, s); break;
+    case 2: first_rows_avx512<2, C, false>(p, 0, n0, s); break;
+    case 3: first_rows_avx512<3, C, false>(p, 0, n0, s); break;
+    default:
+      if (p.M > kRows) first_rows_avx512<kRows, C, true>(p, 0, n0, s);
+      else first_rows_avx512<kRows, C, false>(p, 0, n0, s);
+  }
+  for (int64_t r0 = kRows; r0 < p.M; r0 += kRows) {
+    switch (std::min<int64_t>(p.M - r0, kRows)) {
+      case 1: more_rows_avx512<1, C>(p, r0, n0, s); break;
+      case 2: more_rows_avx512<2, C>(p, r0, n0, s); break;
+      case 3: more_rows_avx512<3, C>(p, r0, n0, s); break;
+      default: more_rows_avx512<kRows, C>(p, r0, n0, s);
+    }
+  }
+}
+
+Q4_AVX512 void column_tiles_avx512(const Problem& p, int64_t begin, int64_t end) {
+  Scratch s(p.nb, p.M > kRows);
+  prefetch_first_tiles(p, begin * kCols);
+  for (int64_t t = begin; t < end; ++t) {
+    const int64_t n0 = t * kCols;
+    switch (std::min<int64_t>(p.N - n0, kCols)) {
+      case 1: column_tile_avx512<1>(p, n0, s); break;
+      case 2: column_tile_avx512<2>(p, n0, s); break;
+      case 3: column_tile_avx512<3>(p, n0, s); break;
+      default: column_tile_avx512<kCols>(p, n0, s);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- avx2
+#define Q4_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// Round fp32 lanes to bf16 (nearest even) and back: the weights the other paths multiply by.
+Q4_AVX2 inline __m256 round_bf16_avx2(__m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF)));
+  return _mm256_castsi256_ps(_mm256_and_si256(rounded, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
+}
+
+// Dequantizes columns [n0, n0 + C) into `w` as fp32, column c's K weights at w + c * K, element order.
+template <int C>
+Q4_AVX2 void dequant_tile_avx2(const Problem& p, int64_t n0, float* w) {
+  Q4_UNROLL for (int c = 0; c < C; ++c) {
+    const uint8_t* q = p.qs + (n0 + c) * (p.K / 2);
+    for (int64_t b = 0; b < p.nb; ++b) {
+      const __m256 s = _mm256_set1_ps(_cvtsh_ss(p.scale[(n0 + c) * p.nb + b].x));
+      const __m256 m = _mm256_set1_ps(_cvtsh_ss(p.minimum[(n0 + c) * p.nb + b].x));
+      float* out = w + c * p.K + b * kBlock;
+      for (int half = 0; half < 2; ++half) {  // bytes 0..7, then 8..15
+        const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + b * 16 + half * 8));
+        const __m256i bytes = _mm256_cvtepu8_epi32(raw);
+        const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(bytes, _mm256_set1_epi32(15)));
+        const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(bytes, 4));
+        _mm256_storeu_ps(out + half * 8, round_bf16_avx2(_mm256_fmadd_ps(lo, s, m)));
+        _mm256_storeu_ps(out + 16 + half * 8, round_bf16_avx2(_mm256_fmadd_ps(hi, s, m)));
+      }
+    }
+  }
+}
+
+Q4_AVX2 inline float hsum_avx2(__m256 v) {  // a fixed tree: lanes (i, i+4), then (i, i+2), then (0, 1)
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+
+// Rows [r0, r0 + R) x columns [n0, n0 + C): lane l of an accumulator sums elements k = l (mod 8) in order.
+template <int R, int C>
+Q4_AVX2 void rows_avx2(const Problem& p, int64_t r0, int64_t n0, const float* w) {
+  __m256 acc[R][C];
+  Q4_UNROLL for (int r = 0; r < R; ++r)
+    Q4_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < p.K; k += 8) {
+    __m256 wv[C];
+    Q4_UNROLL for (int c = 0; c < C; ++c) wv[c] = _mm256_loadu_ps(w + c * p.K + k);
+    Q4_UNROLL for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_loadu_ps(p.xf + (r0 + r) * p.K + k);
+      Q4_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+    }
+  }
+  Q4_UNROLL for (int r = 0; r < R; ++r)
+    Q4_UNROLL for (int c = 0; c < C; ++c) store(p, r0 + r, n0 + c, hsum_avx2(acc[r][c]));
+}
+
+template <int C>
+Q4_AVX2 void column_tile_avx2(const Problem& p, int64_t n0, float* w) {
+  dequant_tile_avx2<C>(p, n0, w);
+  for (int64_t r0 = 0; r0 < p.M; r0 += 2) {  // 2 rows x 4 columns: 8 of the 16 ymm registers
+    if (p.M - r0 >= 2) rows_avx2<2, C>(p, r0, n0, w);
+    else rows_avx2<1, C>(p, r0, n0, w);
+  }
+}
+
+Q4_AVX2 void column_tiles_avx2(const Problem& p, int64_t begin, int64_t end) {
+  std::vector<float> w(kCols * p.K);
+  for (int64_t t = begin; t < end; ++t) {
+    const int64_t n0 = t * kCols;
+    switch (std::min<int64_t>(p.N - n0, kCols)) {
+      case 1: column_tile_avx2<1>(p, n0, w.data()); break;
+      case 2: column_tile_avx2<2>(p, n0, w.data()); break;
+      case 3: column_tile_avx2<3>(p, n0, w.data()); break;
+      default: column_tile_avx2<kCols>(p, n0, w.data());
+    }
+  }
+}
+
+// ---------------------------------------------------------------- scalar
+void column_tiles_scalar(const Problem& p, int64_t begin, int64_t end) {
+  std::vector<float> w(p.K);
+  for (int64_t n = begin * kCols; n < std::min(end * kCols, p.N); ++n) {
+    const uint8_t* q = p.qs + n * (p.K / 2);
+    for (int64_t b = 0; b < p.nb; ++b) {
+      const float s = static_cast<float>(p.scale[n * p.nb + b]);
+      const float m = static_cast<float>(p.minimum[n * p.nb + b]);
+      for (int j = 0; j < 16; ++j) {
+        w[b * kBlock + j] = dequant_scalar(q[b * 16 + j] & 15, s, m);
+        w[b * kBlock + 16 + j] = dequant_scalar(q[b * 16 + j] >> 4, s, m);
+      }
+    }
+    for (int64_t r = 0; r < p.M; ++r) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < p.K; ++k) acc += p.xf[r * p.K + k] * w[k];
+      store(p, r, n, acc);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- dispatch and the op
+const std::string& best_path() {  // the CPU's features are read once
+  static const std::string best = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+      return "avx512_bf16";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+      return "avx2";
+    return "scalar";
+  }();
+  return best;
+}
+
+// A slower path may be forced (tests); every CPU with AVX-512 BF16 has AVX2, FMA and F16C.
+bool path_runs_here(const std::string& path) {
+  const std::string& best = best_path();
+  return path == "scalar" || path == best || (path == "avx2" && best == "avx512_bf16");
+}
+
+std::string q4_linear_path() { return best_path(); }
+
+at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
+                     const at::Tensor& minimum, std::optional<c10::string_view> path) {
+  TORCH_CHECK(x.device().is_cpu() && qs.device().is_cpu() && scale.device().is_cpu() &&
+                  minimum.device().is_cpu(), "q4_linear: every tensor must be on the CPU");
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
+              "q4_linear: x must be bfloat16 or float32, got ", x.scalar_type());
+  TORCH_CHECK(x.dim() == 2, "q4_linear: x must be 2-D [M, K], got ", x.sizes());
+  TORCH_CHECK(qs.scalar_type() == at::kByte && qs.dim() == 2,
+              "q4_linear: qs must be uint8 [N, K/2], got ", qs.scalar_type(), " ", qs.sizes());
+  const int64_t M = x.size(0), K = x.size(1), N = qs.size(0);
+  TORCH_CHECK(K % kBlock == 0, "q4_linear: K (", K, ") must be a multiple of ", kBlock);
+  TORCH_CHECK(qs.size(1) * 2 == K, "q4_linear: qs is ", qs.sizes(), " but x has K = ", K, " (need [N, K/2])");
+  for (const at::Tensor* t : {&scale, &minimum})
+    TORCH_CHECK(t->scalar_type() == at::kHalf && t->dim() == 2 && t->size(0) == N && t->size(1) == K / kBlock,
+                "q4_linear: scale and minimum must be float16 [N, K/32] = [", N, ", ", K / kBlock, "], got ",
+                t->scalar_type(), " ", t->sizes());
+  TORCH_CHECK(x.is_contiguous() && qs.is_contiguous() && scale.is_contiguous() && minimum.is_contiguous(),
+              "q4_linear: x, qs, scale and minimum must be contiguous");
+  std::string chosen = path.has_value() ? std::string(path->data(), path->size()) : best_path();
+  if (chosen == "auto") chosen = best_path();
+  TORCH_CHECK(chosen == "avx512_bf16" || chosen == "avx2" || chosen == "scalar",
+              "q4_linear: path must be auto, avx512_bf16, avx2 or scalar, got ", chosen);
+  TORCH_CHECK(path_runs_here(chosen), "q4_linear: this CPU cannot run the ", chosen, " path");
+
+  at::Tensor out = at::empty({M, N}, x.options());
+  if (M == 0 || N == 0) return out;
+  // Activations rounded to bf16 (nearest even) once per call: the avx512 path reads the bf16 bits,
+  // the others the same values widened to fp32.
+  const at::Tensor xb = x.to(at::kBFloat16).contiguous();
+  const at::Tensor xf = chosen == "avx512_bf16" ? at::Tensor() : xb.to(at::kFloat);
+  Problem p{reinterpret_cast<const uint16_t*>(xb.data_ptr<at::BFloat16>()),
+            xf.defined() ? xf.data_ptr<float>() : nullptr,
+            qs.data_ptr<uint8_t>(), scale.data_ptr<at::Half>(), minimum.data_ptr<at::Half>(),
+            M, N, K, K / kBlock,
+            x.scalar_type() == at::kFloat ? out.data_ptr<float>() : nullptr,
+            x.scalar_type() == at::kBFloat16 ? out.data_ptr<at::BFloat16>() : nullptr};
+  auto kernel = chosen == "avx512_bf16" ? column_tiles_avx512
+              : chosen == "avx2"        ? column_tiles_avx2
+                                        : column_tiles_scalar;
+  // Columns split across threads (each output element reduced by one thread); a grain of about 32k
+  // weights a task still gives two threads work for a 192 x 576 weight.
+  const int64_t tiles = (N + kCols - 1) / kCols;
+  const int64_t grain = std::max<int64_t>(1, 32768 / (kCols * std::max<int64_t>(K, 1)));
+  at::parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(specdec_q4, m) {
+  m.def("q4_linear(Tensor x, Tensor qs, Tensor scale, Tensor minimum, str? path=None) -> Tensor");
+  m.def("q4_linear_path() -> str", &q4_linear_path);
+}
+
+TORCH_LIBRARY_IMPL(specdec_q4, CPU, m) { m.impl("q4_linear", &q4_linear); }

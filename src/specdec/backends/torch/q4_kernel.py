@@ -1,0 +1,221 @@
+"""A few-row GEMM for 4-bit weights (llama.cpp's Q4_1 layout): a small C++ extension and its reference.
+
+Why: a speculative-decoding verification pass multiplies 1..64 token rows by every weight matrix.
+PyTorch's own CPU int4 kernel dequantizes the weight again for every row, and a bf16 weight is four
+times the bytes. `csrc/q4_gemm.cpp` reads each 4-bit block once per call, dequantizes it to bf16 once
+and multiplies every row with it (bf16 products, fp32 accumulation). It is built on first use with
+`torch.utils.cpp_extension` (a C++ compiler and ninja are needed); where it cannot be built,
+`load_extension()` says False and `unavailable_reason()` why, and callers keep PyTorch's own int4
+kernel (`specdec.backends.torch.int4`).
+
+The format: for W [N, K], K a multiple of 32, `qs` uint8 [N, K/2] holds each block of 32 as 16 bytes,
+byte j's low nibble the q of element j and its high nibble that of element j + 16; `scale` and
+`minimum` are float16 [N, K/32]. The weight multiplied is
+    w = bf16(fp32(fp32(q) * fp32(scale)) + fp32(minimum))      (round to nearest even),
+what a bf16 model dequantized from a Q4_1 GGUF holds.
+
+Invariants:
+- the weight is `dequantize_q4`'s bit for bit (a product with a one-hot row returns it exactly; the
+  vector paths compute q * scale + minimum with one FMA, which rounds the same: q * scale, a 4-bit
+  integer times an 11-bit fp16 significand, is exact in fp32), and the activations are rounded to
+  bf16 first, fp32 ones included: only the summation order differs from `reference_q4_linear`
+  (fp32 over the same exact products);
+- row independence: an output row's bits do not depend on how many rows share the call or where the
+  row sits (threads split the output columns, never K; every tile shape runs the same lanes in the
+  same order), so a tree's node gets the same logits whatever the tree's width;
+- the C++ paths (`avx512_bf16`, `avx2`, `scalar`, picked at run time for the CPU) agree to rounding,
+  not bitwise: one machine always runs the same path unless a caller forces another;
+- importing this module never builds or raises; the build is attempted once per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+BLOCK = 32  # weights per (scale, minimum): Q4_1's block
+LEVELS = 15  # q in 0..LEVELS
+PATHS = ("avx512_bf16", "avx2", "scalar")  # the C++ kernel's paths, fastest first
+_SOURCE = Path(__file__).parent / "csrc" / "q4_gemm.cpp"
+_EXTENSION = "specdec_q4_gemm"
+# -ffp-contract=off: no multiply-add is fused behind the kernel's back (the dequantization and the scalar
+# path round where the reference does)
+_CFLAGS = ["-O3", "-ffp-contract=off", "-fopenmp"]
+_FALLBACK = "PyTorch's own int4 kernel (specdec.backends.torch.int4) is used instead"
+
+
+def pack_q4(
+    q: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q [N, K] in 0..15, scale and minimum [N, K/32] -> (qs uint8 [N, K/2], scale f16, minimum f16)."""
+    rows, cols = q.shape
+    if cols % BLOCK:
+        raise ValueError(f"K = {cols} is not a multiple of {BLOCK}")
+    if q.numel() and (int(q.min()) < 0 or int(q.max()) > LEVELS):
+        raise ValueError(f"q must lie in 0..{LEVELS}")
+    blocks = cols // BLOCK
+    if tuple(scale.shape) != (rows, blocks) or tuple(minimum.shape) != (rows, blocks):
+        raise ValueError(f"scale and minimum must be [{rows}, {blocks}], got {list(scale.shape)}, "
+                         f"{list(minimum.shape)}")
+    halves = q.to(torch.uint8).reshape(rows, blocks, 2, BLOCK // 2)  # elements 0..15, then 16..31
+    qs = (halves[:, :, 0] | (halves[:, :, 1] << 4)).reshape(rows, cols // 2)
+    return qs.contiguous(), scale.to(torch.float16).contiguous(), minimum.to(torch.float16).contiguous()
+
+
+def unpack_q4(qs: torch.Tensor) -> torch.Tensor:
+    """qs uint8 [N, K/2] -> q uint8 [N, K] in 0..15 (`pack_q4`'s inverse)."""
+    rows, half = qs.shape
+    pairs = qs.reshape(rows, half // (BLOCK // 2), BLOCK // 2)
+    return torch.stack([pairs & 15, pairs >> 4], dim=2).reshape(rows, half * 2)
+
+
+def dequantize_q4(qs: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
+    """The bf16 weight [N, K] the kernel multiplies by: fp32 q * scale, then + minimum, then to bf16."""
+    q = unpack_q4(qs).float()
+    rows, cols = q.shape
+    product = q.reshape(rows, cols // BLOCK, BLOCK) * scale.float()[..., None]  # two ops: no FMA
+    weight = product + minimum.float()[..., None]
+    return weight.reshape(rows, cols).to(torch.bfloat16)
+
+
+def reference_q4_linear(
+    x: torch.Tensor, qs: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor
+) -> torch.Tensor:
+    """x [..., K] -> [..., N] in x's dtype: bf16-rounded x times the bf16 weight, in fp32 (pure PyTorch)."""
+    weight = dequantize_q4(qs, scale, minimum).float()
+    return (x.to(torch.bfloat16).float() @ weight.T).to(x.dtype)
+
+
+def cache_dir() -> Path:
+    """Where the extension is built: `$SPECDEC_CACHE/extensions/<torch version>`, else under the cache
+    home the rest of specdec uses (`$XDG_CACHE_HOME/specdec`, default ~/.cache/specdec)."""
+    root = os.environ.get("SPECDEC_CACHE", "").strip()
+    if not root:
+        xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+        root = str((Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "specdec")
+    return Path(root).expanduser() / "extensions" / torch.__version__
+
+
+def _put_ninja_on_path() -> None:
+    """cpp_extension runs `ninja` from PATH; a venv's own ninja is not on it unless the venv is active."""
+    if shutil.which("ninja"):
+        return
+    folders = [Path(sys.executable).parent]
+    try:
+        import ninja  # the PyPI package: its binary's folder
+
+        folders.insert(0, Path(ninja.BIN_DIR))
+    except ImportError:
+        pass
+    for folder in folders:
+        if (folder / "ninja").exists():
+            os.environ["PATH"] = f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
+            return
+
+
+def _one_line(error: BaseException) -> str:
+    """The error's type and its most telling line (a compiler's "error:" line before a command line)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    telling = [line for line in lines if "error:" in line.lower()] or lines or [""]
+    return f"{type(error).__name__}: {telling[0][:300]}"
+
+
+def _register_fake() -> None:
+    """The op's output shape without running it: what torch.compile traces with."""
+
+    @torch.library.register_fake("specdec_q4::q4_linear")
+    def _q4_linear_shape(x: torch.Tensor, qs: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor,
+                         path: str | None = None) -> torch.Tensor:
+        torch._check(x.shape[1] == 2 * qs.shape[1], lambda: "q4_linear: x's K must be twice qs's columns")
+        return x.new_empty(x.shape[0], qs.shape[0])
+
+
+@functools.cache
+def _build() -> str | None:
+    """Builds (or finds in the cache) and loads the extension, once a process: None, or why not."""
+    if sys.platform == "win32" or not _SOURCE.exists():
+        return f"the 4-bit GEMM extension is not available on this platform; {_FALLBACK}"
+    try:
+        from torch.utils import cpp_extension
+
+        _put_ninja_on_path()
+        directory = cache_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        # -fopenmp: at::parallel_for is a header template that runs serially unless compiled with OpenMP;
+        # the extension then shares the OpenMP runtime libtorch_cpu already loaded (same soname).
+        cpp_extension.load(name=_EXTENSION, sources=[str(_SOURCE)], extra_cflags=_CFLAGS,
+                           extra_ldflags=["-fopenmp"], is_python_module=False,
+                           build_directory=str(directory), verbose=False)
+        _register_fake()
+    except Exception as error:  # no compiler, no ninja, a compile error: all mean "not here"
+        return f"the 4-bit GEMM extension could not be built ({_one_line(error)}); {_FALLBACK}"
+    return None
+
+
+def load_extension() -> bool:
+    """Builds and loads `csrc/q4_gemm.cpp` (registering `torch.ops.specdec_q4`); False where it cannot."""
+    return _build() is None
+
+
+def unavailable_reason() -> str | None:
+    """Why the extension cannot be used here (naming the fallback), or None where it loads."""
+    return _build()
+
+
+def kernel_path() -> str | None:
+    """The path the kernel runs on this CPU ("avx512_bf16", "avx2" or "scalar"), None without it."""
+    return str(torch.ops.specdec_q4.q4_linear_path()) if load_extension() else None
+
+
+class Q4Linear(torch.nn.Module):
+    """y = x @ W.T + b with W held as Q4_1 blocks (`pack_q4`'s layout), multiplied by the C++ kernel."""
+
+    def __init__(self, qs: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor,
+                 bias: torch.Tensor | None = None) -> None:
+        super().__init__()
+        if not load_extension():
+            raise RuntimeError(unavailable_reason())
+        self.out_features, self.in_features = qs.shape[0], qs.shape[1] * 2
+        blocks = (self.out_features, self.in_features // BLOCK)
+        if tuple(scale.shape) != blocks or tuple(minimum.shape) != blocks:
+            raise ValueError(f"scale and minimum must be {list(blocks)}")
+        self.register_buffer("qs", qs.to(torch.uint8).contiguous())
+        self.register_buffer("scale", scale.to(torch.float16).contiguous())
+        self.register_buffer("minimum", minimum.to(torch.float16).contiguous())
+        self.register_buffer("bias", None if bias is None else bias.detach())
+
+    @classmethod
+    def from_q(cls, q: torch.Tensor, step: torch.Tensor, minimum: torch.Tensor,
+               bias: torch.Tensor | None = None) -> Q4Linear:
+        """From q [N, K] in 0..15 and each block's step and minimum [N, K/32] (w = q * step + minimum)."""
+        return cls(*pack_q4(q, step, minimum), bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., in_features] (bf16 or fp32) -> [..., out_features] in x's dtype."""
+        rows = x.reshape(-1, self.in_features).contiguous()
+        y = torch.ops.specdec_q4.q4_linear(rows, self.qs, self.scale, self.minimum)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, q4_1 blocks of {BLOCK}")
+
+
+def main() -> int:
+    """Builds the extension (e.g. at install time) and says which path it runs, or why it cannot."""
+    if load_extension():
+        print(f"specdec 4-bit GEMM extension: loaded from {cache_dir()}, path {kernel_path()}")
+    else:
+        print(unavailable_reason())
+    return 0  # a missing compiler is not an install failure: the fallback runs
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,220 @@
+"""The 4-bit GEMM extension (specdec.backends.torch.q4_kernel) against its pure-PyTorch reference.
+
+The packing is llama.cpp's Q4_1 (checked against gguf's own dequantizer); the kernel multiplies by
+`dequantize_q4`'s weights bit for bit, agrees with `reference_q4_linear` within the fp32 summation
+bound below, and gives every row the same bits whatever the rows beside it, on each C++ path this CPU
+runs. Kernel tests skip, with the reason, where the extension cannot be built.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from specdec.backends.torch import q4_kernel
+from specdec.backends.torch.q4_kernel import (
+    BLOCK,
+    Q4Linear,
+    dequantize_q4,
+    pack_q4,
+    reference_q4_linear,
+    unpack_q4,
+)
+
+# [N, K] of every product of SmolLM2-135M (q/o, k/v, gate/up, down, head) and Qwen2.5-Coder-1.5B; the
+# heads' N is cut to a random subset of columns (1000: not a multiple of the kernel's 4-column tiles).
+SHAPES = {
+    "smollm2 q/o": (576, 576), "smollm2 k/v": (192, 576), "smollm2 gate/up": (1536, 576),
+    "smollm2 down": (576, 1536), "smollm2 head (1000 of 49152)": (1000, 576),
+    "qwen q/o": (1536, 1536), "qwen k/v": (256, 1536), "qwen gate/up": (8960, 1536),
+    "qwen down": (1536, 8960), "qwen head (1000 of 151936)": (1000, 1536),
+}
+ROWS = (1, 3, 4, 5, 17, 64)
+U_FP32, U_BF16 = 2.0**-24, 2.0**-8  # unit roundoffs
+
+
+@pytest.fixture(scope="module")
+def op():
+    """torch.ops.specdec_q4.q4_linear, or a skip saying why the extension cannot be built here."""
+    if not q4_kernel.load_extension():
+        pytest.skip(q4_kernel.unavailable_reason())
+    return torch.ops.specdec_q4.q4_linear
+
+
+def forced_paths() -> list[str]:
+    """Every C++ path this CPU runs (the automatic one first)."""
+    best = torch.ops.specdec_q4.q4_linear_path()
+    return [path for path in q4_kernel.PATHS if q4_kernel.PATHS.index(path) >= q4_kernel.PATHS.index(best)]
+
+
+def random_q4(rows: int, cols: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random Q4_1 blocks spread like a small model's weights (minimum about -7.5 steps)."""
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randint(0, 16, (rows, cols), generator=generator)
+    step = torch.rand(rows, cols // BLOCK, generator=generator) * 0.02 + 1e-3
+    minimum = -step * (7.5 + torch.randn(rows, cols // BLOCK, generator=generator))
+    return pack_q4(q, step, minimum)
+
+
+def summation_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Per element, the most two fp32 sums of the same K products can differ by, in any order.
+
+    Both sides multiply bf16 by bf16, exact in fp32 (8-bit by 8-bit significands), so they differ only
+    in the order of the K - 1 additions; any order's error is at most gamma_{K-1} * sum |x_k w_k| with
+    gamma_n = n u / (1 - n u), u = 2^-24 (Higham, ch. 4: recursive, pairwise and blocked sums alike).
+    Two such sums differ by at most twice that: 2 * K * u * sum |x_k w_k| (1.8e-4 of it for K = 1536).
+    """
+    cols = x.shape[-1]
+    gamma = cols * U_FP32 / (1 - cols * U_FP32)
+    return 2 * gamma * (x.to(torch.bfloat16).float().abs() @ weight.float().abs().T)
+
+
+def assert_within_bound(y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> None:
+    """y = the kernel's x @ weight.T (weight: `dequantize_q4`'s), within the bound of the reference."""
+    reference = x.to(torch.bfloat16).float() @ weight.float().T  # reference_q4_linear's product, in fp32
+    bound = summation_bound(x, weight)
+    if y.dtype == torch.bfloat16:  # plus the output's own rounding to bf16 (nearest: u = 2^-8)
+        bound = bound + U_BF16 * (reference.abs() + bound)
+    excess = (y.float() - reference).abs() - bound
+    assert excess.max() <= 0, f"error exceeds the bound by {excess.max():.3g}"
+
+
+# ----------------------------------------------------------------- the format (no extension needed)
+
+
+def test_pack_unpack_round_trip_and_llama_cpp_nibble_order():
+    q = torch.randint(0, 16, (6, 96))
+    scale, minimum = torch.rand(6, 3), -torch.rand(6, 3)
+    qs, scale16, minimum16 = pack_q4(q, scale, minimum)
+    assert qs.dtype == torch.uint8 and qs.shape == (6, 48)
+    assert scale16.dtype == minimum16.dtype == torch.float16
+    assert torch.equal(unpack_q4(qs), q.to(torch.uint8))
+    # block b's byte j: element 32b + j in the low nibble, element 32b + j + 16 in the high one
+    assert torch.equal(qs[:, 16:32] & 15, q[:, 32:48].to(torch.uint8))
+    assert torch.equal(qs[:, 16:32] >> 4, q[:, 48:64].to(torch.uint8))
+
+
+def test_dequantize_matches_gguf_q4_1():
+    """Raw Q4_1 blocks (d, m, 16 bytes) through gguf's numpy dequantizer, then bf16: the same weights."""
+    gguf = pytest.importorskip("gguf")
+    qs, scale, minimum = random_q4(8, 128, seed=1)
+    rows, blocks = scale.shape
+    halves = [t.view(torch.uint8).reshape(rows, blocks, 2) for t in (scale, minimum)]
+    raw = torch.cat([*halves, qs.reshape(rows, blocks, 16)], dim=-1)  # llama.cpp's block_q4_1
+    weight = gguf.quants.dequantize(raw.reshape(rows, blocks * 20).numpy(), gguf.GGMLQuantizationType.Q4_1)
+    expected = torch.from_numpy(np.ascontiguousarray(weight, dtype=np.float32)).to(torch.bfloat16)
+    assert torch.equal(dequantize_q4(qs, scale, minimum), expected)
+
+
+def test_pack_refuses_bad_input():
+    with pytest.raises(ValueError, match="multiple of 32"):
+        pack_q4(torch.zeros(2, 48, dtype=torch.int64), torch.ones(2, 1), torch.ones(2, 1))
+    with pytest.raises(ValueError, match="0..15"):
+        pack_q4(torch.full((2, 32), 16), torch.ones(2, 1), torch.ones(2, 1))
+
+
+def test_unavailable_reason_names_the_fallback(monkeypatch):
+    monkeypatch.setattr(q4_kernel, "_SOURCE", Path("/nonexistent/q4_gemm.cpp"))
+    reason = q4_kernel._build.__wrapped__()
+    assert "int4" in reason
+
+
+# ----------------------------------------------------------------- the kernel
+
+
+@pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
+def test_kernel_matches_reference_on_model_shapes(op, shape):
+    packed = random_q4(*shape)
+    weight = dequantize_q4(*packed)
+    x = torch.randn(max(ROWS), shape[1])
+    assert torch.equal(reference_q4_linear(x, *packed), x.to(torch.bfloat16).float() @ weight.float().T)
+    for dtype in (torch.bfloat16, torch.float32):
+        for rows in ROWS:
+            y = op(x[:rows].to(dtype), *packed)
+            assert y.dtype == dtype and y.shape == (rows, shape[0])
+            assert_within_bound(y, x[:rows].to(dtype), weight)
+
+
+def test_kernel_multiplies_by_the_reference_weights_bit_for_bit(op):
+    """One-hot rows pick single weights: every path returns dequantize_q4's values exactly."""
+    packed = random_q4(37, 128, seed=2)
+    weight = dequantize_q4(*packed)
+    eye = torch.eye(128)
+    for path in forced_paths():
+        for start in (0, 64):
+            y = op(eye[start:start + 64], *packed, path)
+            assert torch.equal(y, weight[:, start:start + 64].float().T), path
+
+
+@pytest.mark.parametrize("shape", [(576, 576), (7, 1536)], ids=["576x576", "7x1536"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_rows_do_not_depend_on_the_batch(op, shape, dtype):
+    """For every M in 1..64, kernel(x[:M]) == kernel(x)[:M]; a row alone, or moved, keeps its bits."""
+    packed = random_q4(*shape, seed=3)
+    x = torch.randn(64, shape[1]).to(dtype)
+    for path in forced_paths():
+        full = op(x, *packed, path)
+        for rows in range(1, 65):
+            assert torch.equal(op(x[:rows], *packed, path), full[:rows]), (path, rows)
+        for row in range(64):
+            assert torch.equal(op(x[row:row + 1], *packed, path), full[row:row + 1]), (path, row)
+        assert torch.equal(op(x.flip(0), *packed, path), full.flip(0)), path
+
+
+@pytest.mark.parametrize("path", ["avx2", "scalar"])
+def test_forced_paths_match_reference(op, path):
+    if path not in forced_paths():
+        pytest.skip(f"this CPU does not run the {path} path")
+    for shape in [(192, 576), (65, 1536)]:
+        packed = random_q4(*shape, seed=4)
+        x = torch.randn(9, shape[1])
+        for dtype in (torch.bfloat16, torch.float32):
+            assert_within_bound(op(x.to(dtype), *packed, path), x.to(dtype), dequantize_q4(*packed))
+
+
+def test_bad_input_gets_a_clear_error(op):
+    qs, scale, minimum = random_q4(8, 64)
+    x = torch.randn(2, 64)
+    with pytest.raises(RuntimeError, match="multiple of 32"):
+        op(torch.randn(2, 48), qs[:, :24].contiguous(), *(t[:, :1].contiguous() for t in (scale, minimum)))
+    with pytest.raises(RuntimeError, match="bfloat16 or float32"):
+        op(x.half(), qs, scale, minimum)
+    with pytest.raises(RuntimeError, match="qs must be uint8"):
+        op(x, qs.to(torch.int32), scale, minimum)
+    with pytest.raises(RuntimeError, match="float16"):
+        op(x, qs, scale.float(), minimum)
+    with pytest.raises(RuntimeError, match="need \\[N, K/2\\]"):
+        op(torch.randn(2, 96), qs, scale, minimum)
+    with pytest.raises(RuntimeError, match="contiguous"):
+        op(torch.randn(64, 2).T, qs, scale, minimum)
+    with pytest.raises(RuntimeError, match="path must be"):
+        op(x, qs, scale, minimum, "avx9000")
+
+
+def test_q4_linear_module(op):
+    q = torch.randint(0, 16, (48, 96))
+    step, minimum, bias = torch.rand(48, 3) * 0.1, -torch.rand(48, 3), torch.randn(48)
+    layer = Q4Linear.from_q(q, step, minimum, bias)
+    assert "in_features=96, out_features=48" in repr(layer)
+    x = torch.randn(2, 5, 96)
+    packed = (layer.qs, layer.scale, layer.minimum)
+    assert torch.equal(layer(x), op(x.reshape(10, 96), *packed).reshape(2, 5, 48) + bias)
+    assert_within_bound(layer(x).reshape(10, 48) - bias, x.reshape(10, 96), dequantize_q4(*packed))
+    assert torch.equal(layer(x[:, ::2]), layer(x[:, ::2].contiguous()))  # a strided input is copied first
+
+
+def test_compiled_graph_gives_eager_bits(op):
+    """A torch.compile'd function calling Q4Linear traces the op (its fake implementation) and runs it."""
+    torch.manual_seed(0)
+    first = Q4Linear.from_q(torch.randint(0, 16, (64, 96)), torch.rand(64, 3) * 0.1, -torch.rand(64, 3) * 0.8)
+    second = Q4Linear(*random_q4(32, 64, seed=5), torch.randn(32))
+
+    def block(x: torch.Tensor) -> torch.Tensor:
+        return second(torch.nn.functional.silu(first(x)))
+
+    x = torch.randn(3, 96)
+    compiled = torch.compile(block, fullgraph=True, dynamic=False)
+    assert torch.equal(compiled(x), block(x))
