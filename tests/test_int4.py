@@ -16,14 +16,21 @@ from conftest import FIXED_COST_CURVE, fixed_attention_plan
 from test_target import tiny_llama
 
 from specdec.backends.timing_cache import cost_key
-from specdec.backends.torch import attention
-from specdec.backends.torch.int4 import GROUP, Int4Linear, dequantize, quantize
-from specdec.backends.torch.packed import PackedLinear, packed_view, verify_model
+from specdec.backends.torch import attention, packed, q4_kernel
+from specdec.backends.torch.int4 import (
+    GROUP,
+    Int4Linear,
+    dequantize,
+    has_invariant_int4,
+    int4_linear,
+    quantize,
+)
+from specdec.backends.torch.packed import PackedLinear, is_invariant, packed_view, verify_model
 from specdec.backends.torch.target import TargetModel
 from specdec.engine import costs
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine, generate_batch
-from specdec.models import ModelState, load_model
+from specdec.models import LoadedModel, ModelState, load_model
 from specdec.proposers import parse_method
 
 
@@ -92,10 +99,47 @@ def test_layers_the_kernel_cannot_take_keep_their_own_product():
 
 
 def test_bad_int4_settings_are_refused_before_loading():
-    with pytest.raises(ValueError, match="pack 'int4' and exact 'on' cannot be combined"):
-        load_model("no-such-model", pack="int4", exact="on")
     with pytest.raises(ValueError, match="pack must be one of auto, on, off, int4"):
         load_model("no-such-model", pack="int3")
+
+
+needs_kernel = pytest.mark.skipif(not q4_kernel.load_extension(), reason=str(q4_kernel.unavailable_reason()))
+
+
+@needs_kernel
+def test_bf16_layers_run_the_few_row_kernel_on_the_same_grid():
+    """bf16: specdec's kernel, multiplying by the weight on the 4-bit grid `quantize` found (rounded to
+    bf16); fp32 keeps the dequantized weight (the suite's exact reference)."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(96, 48, bias=True).to(torch.bfloat16)
+    layer = int4_linear(linear)
+    assert type(layer) is q4_kernel.Q4Linear and type(int4_linear(linear.float())) is Int4Linear
+    q, step, low = quantize(linear.weight)
+    grid = (q.reshape(48, -1, GROUP).float() * step.half().float()[..., None] + low.half().float()[..., None])
+    weight = q4_kernel.dequantize_q4(layer.qs, layer.scale, layer.minimum)
+    assert torch.equal(weight, grid.reshape(48, 96).to(torch.bfloat16))
+    x = torch.randn(16, 96).to(torch.bfloat16)
+    expected = (x.float() @ weight.float().T + linear.bias.float()).to(torch.bfloat16)
+    torch.testing.assert_close(layer(x), expected, atol=2e-2, rtol=2e-2)
+    for rows in (1, 2, 3, 5, 8):  # each row computed alone
+        assert torch.equal(layer(x[:rows]), layer(x)[:rows])
+
+
+def test_without_the_kernel_bf16_layers_fall_back_and_say_so(monkeypatch):
+    monkeypatch.setattr(q4_kernel, "load_extension", lambda: False)
+    monkeypatch.setattr(q4_kernel, "unavailable_reason", lambda: "no compiler here; PyTorch's own int4 kernel is used")
+    linear = torch.nn.Linear(64, 32).to(torch.bfloat16)
+    with pytest.warns(UserWarning, match="PyTorch's own int4 kernel is used"):
+        layer = int4_linear(linear)
+    assert type(layer) is Int4Linear
+    assert not has_invariant_int4(torch.bfloat16)
+
+
+def test_exact_on_int4_needs_the_kernel(monkeypatch):
+    loaded = LoadedModel(tiny_llama().to(torch.bfloat16), None, "tiny-llama", pack="int4", exact="on")
+    monkeypatch.setattr(packed, "has_invariant_int4", lambda dtype: False)
+    with pytest.raises(ValueError, match="pack 'int4' and exact 'on' cannot be combined here"):
+        is_invariant(loaded)
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +189,26 @@ def test_methods_are_lossless_on_int4_weights_batched(on_int4, bench_prompts, me
     plain = [_run(engine, [p], "plain", 40)[0] for p in prompts]
     assert _run(engine, prompts[:1], method, 40)[0] == plain[0]
     assert _run(engine, prompts, method, 40) == plain
+
+
+@pytest.fixture(scope="module")
+def exact_int4():
+    """The bundled model in bf16 on 4-bit weights with exact verification: specdec's kernel."""
+    if not q4_kernel.load_extension():
+        pytest.skip(str(q4_kernel.unavailable_reason()))
+    loaded = load_model("smollm2-135m", dtype="bf16", pack="int4", exact="on")
+    key = cost_key(loaded, costs.DEFAULT_SIZES, costs.DEFAULT_CONTEXT)
+    costs.save_costs(costs.costs_folder(), key, costs.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values())))
+    return loaded
+
+
+def test_exact_int4_methods_equal_plain_in_bf16(exact_int4, bench_prompts):
+    """Rows computed alone by the kernel and the invariant attention: in bf16 a tree's nodes get the bits
+    of one-token passes, so every method's greedy text is plain decoding's, single and batched."""
+    engine = Engine(exact_int4)
+    assert any(type(m) is q4_kernel.Q4Linear for m in engine.target.model.modules())
+    prompts = [bench_prompts[name] for name in ("summarization", "math_reasoning")]
+    plain = [_run(engine, [p], "plain", 48)[0] for p in prompts]
+    for method in ("pld", "logitspec"):
+        assert _run(engine, prompts[:1], method, 48)[0] == plain[0], method
+        assert _run(engine, prompts, method, 48) == plain, method

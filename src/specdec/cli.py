@@ -39,7 +39,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pack", default="auto", choices=PACK,
                         help="verify with prepacked Linear weights: auto (bf16 on CPU, bit-identical), on (fp32 too), off; "
                              "int4: 4-bit weights in groups of 32 (CPU; plain decoding and every method run the "
-                             "quantized model)")
+                             "quantized model; bf16 multiplies on specdec's 4-bit kernel, built at install)")
     parser.add_argument("--exact", default="off", choices=EXACT,
                         help="on: batch-invariant verification (bf16 on CPU), so every method's greedy text equals "
                         "plain decoding's in bf16 too, at 15-20%% of tokens/s; off: faster, bf16 text may drift")

@@ -113,9 +113,6 @@ def load_model(
     if exact == "on" and not BACKENDS[backend].exact:
         raise ValueError(f"backend {backend!r} and exact 'on' cannot be combined: its pass is not batch-invariant; "
                          "use backend 'torch' for exact verification")
-    if pack == "int4" and exact == "on":
-        raise ValueError("pack 'int4' and exact 'on' cannot be combined: batch-invariant verification "
-                         "is shown for packed bf16 weights only; use pack 'auto' for exact verification")
     loaded = replace(_load(name_or_path, dtype, device, cache_dir), pack=pack, exact=exact, backend=backend)
     if BACKENDS[backend].gguf:
         if loaded.gguf_path is None:

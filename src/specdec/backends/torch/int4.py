@@ -1,5 +1,9 @@
 """Linear layers with 4-bit weights (`pack="int4"`): a third of the bytes a decode step reads.
 
+`int4_linear` picks the product: bf16 layers run specdec's own few-row kernel (`q4_kernel`: each 4-bit
+block dequantized once per call and used for every row, the same bits for a row at any number of
+rows) where it builds, else PyTorch's int4 kernel (`Int4Linear`, below), with a warning naming why.
+
 Why: on a CPU a one-token verification pass of a small model reads every weight once and does
 little arithmetic with it, so the bytes read set its floor. PyTorch's own CPU kernel for 4-bit
 weights (`aten._weight_int4pack_mm_for_cpu`, activations in fp32 / bf16 / fp16) reads a quarter of
@@ -16,7 +20,7 @@ gives back the same q; only the scale and zero are rounded to the activations' d
 
 Invariants:
 - the model verified is the quantized one: plain decoding and every method run on the same view
-  (`specdec.packed.verify_model`), so losslessness is relative to it, not to the unquantized model;
+  (`specdec.backends.torch.packed.verify_model`), so losslessness is relative to it, not to the unquantized model;
 - the kernel computes each row of a product alone (measured: a row's bits do not depend on how
   many rows share the call), so tree width does not change a node's products;
 - the decoder's Linear layers only: the output head keeps its precision (a GGUF's head is usually
@@ -28,7 +32,11 @@ Invariants:
 
 from __future__ import annotations
 
+import warnings
+
 import torch
+
+from specdec.backends.torch import q4_kernel
 
 GROUP = 32  # input columns per scale and zero (Q4_1's block)
 LEVELS = 15  # q in 0..LEVELS
@@ -100,3 +108,20 @@ class Int4Linear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int4 groups of {GROUP}"
+
+
+def int4_linear(linear: torch.nn.Linear) -> torch.nn.Module:
+    """`linear` with its weight quantized to 4-bit groups (Q4_1's rule, `quantize`): on specdec's
+    few-row kernel for bf16 layers where it builds, else on PyTorch's (`Int4Linear`)."""
+    if linear.weight.dtype == torch.bfloat16 and can_quantize(linear):
+        if q4_kernel.load_extension():
+            q, step, low = quantize(linear.weight)
+            return q4_kernel.Q4Linear.from_q(q, step, low, linear.bias)
+        warnings.warn(q4_kernel.unavailable_reason(), stacklevel=2)
+    return Int4Linear(linear)
+
+
+def has_invariant_int4(dtype: torch.dtype) -> bool:
+    """Whether `int4_linear` layers of `dtype` compute each row alone by construction (specdec's kernel),
+    which batch-invariant verification (`exact="on"`) needs."""
+    return dtype == torch.bfloat16 and q4_kernel.load_extension()

@@ -57,8 +57,9 @@ import inspect
 
 import torch
 
-from specdec.backends.torch.int4 import Int4Linear, can_quantize
+from specdec.backends.torch.int4 import can_quantize, has_invariant_int4, int4_linear
 from specdec.backends.torch.invariant import MIN_ROWS, wants_invariance
+from specdec.backends.torch.q4_kernel import unavailable_reason
 from specdec.choices import check_pack
 from specdec.models.base import LoadedModel
 from specdec.models.state import ModelState
@@ -154,7 +155,7 @@ class FusedQKVAttention(torch.nn.Module):
             fused.weight.copy_(torch.cat([p.weight for p in projections]))
             if fused.bias is not None:
                 fused.bias.copy_(torch.cat([p.bias for p in projections]))
-        self.qkv_proj = Int4Linear(fused) if int4 else PackedLinear(fused, min_rows)
+        self.qkv_proj = int4_linear(fused) if int4 else PackedLinear(fused, min_rows)
         self.o_proj = attention.o_proj
 
     def forward(self, hidden_states, position_embeddings, attention_mask, past_key_values=None, **kwargs):
@@ -222,7 +223,7 @@ def packed_view(model: torch.nn.Module, min_rows: int = 1, int4: bool = False) -
     for parent in list(decoder.modules()):
         for name, child in list(parent.named_children()):
             if child is not head and _packable(child, int4):
-                setattr(parent, name, Int4Linear(child) if int4 else PackedLinear(child, min_rows))
+                setattr(parent, name, int4_linear(child) if int4 else PackedLinear(child, min_rows))
     # The head keeps its weights' precision under int4 too: a GGUF's head is usually of more bits than its
     # layers (the bundled model's: Q8_0, which 4 bits would move by up to 5% of its largest weight).
     if _packable(head, False) and head.weight.dtype in _EXACT_DTYPES:
@@ -249,8 +250,14 @@ def maybe_packed(
 
 
 def is_invariant(loaded: LoadedModel) -> bool:
-    """Whether the engine verifies `loaded` batch-invariantly (`specdec.backends.torch.invariant`, `loaded.exact`)."""
-    return wants_invariance(loaded.exact, loaded.dtype, loaded.device, wants_packing(loaded.pack, loaded.model))
+    """Whether the engine verifies `loaded` batch-invariantly (`specdec.backends.torch.invariant`, `loaded.exact`).
+    With 4-bit weights that needs products that compute each row alone by construction (specdec's kernel)."""
+    invariant = wants_invariance(loaded.exact, loaded.dtype, loaded.device, wants_packing(loaded.pack, loaded.model))
+    if invariant and loaded.pack == "int4" and not has_invariant_int4(loaded.dtype):
+        raise ValueError("pack 'int4' and exact 'on' cannot be combined here: batch-invariant verification on 4-bit "
+                         "weights needs specdec's 4-bit kernel in bf16 ("
+                         + (unavailable_reason() or "the model is not bf16") + ")")
+    return invariant
 
 
 def verify_model(loaded: LoadedModel) -> torch.nn.Module:
