@@ -38,6 +38,8 @@ from pathlib import Path
 
 import torch
 
+from specdec.models.base import default_cache_dir
+
 BLOCK = 32  # weights per (scale, minimum): Q4_1's block
 LEVELS = 15  # q in 0..LEVELS
 PATHS = ("avx512_bf16", "avx2", "scalar")  # the C++ kernel's paths, fastest first
@@ -92,13 +94,8 @@ def reference_q4_linear(
 
 
 def cache_dir() -> Path:
-    """Where the extension is built: `$SPECDEC_CACHE/extensions/<torch version>`, else under the cache
-    home the rest of specdec uses (`$XDG_CACHE_HOME/specdec`, default ~/.cache/specdec)."""
-    root = os.environ.get("SPECDEC_CACHE", "").strip()
-    if not root:
-        xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-        root = str((Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "specdec")
-    return Path(root).expanduser() / "extensions" / torch.__version__
+    """Where the extension is built: `extensions/<torch version>` in specdec's cache (`default_cache_dir`)."""
+    return default_cache_dir() / "extensions" / torch.__version__
 
 
 def _put_ninja_on_path() -> None:
