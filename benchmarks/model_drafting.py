@@ -34,6 +34,7 @@ from pathlib import Path
 from specdec.bench.config import BenchConfig
 from specdec.bench.metrics import OVERALL
 from specdec.bench.runner import run_bench
+from specdec.choices import ModelSpec
 from specdec.data import load_questions
 
 QWEN_TARGET = "qwen2.5-coder-1.5b"
@@ -90,7 +91,7 @@ def run_qwen(args: argparse.Namespace, out_root: Path) -> dict:
     out_root.mkdir(parents=True, exist_ok=True)
     questions = write_questions(out_root / "qwen_questions.jsonl", args.code_math, args.others, args.first_turn_only)
     config = BenchConfig(
-        model=QWEN_TARGET, dtype=args.dtype, methods=qwen_methods(not args.no_variants),
+        model=ModelSpec(QWEN_TARGET, dtype=args.dtype), methods=qwen_methods(not args.no_variants),
         data=str(questions), max_new_tokens=args.max_new_tokens, draft_model=QWEN_DRAFT,
         threads=args.threads, resume=str(out_root / f"qwen-{args.dtype}"), warmup=1,
     )
@@ -104,7 +105,7 @@ def run_qwen(args: argparse.Namespace, out_root: Path) -> dict:
 
 def run_default(args: argparse.Namespace, out_root: Path) -> dict:
     config = BenchConfig(
-        model="smollm2-135m", dtype=args.dtype, methods=("plain", "layerskip", "lookahead"),
+        model=ModelSpec(dtype=args.dtype), methods=("plain", "layerskip", "lookahead"),
         per_category=args.per_category, max_new_tokens=args.max_new_tokens, threads=args.threads,
         out=str(out_root / f"default-{args.dtype}"), warmup=1,
     )

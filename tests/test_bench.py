@@ -21,6 +21,7 @@ import pytest
 from specdec.bench import BenchConfig, BenchConfigError, run_bench, runner, split_method_list
 from specdec.bench.report import source_revision
 from specdec.bench.resume import read_responses
+from specdec.choices import ModelSpec
 from specdec.cli import main
 from specdec.data import DataError, load_questions
 from specdec.prompts import encode_prompt
@@ -52,6 +53,8 @@ def write_questions(path: Path, questions: list[dict]) -> Path:
 
 def read_rows(out_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (out_dir / "responses.jsonl").read_text().splitlines()]
+
+NO_MODEL = ModelSpec("/no/such/model")
 
 
 def methods_under_test() -> tuple[str, ...]:
@@ -200,9 +203,9 @@ def test_cli_prints_the_summary_as_the_last_stdout_line(tmp_path, capsys):
 def test_bad_method_is_refused_before_the_model_loads(tmp_path, capsys):
     data = str(write_questions(tmp_path / "q.jsonl", QUESTIONS))
     with pytest.raises(MethodError, match="unknown method 'nope'"):
-        run_bench(BenchConfig(model="/no/such/model", methods=("plain", "nope"), data=data, out=str(tmp_path / "o")))
+        run_bench(BenchConfig(model=NO_MODEL, methods=("plain", "nope"), data=data, out=str(tmp_path / "o")))
     with pytest.raises(MethodError, match="unknown option"):
-        run_bench(BenchConfig(model="/no/such/model", methods=("hf-pld:bogus=1",), data=data))
+        run_bench(BenchConfig(model=NO_MODEL, methods=("hf-pld:bogus=1",), data=data))
     assert main(["bench", "--model", "/no/such/model", "--methods", "plain,nope", "--data", data]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown method 'nope'" in err[0]
@@ -213,19 +216,19 @@ def test_bad_data_and_folders_are_refused_before_the_model_loads(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question_id": 1, "category": "qa"}\n')
     with pytest.raises(DataError, match="turns"):
-        run_bench(BenchConfig(model="/no/such/model", methods=("plain",), data=str(bad)))
+        run_bench(BenchConfig(model=NO_MODEL, methods=("plain",), data=str(bad)))
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     with pytest.raises(DataError, match="no prompts"):
-        run_bench(BenchConfig(model="/no/such/model", methods=("plain",), data=str(empty)))
+        run_bench(BenchConfig(model=NO_MODEL, methods=("plain",), data=str(empty)))
     full = tmp_path / "full"
     full.mkdir()
     (full / "responses.jsonl").write_text("{}\n")
     good = str(write_questions(tmp_path / "q.jsonl", QUESTIONS))
     with pytest.raises(BenchConfigError, match="not empty"):
-        run_bench(BenchConfig(model="/no/such/model", methods=("plain",), data=good, out=str(full)))
+        run_bench(BenchConfig(model=NO_MODEL, methods=("plain",), data=good, out=str(full)))
     with pytest.raises(BenchConfigError, match="draft-model"):
-        run_bench(BenchConfig(model="/no/such/model", methods=("hf-assisted",), data=good))
+        run_bench(BenchConfig(model=NO_MODEL, methods=("hf-assisted",), data=good))
 
 
 def test_method_list_keeps_options_with_their_method():
@@ -349,7 +352,7 @@ def test_resume_refuses_a_different_run_and_names_what_differs(resumed, default_
     with pytest.raises(BenchConfigError, match="methods"):
         run_bench(resume_config(out, limit=2, methods=("plain",)), loaded=default_model)
     with pytest.raises(BenchConfigError, match="model: 'smollm2-135m' there, '/no/such/model' here"):
-        run_bench(resume_config(out, limit=2, model="/no/such/model", dtype="fp32"))  # refused before loading
+        run_bench(resume_config(out, limit=2, model=ModelSpec("/no/such/model", dtype="fp32")))  # refused before loading
     with pytest.raises(BenchConfigError, match="not both"):
         run_bench(resume_config(out, limit=2, out=str(tmp_path / "elsewhere")), loaded=default_model)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
@@ -360,7 +363,7 @@ def test_resume_refuses_a_folder_that_is_no_bench_run(tmp_path):
     stray.mkdir()
     (stray / "notes.txt").write_text("mine\n")
     with pytest.raises(BenchConfigError, match="no manifest.json"):
-        run_bench(resume_config(stray, limit=1, model="/no/such/model", dtype="fp32"))
+        run_bench(resume_config(stray, limit=1, model=ModelSpec("/no/such/model", dtype="fp32")))
 
 
 @pytest.mark.slow

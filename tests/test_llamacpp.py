@@ -15,6 +15,7 @@ pytest.importorskip("llama_cpp")
 
 from specdec.backends.llamacpp import MAX_SEQUENCES, LlamaCppModel  # noqa: E402
 from specdec.backends.registry import llamacpp_model  # noqa: E402
+from specdec.choices import ModelSpec  # noqa: E402
 from specdec.engine.generation import GenerationConfig  # noqa: E402
 from specdec.engine.loop import Engine, generate_batch  # noqa: E402
 from specdec.errors import ModelLoadError  # noqa: E402
@@ -185,7 +186,7 @@ def test_server_on_llamacpp(on_llamacpp):
     from specdec.api import generate
     from specdec.serve.app import ServerConfig, create_app
 
-    config = ServerConfig(method="logitspec", backend="llamacpp", max_batch=2, log_level="warning")
+    config = ServerConfig(model=ModelSpec(backend="llamacpp"), method="logitspec", max_batch=2, log_level="warning")
     prompts = ["The three primary colors are", "Water boils at"]
     with TestClient(create_app(config, on_llamacpp), raise_server_exceptions=False) as http:
         def complete(prompt: str, specdec: dict | None = None):
@@ -211,7 +212,7 @@ def test_demo_on_llamacpp(on_llamacpp, capsys):
     row (llama.cpp returns no hidden states)."""
     from specdec.demo import run_demo
 
-    run_demo("smollm2-135m", dtype="fp32", max_new_tokens=24, backend="llamacpp", exact="on")
+    run_demo(ModelSpec(dtype="fp32", backend="llamacpp", exact="on"), max_new_tokens=24)
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["plain"], ["pld"], ["logitspec"], ["eagle"])]
     assert [row[0] for row in rows] == ["plain", "pld", "logitspec"]
     assert all(row[-1] == "yes" for row in rows)

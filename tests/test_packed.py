@@ -152,15 +152,18 @@ def test_a_bf16_draft_is_packed_once_like_its_target(default_model):
 
 def test_a_bad_pack_setting_is_refused_before_any_work():
     from specdec.bench.config import BenchConfig, BenchConfigError
+    from specdec.choices import ModelSpec
     from specdec.models import load_model
     from specdec.serve.app import ServerConfig
 
     with pytest.raises(ValueError, match="pack must be one of"):
         load_model("no-such-model", pack="always")  # refused before the missing model is looked for
-    with pytest.raises(BenchConfigError, match="pack must be one of"):
-        BenchConfig(pack="yes")
     with pytest.raises(ValueError, match="pack must be one of"):
-        ServerConfig(pack="1")
+        ModelSpec(pack="yes")  # what the CLI, BenchConfig, ServerConfig and the demo carry
+    with pytest.raises(BenchConfigError, match="must be a ModelSpec"):
+        BenchConfig(model="smollm2-135m")
+    with pytest.raises(ValueError, match="must be a ModelSpec"):
+        ServerConfig(model="smollm2-135m")
 
 
 def test_exact_on_where_it_cannot_hold_is_a_clear_error(default_model):

@@ -23,6 +23,7 @@ _EXPORTS = {
     "GenerationOutput": "specdec.engine.loop",
     "LoadedModel": "specdec.models",
     "ModelLoadError": "specdec.models",
+    "ModelSpec": "specdec.choices",
     "load_model": "specdec.models",
     "METHODS": "specdec.proposers",
     "parse_method": "specdec.proposers",
@@ -37,6 +38,7 @@ __all__ = [
     "GenerationOutput",
     "LoadedModel",
     "ModelLoadError",
+    "ModelSpec",
     "SamplingParams",
     "generate",
     "load_model",
@@ -45,6 +47,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from specdec.api import generate
+    from specdec.choices import ModelSpec
     from specdec.engine.generation import GenerationConfig, GenerationOutput
     from specdec.engine.loop import Engine
     from specdec.models import LoadedModel, ModelLoadError, load_model

@@ -1,14 +1,21 @@
-"""The values of the model options every entry point shares (`--pack`, `--exact`, `--backend`), declared once.
+"""The model options every entry point shares, declared once: their values and `ModelSpec`, which carries them.
 
-Why a module of its own: the loader, the CLI, the server, the bench and the backend registry
-(`specdec.backends.registry`) all read these names, and the CLI must build its `--help` without
-importing torch, so the declaration imports nothing. Adding a backend starts here and ends in the
-registry, whose test checks that every name declared here has an implementation.
+Why a module of its own: the loader, the CLI, the server, the bench, the demo and the backend
+registry (`specdec.backends.registry`) all read these names, and the CLI must build its `--help`
+without importing torch, so the declaration imports nothing. Adding a backend starts here and ends
+in the registry, whose test checks that every name declared here has an implementation. Adding a
+model option is one `ModelSpec` field (and its one CLI argument in `specdec.cli.add_model_options`).
+
+Invariant: a `ModelSpec` that exists holds valid choices, and a combination `load_model` would refuse
+for every model (exact verification on a backend that cannot hold it) is refused when it is made.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+
+DEFAULT_MODEL = "smollm2-135m"  # the bundled model (`specdec.models.gguf.DEFAULT_MODEL` names the same)
 
 PACK = ("auto", "on", "off", "int4")  # LoadedModel.pack
 EXACT = ("off", "on")  # LoadedModel.exact
@@ -53,3 +60,36 @@ def check_exact(exact: str) -> None:
 def check_backend(backend: str) -> None:
     """Raise ValueError unless `backend` is one of BACKENDS."""
     _check("backend", backend, BACKENDS)
+
+
+def check_exact_backend(exact: str, backend: str) -> None:
+    """Raise ValueError where `backend` cannot verify batch-invariantly and `exact` asks it to."""
+    if exact == "on" and not BACKENDS[backend].exact:
+        raise ValueError(f"backend {backend!r} and exact 'on' cannot be combined: its pass is not batch-invariant; "
+                         "use backend 'torch' for exact verification")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model to load and how it verifies: parsed once by the CLI, carried by the server's, the
+    bench's and the demo's configs, and handed to `specdec.models.load_model`."""
+
+    name: str = DEFAULT_MODEL  # bundled name, HF folder, .gguf file, pulled model or hub id
+    dtype: str = "auto"  # "auto" (bf16 where the CPU has AMX/avx512_bf16), "fp32", "bf16", "fp16"
+    cache_dir: str | None = None  # where converted models are kept (None: ~/.cache/specdec)
+    pack: str = "auto"  # LoadedModel.pack
+    exact: str = "off"  # LoadedModel.exact
+    backend: str = DEFAULT_BACKEND  # LoadedModel.backend
+    device: str | None = None  # None: "cuda" if available, else "cpu"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"model must be a non-empty name or path, got {self.name!r}")
+        check_pack(self.pack)
+        check_exact(self.exact)
+        check_backend(self.backend)
+        check_exact_backend(self.exact, self.backend)
+
+    def replace(self, **changes) -> ModelSpec:
+        """A copy with some options changed (validated again)."""
+        return dataclasses.replace(self, **changes)

@@ -11,11 +11,9 @@ import json
 import sys
 from collections.abc import Callable
 
-from specdec.choices import BACKENDS, DEFAULT_BACKEND, EXACT, PACK
+from specdec.choices import BACKENDS, DEFAULT_BACKEND, DEFAULT_MODEL, EXACT, PACK, ModelSpec
 from specdec.errors import SpecdecError
 from specdec.extras import require_extra
-
-DEFAULT_MODEL = "smollm2-135m"
 
 
 def _positive_int(text: str) -> int:
@@ -33,18 +31,26 @@ def _key_value(text: str) -> tuple[str, str]:
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="bundled name, HF folder, .gguf file or hub id")
-    parser.add_argument("--dtype", default="auto", help="auto (bf16 where the CPU has AMX/avx512_bf16), fp32, bf16")
-    parser.add_argument("--cache-dir", default=None, help="where converted models are kept (~/.cache/specdec)")
-    parser.add_argument("--pack", default="auto", choices=PACK,
+    """The `ModelSpec` fields as one argument group; `model_spec(args)` reads them back."""
+    group = parser.add_argument_group("model", "which model to load and how it verifies")
+    group.add_argument("--model", default=DEFAULT_MODEL, help="bundled name, HF folder, .gguf file or hub id")
+    group.add_argument("--dtype", default="auto", help="auto (bf16 where the CPU has AMX/avx512_bf16), fp32, bf16")
+    group.add_argument("--cache-dir", default=None, help="where converted models are kept (~/.cache/specdec)")
+    group.add_argument("--pack", default="auto", choices=PACK,
                         help="verify with prepacked Linear weights: auto (bf16 on CPU, bit-identical), on (fp32 too), off; "
                              "int4: 4-bit weights in groups of 32 (CPU; plain decoding and every method run the "
                              "quantized model; bf16 multiplies on specdec's 4-bit kernel, built at install)")
-    parser.add_argument("--exact", default="off", choices=EXACT,
+    group.add_argument("--exact", default="off", choices=EXACT,
                         help="on: batch-invariant verification (bf16 on CPU), so every method's greedy text equals "
                         "plain decoding's in bf16 too, at 15-20%% of tokens/s; off: faster, bf16 text may drift")
-    parser.add_argument("--backend", default=DEFAULT_BACKEND, choices=tuple(BACKENDS),
-                        help="which engine verifies: " + "; ".join(f"{name}: {b.help}" for name, b in BACKENDS.items()))
+    group.add_argument("--backend", default=DEFAULT_BACKEND, choices=tuple(BACKENDS),
+                       help="which engine verifies: " + "; ".join(f"{name}: {b.help}" for name, b in BACKENDS.items()))
+
+
+def model_spec(args: argparse.Namespace) -> ModelSpec:
+    """The model options `add_model_options` parsed, validated as one value."""
+    return ModelSpec(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack, exact=args.exact,
+                     backend=args.backend)
 
 
 def add_sampling_options(parser: argparse.ArgumentParser) -> None:
@@ -93,7 +99,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not prompt.strip():
         raise ValueError("the prompt is empty")
-    loaded = load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack, exact=args.exact, backend=args.backend)
+    loaded = load_model(model_spec(args))
     engine = Engine(loaded)
     prompt_ids = encode_prompt(loaded.tokenizer, prompt, chat=args.chat)
     on_text = None if args.json else _print_flush
@@ -119,7 +125,7 @@ def _generate_batch(args: argparse.Namespace, settings, method) -> int:
     from specdec.models import load_model
 
     requests = read_requests(args.batch, settings, chat=args.chat)  # every line checked before loading
-    engine = Engine(load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack, exact=args.exact, backend=args.backend))
+    engine = Engine(load_model(model_spec(args)))
     failed = generate_file(engine, requests, method, args.max_batch, sys.stdout)
     if failed:
         print(f"{failed} of {len(requests)} requests failed (see their 'error')", file=sys.stderr)
@@ -141,8 +147,7 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from specdec.demo import run_demo
 
-    run_demo(args.model, dtype=args.dtype, cache_dir=args.cache_dir, max_new_tokens=args.max_new_tokens,
-             pack=args.pack, exact=args.exact, backend=args.backend)
+    run_demo(model_spec(args), max_new_tokens=args.max_new_tokens)
     return 0
 
 
@@ -263,11 +268,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from specdec.serve.app import ServerConfig, serve
 
     config = ServerConfig(
-        model=args.model, method=args.method, method_configs=tuple(args.method_config), host=args.host,
+        model=model_spec(args), method=args.method, method_configs=tuple(args.method_config), host=args.host,
         port=args.port, api_keys=tuple(args.api_key), request_timeout_s=args.request_timeout,
         expose_stats=args.expose_stats, **({"prefill_chunk": args.prefill_chunk} if args.prefill_chunk else {}),
-        max_queue=args.max_queue, max_batch=args.max_batch, max_tokens_limit=args.max_tokens_limit, dtype=args.dtype,
-        pack=args.pack, exact=args.exact, backend=args.backend, cache_dir=args.cache_dir, shutdown_timeout_s=args.shutdown_timeout, log_level=args.log_level,
+        max_queue=args.max_queue, max_batch=args.max_batch, max_tokens_limit=args.max_tokens_limit,
+        shutdown_timeout_s=args.shutdown_timeout, log_level=args.log_level,
     )
     serve(config)
     return 0
@@ -318,8 +323,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         data = str(write_session_workload(default_cache_dir() / "workloads", per_category or 10))
         per_category = None  # it chose the articles
     config = BenchConfig(
-        model=args.model, dtype=args.dtype, pack=args.pack, exact=args.exact, backend=args.backend, cache_dir=args.cache_dir,
-        methods=split_method_list(args.methods) if args.methods is not None else None, data=data,
+        model=model_spec(args), methods=split_method_list(args.methods) if args.methods is not None else None, data=data,
         categories=tuple(c.strip() for c in args.categories.split(",") if c.strip()) if args.categories else None,
         per_category=per_category, limit=args.limit, chat=not args.no_chat,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed, threads=args.threads,
@@ -363,8 +367,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     if out.exists():
         raise ValueError(f"output folder {out} exists already: choose another --out")
     config = AnalyzeConfig(args.max_new_tokens, args.k, chat=not args.no_chat)
-    engine = Engine(load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack, exact=args.exact,
-                               backend=args.backend))
+    engine = Engine(load_model(model_spec(args)))
     table = run_analysis(engine, questions, config, out)
     print(markdown_table(table))
     print(f"wrote {out}/analysis.md, analysis.json, analysis.png", file=sys.stderr)
@@ -396,7 +399,7 @@ def _cmd_datastore(args: argparse.Namespace) -> int:
 
     check_out_dir(args.out)
     files = expand_files(args.files, args.glob)
-    tokenizer = load_model(args.model, cache_dir=args.cache_dir).tokenizer
+    tokenizer = load_model(ModelSpec(args.model, cache_dir=args.cache_dir)).tokenizer
     with tqdm(total=len(files), unit="file", disable=args.no_progress, desc="tokenizing") as bar:
         progress = lambda done: bar.update(done - bar.n)  # noqa: E731
         summary = build_datastore(files, tokenizer, args.out, args.sort_depth, progress=progress)
@@ -438,8 +441,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     keys = ("data", "out", "arch", "cache", "draft_vocab", "max_len", "epochs", "lr", "tokens_per_batch",
             "ttt_steps", "heads", "holdout", "seed", "checkpoint_every", "max_steps", "resume")  # fmt: skip
     config = TrainConfig(**{k: getattr(args, k) for k in keys})
-    loaded = load_model(args.model, dtype=args.dtype, cache_dir=args.cache_dir, pack=args.pack, exact=args.exact,
-                        backend=args.backend)
+    loaded = load_model(model_spec(args))
     summary = train(loaded, config, log=lambda line: print(f"specdec: {line}", file=sys.stderr))
     print(json.dumps({k: summary[k] for k in ("steps", "heldout_accuracy", "train_seconds")}))
     print(args.out)

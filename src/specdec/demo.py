@@ -11,7 +11,7 @@ import sys
 import torch
 
 from specdec.backends.torch.packed import is_invariant
-from specdec.choices import BACKENDS, DEFAULT_BACKEND
+from specdec.choices import BACKENDS, ModelSpec
 from specdec.data import DataError, load_questions
 from specdec.drafters.eagle3 import ARCHITECTURE as EAGLE3
 from specdec.drafters.eagle3 import HeadError
@@ -41,18 +41,17 @@ def demo_prompt() -> str:
         return FALLBACK_PROMPT
 
 
-def run_demo(
-    model: str, dtype: str | None = "auto", cache_dir: str | None = None, max_new_tokens: int = 128, pack: str = "auto",
-    exact: str = "off", backend: str = DEFAULT_BACKEND,
-) -> None:
-    loaded = load_model(model, dtype=dtype, cache_dir=cache_dir, pack=pack, exact=exact, backend=backend)
+def run_demo(spec: ModelSpec | None = None, max_new_tokens: int = 128) -> None:
+    spec = spec or ModelSpec()
+    loaded = load_model(spec)
+    backend = BACKENDS[spec.backend]
     engine = Engine(loaded)
     prompt = demo_prompt()
     prompt_ids = encode_prompt(loaded.tokenizer, prompt, chat=True)
     settings = GenerationConfig(max_new_tokens=max_new_tokens)
     # eagle and medusa where a head ships for the model and the verifier returns hidden states (not llama.cpp's)
-    methods = [m for m in DEMO_METHODS if m in METHODS and (m not in HEADS or (BACKENDS[backend].hidden_states and _ships(loaded, m)))]
-    runs_on = f"{backend}, {loaded.gguf_path.name}" if BACKENDS[backend].gguf else f"{loaded.dtype}, {loaded.device}"
+    methods = [m for m in DEMO_METHODS if m in METHODS and (m not in HEADS or (backend.hidden_states and _ships(loaded, m)))]
+    runs_on = f"{spec.backend}, {loaded.gguf_path.name}" if backend.gguf else f"{loaded.dtype}, {loaded.device}"
     print(f"model: {loaded.name} ({runs_on}); prompt: {len(prompt_ids)} tokens")
     print(f"prompt (Spec-Bench summarization): {prompt[:160]!r}...\n")
     # Warm-up so the first timed method does not pay for one-off allocations.
@@ -63,10 +62,11 @@ def run_demo(
         results[name] = engine.generate(prompt_ids, parse_method(name).build(loaded), settings, on_text=stream)
         if len(results) == 1:
             print("\n")
-    # Batch-invariant verification makes this dtype's own comparison exact; otherwise float32 decides.
-    # On llama.cpp the reference is its own plain decoding, in this run (exact with --exact on).
-    check = backend == "torch" and loaded.dtype != torch.float32 and not is_invariant(loaded)
-    exact = _fp32_identity(model, cache_dir, prompt_ids, methods, max_new_tokens) if check else {}
+    # Batch-invariant verification makes this dtype's own comparison exact; otherwise float32 decides
+    # (the same model reloaded in float32 on the eager pass). On a GGUF backend (llama.cpp) the reference
+    # is its own plain decoding, in this run (exact with --exact on).
+    check = not backend.gguf and loaded.dtype != torch.float32 and not is_invariant(loaded)
+    exact = _fp32_identity(spec, prompt_ids, methods, max_new_tokens) if check else {}
     _print_table(results, loaded.dtype, exact)
 
 
@@ -78,13 +78,11 @@ def _ships(loaded, method: str) -> bool:
     return True
 
 
-def _fp32_identity(
-    model: str, cache_dir: str | None, prompt_ids: list[int], methods: list[str], max_new_tokens: int
-) -> dict[str, bool]:
+def _fp32_identity(spec: ModelSpec, prompt_ids: list[int], methods: list[str], max_new_tokens: int) -> dict[str, bool]:
     """Whether each method's greedy output equals plain decoding's in float32: the exact reference."""
     print(f"checking losslessness in float32 ({len(methods)} methods, {max_new_tokens} tokens each)...",
           file=sys.stderr)
-    loaded = load_model(model, dtype="fp32", cache_dir=cache_dir)
+    loaded = load_model(ModelSpec(spec.name, dtype="fp32", cache_dir=spec.cache_dir, device=spec.device))
     engine = Engine(loaded, attention="sdpa")  # a check, not a timing: no attention plan to measure
     settings = GenerationConfig(max_new_tokens=max_new_tokens)
     outputs = {name: engine.generate(prompt_ids, parse_method(name).build(loaded), settings) for name in methods}

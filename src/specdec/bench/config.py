@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from specdec.choices import DEFAULT_BACKEND, check_backend, check_exact, check_pack
+from specdec.choices import ModelSpec
 from specdec.data import DataError, Question, default_questions_path, load_questions
 from specdec.models import default_device, resolve_dtype
 from specdec.proposers import METHODS, MethodError, make_config, split_method
@@ -71,13 +71,9 @@ class MethodSpec:
 class BenchConfig:
     """Everything a benchmark run needs; the CLI builds one from its options."""
 
-    model: str = "smollm2-135m"
-    dtype: str = "auto"
-    pack: str = "auto"  # our methods' verification (LoadedModel.pack); transformers' baselines run the model as loaded
-    exact: str = "off"  # batch-invariant verification (LoadedModel.exact)
-    backend: str = DEFAULT_BACKEND  # our methods' verifier (LoadedModel.backend); transformers' baselines run on torch
-    device: str | None = None
-    cache_dir: str | None = None
+    # the target; its pack, exact and backend set how our methods verify (transformers' baselines run the
+    # model as loaded, on torch)
+    model: ModelSpec = ModelSpec()
     methods: tuple[str, ...] | None = None  # None: DEFAULT_METHODS that exist
     data: str | None = None  # None: Spec-Bench (specdec.data.default_questions_path)
     categories: tuple[str, ...] | None = None
@@ -101,12 +97,8 @@ class BenchConfig:
         for name, value in positive.items():
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise BenchConfigError(f"{name} must be a positive integer, got {value!r}")
-        try:
-            check_pack(self.pack)
-            check_exact(self.exact)
-            check_backend(self.backend)
-        except ValueError as error:
-            raise BenchConfigError(str(error)) from None
+        if not isinstance(self.model, ModelSpec):
+            raise BenchConfigError(f"model must be a ModelSpec, got {type(self.model).__name__}")
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise BenchConfigError(f"warmup must be an integer >= 0, got {self.warmup!r}")
         if not self.temperature >= 0:
@@ -221,7 +213,7 @@ def prepare(config: BenchConfig) -> BenchPlan:
     if any(m.name == "hf-assisted" for m in methods) and not config.draft_model:
         raise BenchConfigError("hf-assisted needs an assistant model: give --draft-model")
     try:
-        resolve_dtype(config.dtype, config.device or default_device())
+        resolve_dtype(config.model.dtype, config.model.device or default_device())
     except Exception as err:  # ModelLoadError is not a ValueError; report it as bad input
         raise BenchConfigError(str(err)) from None
     questions = load_questions(config.data, config.categories, config.per_category, config.limit)

@@ -65,8 +65,8 @@ def run_identity(config: BenchConfig, plan: BenchPlan, loaded: LoadedModel | Non
     if loaded is not None:
         model, dtype, device = loaded.name, loaded.dtype, loaded.device
     else:
-        device = torch.device(config.device or default_device())
-        model, dtype = config.model, resolve_dtype(config.dtype, str(device))
+        device = torch.device(config.model.device or default_device())
+        model, dtype = config.model.name, resolve_dtype(config.model.dtype, str(device))
     identity = {
         "model": model,
         "dtype": str(dtype).replace("torch.", ""),
@@ -79,8 +79,8 @@ def run_identity(config: BenchConfig, plan: BenchPlan, loaded: LoadedModel | Non
         "methods": sorted(plan.labels),
         "data_sha256": plan.data_sha256,
     }
-    if config.backend != DEFAULT_BACKEND:  # only then: folders of default runs keep resuming as before
-        identity["backend"] = config.backend
+    if config.model.backend != DEFAULT_BACKEND:  # only then: folders of default runs keep resuming as before
+        identity["backend"] = config.model.backend
     return json.loads(json.dumps(identity))
 
 

@@ -169,13 +169,11 @@ def run_question(
 
 
 def load_models(config: BenchConfig, plan: BenchPlan, loaded: LoadedModel | None) -> tuple[LoadedModel, LoadedModel | None]:
-    target = loaded or load_model(config.model, dtype=config.dtype, device=config.device, cache_dir=config.cache_dir,
-                                 pack=config.pack, exact=config.exact,
-                                 backend=config.backend)
+    target = loaded or load_model(config.model)
     assistant = None
     if plan.needs_assistant:
         assistant = load_model(config.draft_model, dtype=target.dtype, device=str(target.device),
-                               cache_dir=config.cache_dir)
+                               cache_dir=config.model.cache_dir)
     return target, assistant
 
 

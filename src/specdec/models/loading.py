@@ -27,7 +27,15 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from specdec.choices import BACKENDS, DEFAULT_BACKEND, check_backend, check_exact, check_pack
+from specdec.choices import (
+    BACKENDS,
+    DEFAULT_BACKEND,
+    ModelSpec,
+    check_backend,
+    check_exact,
+    check_exact_backend,
+    check_pack,
+)
 from specdec.models import gguf, pulled
 from specdec.models.base import (
     LoadedModel,
@@ -87,7 +95,7 @@ def _looks_like_path(name_or_path: str) -> bool:
 
 
 def load_model(
-    name_or_path: str = DEFAULT_MODEL,
+    name_or_path: str | ModelSpec = DEFAULT_MODEL,
     dtype: str | torch.dtype | None = None,
     device: str | None = None,
     cache_dir: str | Path | None = None,
@@ -106,13 +114,16 @@ def load_model(
     backend: "torch" | "compiled" | "llamacpp": which engine verifies (`LoadedModel.backend`); compiled
     needs a C++ compiler (else it warns and runs eagerly) and exact off; llamacpp needs a GGUF
     source (the bundled model, a pulled one or a .gguf file) and llama-cpp-python.
+    A `ModelSpec` in place of the name carries all of these (the other arguments are then left out).
     """
+    if isinstance(name_or_path, ModelSpec):
+        spec = name_or_path
+        return load_model(spec.name, dtype=spec.dtype, device=spec.device, cache_dir=spec.cache_dir,
+                          pack=spec.pack, exact=spec.exact, backend=spec.backend)
     check_pack(pack)
     check_exact(exact)
     check_backend(backend)
-    if exact == "on" and not BACKENDS[backend].exact:
-        raise ValueError(f"backend {backend!r} and exact 'on' cannot be combined: its pass is not batch-invariant; "
-                         "use backend 'torch' for exact verification")
+    check_exact_backend(exact, backend)
     loaded = replace(_load(name_or_path, dtype, device, cache_dir), pack=pack, exact=exact, backend=backend)
     if BACKENDS[backend].gguf:
         if loaded.gguf_path is None:

@@ -66,11 +66,11 @@ import jinja2.exceptions
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from specdec.choices import DEFAULT_BACKEND, check_backend, check_exact, check_pack
+from specdec.choices import ModelSpec
 from specdec.engine.costs import load_or_measure
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import DEFAULT_PREFILL_CHUNK, Engine
-from specdec.models import DEFAULT_MODEL, LoadedModel
+from specdec.models import LoadedModel
 from specdec.prompts import encode_prompt
 from specdec.proposers import MethodError
 from specdec.sampling import SamplingParams
@@ -112,7 +112,7 @@ MIN_TEMPERATURE = 1e-5
 
 @dataclass(frozen=True)
 class ServerConfig:
-    model: str = DEFAULT_MODEL
+    model: ModelSpec = ModelSpec()  # the one model this server loads, and how it verifies
     method: str = "logitspec"  # default method spec for requests without "specdec.method"
     # "METHOD:opt=value,..." each: server-side settings of a method (paths, quantize, calibration...),
     # prepared at startup; see specdec.serve.options
@@ -125,11 +125,6 @@ class ServerConfig:
     max_batch: int = 8  # requests decoded together (continuous batching); 1: one at a time
     max_tokens_limit: int = 1024  # largest max_tokens a request may ask for
     max_body_bytes: int = 1 << 20
-    dtype: str = "auto"
-    pack: str = "auto"  # LoadedModel.pack
-    exact: str = "off"  # LoadedModel.exact
-    backend: str = DEFAULT_BACKEND  # LoadedModel.backend
-    cache_dir: str | None = None
     shutdown_timeout_s: float = 30.0
     request_timeout_s: float = 30.0  # for a request's headers, and again for its body; then 408
     prefill_chunk: int = DEFAULT_PREFILL_CHUNK  # prompt tokens prefilled per step while others decode
@@ -149,9 +144,8 @@ class ServerConfig:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
         if self.pool_capacity < 1:
             raise ValueError(f"pool_capacity must be >= 1, got {self.pool_capacity}")
-        check_pack(self.pack)
-        check_exact(self.exact)
-        check_backend(self.backend)
+        if not isinstance(self.model, ModelSpec):
+            raise ValueError(f"model must be a ModelSpec, got {type(self.model).__name__}")
         self.method_settings()  # a bad method spec fails at startup, not per request
 
     def method_settings(self) -> MethodSettings:
@@ -407,8 +401,7 @@ def serve(config: ServerConfig) -> None:
 
     from specdec.models import load_model
 
-    loaded = load_model(config.model, dtype=config.dtype, cache_dir=config.cache_dir, pack=config.pack, exact=config.exact,
-                        backend=config.backend)
+    loaded = load_model(config.model)
     app = create_app(config, loaded)  # prepares the configured methods (measure, load, calibrate)
     if not config.api_keys and config.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without --api-key: anyone who can reach it can use it", config.host)
