@@ -21,8 +21,6 @@ from pathlib import Path
 import pytest
 
 TEST_CACHE_HOME = Path(tempfile.gettempdir()) / f"specdec-tests-{os.getuid()}"
-# Seconds per forward pass of SmolLM2-135M in fp32 at these tree sizes (2-core AVX-512 machine, idle).
-FIXED_COST_CURVE = {1: 0.039, 2: 0.045, 4: 0.05, 8: 0.06, 16: 0.073, 32: 0.105, 64: 0.157}
 
 
 def pytest_configure(config):
@@ -35,27 +33,17 @@ def spec_bench_subset() -> Path:
     return Path(__file__).parent / "data" / "spec_bench_subset.jsonl"
 
 
-def fixed_attention_plan():  # noqa: ANN201 - specdec.backends.torch.attention.AttentionPlan
-    """SDPA for short contexts, eager beyond: both implementations run in the suite, chosen by shape."""
-    from specdec.backends.torch import attention
-
-    return attention.AttentionPlan((128, 512), (1, 64), (("sdpa", "sdpa"), ("eager", "sdpa")))
-
-
 @pytest.fixture(scope="session")
 def default_model():
     """The bundled SmolLM2-135M-Instruct in float32, loaded once per session, with a fixed cost curve cached."""
-    from specdec.backends.timing_cache import cost_key
+    from helpers import fixed_attention_plan, save_fixed_costs
+
     from specdec.backends.torch import attention
-    from specdec.engine import costs
     from specdec.models import load_model
 
     loaded = load_model("smollm2-135m", dtype="fp32")
     attention.save_plan(loaded, fixed_attention_plan())
-    key = cost_key(loaded, costs.DEFAULT_SIZES, costs.DEFAULT_CONTEXT)
-    curve = costs.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values()))
-    costs.save_costs(costs.costs_folder(), key, curve)
-    return loaded
+    return save_fixed_costs(loaded)
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +87,7 @@ def small_draft(default_model):
 def bench_prompts(default_model, spec_bench_subset) -> dict[str, list[int]]:
     """Category -> the chat-templated prompt ids of its first question in the committed subset, and
     `counting`: an answer that repeats itself (what lookahead's Jacobi guesses are made for)."""
-    from spec_prompts import prompts_by_category
+    from helpers import prompts_by_category
 
     from specdec.prompts import encode_prompt
 
@@ -110,7 +98,49 @@ def bench_prompts(default_model, spec_bench_subset) -> dict[str, list[int]]:
 
 @pytest.fixture(scope="session")
 def plain_runs(engine, bench_prompts):
-    """Plain decoding's outputs on `bench_prompts`, each computed once per session (`spec_prompts.PlainRuns`)."""
-    from spec_prompts import PlainRuns
+    """Plain decoding's outputs on `bench_prompts`, each computed once per session (`helpers.PlainRuns`)."""
+    from helpers import PlainRuns
 
     return PlainRuns(engine, bench_prompts)
+
+
+@pytest.fixture(scope="session")
+def stdlib_datastore(default_model, tmp_path_factory) -> Path:
+    """A REST datastore over a few standard-library modules (`helpers.CORPUS`), for the default tokenizer."""
+    from helpers import CORPUS
+
+    from specdec.datastore_build import build_datastore
+
+    return build_datastore(CORPUS, default_model.tokenizer, tmp_path_factory.mktemp("ds") / "stdlib").out_dir
+
+
+@pytest.fixture(scope="module")
+def tiny(default_model):
+    """A tiny random Llama target over the default model's tokenizer (`helpers.tiny_target`)."""
+    from helpers import tiny_target
+
+    from specdec.models import LoadedModel
+
+    return LoadedModel(tiny_target(len(default_model.tokenizer)), default_model.tokenizer, "tiny-llama", pack="off")
+
+
+@pytest.fixture(scope="module")
+def data_file(tiny, tmp_path_factory):
+    """Chats (`helpers.TEXTS`), and the tiny target's own continuations of them (already tokenized): what
+    the trained-head tests train on."""
+    import json
+
+    from helpers import TEXTS
+
+    from specdec.engine.generation import GenerationConfig
+    from specdec.engine.loop import Engine
+    from specdec.proposers.plain import PlainProposer
+
+    path = tmp_path_factory.mktemp("data") / "chat.jsonl"
+    rows = [{"messages": [{"role": "user", "content": t[:40]}, {"role": "assistant", "content": t}]} for t in TEXTS]
+    engine = Engine(tiny, attention="sdpa")
+    config = GenerationConfig(max_new_tokens=40, ignore_eos=True)
+    for ids in (tiny.tokenizer(t)["input_ids"] for t in TEXTS):
+        rows.append({"input_ids": ids + engine.generate(ids, PlainProposer(), config).token_ids})
+    path.write_text("\n".join(json.dumps(r) for r in rows * 4) + "\n")
+    return path

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_target import assert_logits_close, reference_logits, tiny_llama, tiny_qwen2, trees
+from helpers import assert_logits_close, reference_logits, tiny_llama, tiny_qwen2, trees
 
 from specdec.backends.torch.attention import AttentionPlan, load_or_measure_plan, resolve_plan
 from specdec.backends.torch.target import TargetModel

@@ -10,13 +10,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from conftest import FIXED_COST_CURVE
+from helpers import save_fixed_costs
 
 from specdec.backends import registry
 from specdec.backends.contract import Rows, Target
-from specdec.backends.timing_cache import cost_key
 from specdec.choices import BACKENDS
-from specdec.engine import costs
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
 from specdec.models.state import ModelState
@@ -41,8 +39,7 @@ def test_an_undeclared_backend_is_refused():
 ])  # fmt: skip
 def test_backend_keeps_the_contract_and_decodes_losslessly(default_model, bench_prompts, backend):
     loaded = dataclasses.replace(default_model, backend=backend, state=ModelState(), **SETTINGS[backend])
-    key = cost_key(loaded, costs.DEFAULT_SIZES, costs.DEFAULT_CONTEXT)
-    costs.save_costs(costs.costs_folder(), key, costs.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values())))
+    save_fixed_costs(loaded)
     target = registry.verifier(loaded)
     assert isinstance(target, Target)
     rows = registry.rows_of(target)

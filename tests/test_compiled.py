@@ -11,14 +11,12 @@ import warnings
 
 import pytest
 import torch
-from conftest import FIXED_COST_CURVE
+from helpers import save_fixed_costs
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specdec.backends.compiled import CompiledTarget
-from specdec.backends.timing_cache import cost_key
 from specdec.backends.torch.rows import BatchedTarget
 from specdec.backends.torch.target import TargetModel
-from specdec.engine import costs
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine, generate_batch
 from specdec.models import LoadedModel, load_model
@@ -36,13 +34,6 @@ def _tiny(backend: str, layers: int = 2) -> LoadedModel:
     )  # fmt: skip
     torch.manual_seed(0)
     return LoadedModel(LlamaForCausalLM(config).eval(), None, "tiny-llama", pack="off", backend=backend)
-
-
-def _with_fixed_costs(loaded: LoadedModel) -> LoadedModel:
-    """The cost curve the suite uses everywhere (no timing, no compiling to measure it)."""
-    key = cost_key(loaded, costs.DEFAULT_SIZES, costs.DEFAULT_CONTEXT)
-    costs.save_costs(costs.costs_folder(), key, costs.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values())))
-    return loaded
 
 
 def test_compiled_with_exact_is_refused_before_loading():
@@ -122,7 +113,7 @@ def test_a_failing_compiler_falls_back_to_the_eager_pass():
 @pytest.fixture(scope="module")
 def on_compiled(default_model):
     """The default model (fp32) with backend compiled: a state of its own, the suite's fixed cost curve."""
-    return _with_fixed_costs(dataclasses.replace(default_model, backend="compiled", state=ModelState()))
+    return save_fixed_costs(dataclasses.replace(default_model, backend="compiled", state=ModelState()))
 
 
 def _run(engine: Engine, prompts: list[list[int]], method: str) -> list[list[int]]:

@@ -15,15 +15,14 @@ of every category, and seeded sampling is reproducible.
 from __future__ import annotations
 
 import json
-import sysconfig
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import CORPUS, STDLIB, prompts_by_category
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spec_prompts import prompts_by_category
 
 from specdec.cli import main
 from specdec.datastore import SEPARATOR, Datastore, DatastoreError, tokenizer_identity
@@ -36,8 +35,6 @@ from specdec.serve.options import RequestRefused
 from specdec.serve.pool import ProposerPool
 
 NEW_TOKENS = 16
-STDLIB = Path(sysconfig.get_paths()["stdlib"])
-CORPUS = [STDLIB / name for name in ("textwrap.py", "string.py", "shlex.py", "fnmatch.py")]
 HELD_OUT = STDLIB / "json" / "decoder.py"  # context drawn from a file outside the corpus
 
 

@@ -11,8 +11,8 @@ import json
 
 import pytest
 import torch
+from helpers import TEXTS, TRAIN, tiny_target
 from safetensors.torch import load_file, save_file
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from specdec.drafters.eagle3 import (
     Eagle3Head,
@@ -26,48 +26,8 @@ from specdec.drafters.features import collate, load_cache
 from specdec.drafters.train import TrainConfig, train, ttt_loss
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine, generate_batch
-from specdec.models import LoadedModel
 from specdec.proposers import make_config
 from specdec.proposers.plain import PlainProposer
-
-TEXTS = [
-    "The quick brown fox jumps over the lazy dog. " * 3,
-    "def add(a, b):\n    return a + b\n\nprint(add(2, 3))\n",
-    "Speculative decoding drafts several tokens and verifies them in one pass of the target model.",
-    "Paris is the capital of France. Berlin is the capital of Germany. Rome is the capital of Italy.",
-    "To make tea, boil water, pour it over the leaves, wait three minutes and strain.",
-    "One, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve.",
-]
-
-
-def tiny_target(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
-    config = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-    )  # fmt: skip
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(config).eval()
-
-
-@pytest.fixture(scope="module")
-def tiny(default_model) -> LoadedModel:
-    return LoadedModel(tiny_target(len(default_model.tokenizer)), default_model.tokenizer, "tiny-llama", pack="off")
-
-
-@pytest.fixture(scope="module")
-def data_file(tiny, tmp_path_factory):
-    """Chats, and the tiny target's own continuations of the test prompts (already tokenized)."""
-    path = tmp_path_factory.mktemp("data") / "chat.jsonl"
-    rows = [{"messages": [{"role": "user", "content": t[:40]}, {"role": "assistant", "content": t}]} for t in TEXTS]
-    engine = Engine(tiny, attention="sdpa")
-    config = GenerationConfig(max_new_tokens=40, ignore_eos=True)
-    for ids in (tiny.tokenizer(t)["input_ids"] for t in TEXTS):
-        rows.append({"input_ids": ids + engine.generate(ids, PlainProposer(), config).token_ids})
-    path.write_text("\n".join(json.dumps(r) for r in rows * 4) + "\n")
-    return path
-
-
-TRAIN = dict(draft_vocab=256, max_len=64, tokens_per_batch=512, lr=1e-2, epochs=3.0, checkpoint_every=4, holdout=0.1)
 
 
 @pytest.fixture(scope="module")

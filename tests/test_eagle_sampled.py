@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from test_sampling import total_variation, tv_bound
+from helpers import total_variation, tv_bound
 
 from specdec.engine.costs import load_or_measure
 from specdec.engine.generation import GenerationConfig, ProposalContext

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from spec_prompts import prompts_by_category
+from helpers import prompts_by_category
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 

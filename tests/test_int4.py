@@ -12,8 +12,7 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import FIXED_COST_CURVE, fixed_attention_plan
-from test_target import tiny_llama
+from helpers import fixed_attention_plan, save_fixed_costs, tiny_llama
 
 from specdec.backends.timing_cache import cost_key
 from specdec.backends.torch import attention, packed, q4_kernel
@@ -149,8 +148,7 @@ def on_int4(default_model):
     attention.save_plan(loaded, fixed_attention_plan())
     key = cost_key(loaded, costs.DEFAULT_SIZES, costs.DEFAULT_CONTEXT)
     assert key["weights"] == "int4" and cost_key(default_model, (1,), 8)["weights"] == "as loaded"
-    costs.save_costs(costs.costs_folder(), key, costs.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values())))
-    return loaded
+    return save_fixed_costs(loaded)
 
 
 def _run(engine: Engine, prompts: list[list[int]], method: str, tokens: int = 32) -> list[list[int]]:
@@ -197,9 +195,7 @@ def exact_int4():
     if not q4_kernel.load_extension():
         pytest.skip(str(q4_kernel.unavailable_reason()))
     loaded = load_model("smollm2-135m", dtype="bf16", pack="int4", exact="on")
-    key = cost_key(loaded, costs.DEFAULT_SIZES, costs.DEFAULT_CONTEXT)
-    costs.save_costs(costs.costs_folder(), key, costs.CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values())))
-    return loaded
+    return save_fixed_costs(loaded)
 
 
 def test_exact_int4_methods_equal_plain_in_bf16(exact_int4, bench_prompts):

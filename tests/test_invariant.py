@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from spec_prompts import prompts_by_category
-from test_layerskip import SKIP
+from helpers import SKIP, prompts_by_category
 
 from specdec.backends.contract import PromptFill
 from specdec.backends.torch.invariant import TAIL, verifiable

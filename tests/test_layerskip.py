@@ -10,6 +10,7 @@ import json
 
 import pytest
 import torch
+from helpers import SKIP
 
 from specdec.backends.torch.target import TargetModel
 from specdec.data import load_questions
@@ -34,7 +35,6 @@ from specdec.sampling import SamplingParams
 pytestmark = pytest.mark.slow  # the full tier (make test-all): calibration runs on the real model
 
 NEW_TOKENS = 32
-SKIP = "4,6,8,10,12,14,16,18,20,22"
 
 
 @pytest.fixture(scope="module")

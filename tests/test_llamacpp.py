@@ -10,6 +10,7 @@ import dataclasses
 
 import pytest
 import torch
+from helpers import save_fixed_costs
 
 pytest.importorskip("llama_cpp")
 
@@ -25,6 +26,8 @@ from specdec.proposers import parse_method  # noqa: E402
 from specdec.tree import DraftTree  # noqa: E402
 
 PROMPT = list(range(1000, 1100))
+# Seconds per exact pass of the default model on llama.cpp (2-core AVX-512 machine, idle)
+LLAMACPP_EXACT_COSTS = {1: 0.0146, 2: 0.0146, 4: 0.021, 8: 0.0326, 16: 0.0547, 32: 0.1, 64: 0.19}
 TREE = DraftTree(torch.tensor([5, 6, 7, 8, 9, 10, 11]), torch.tensor([-1, 0, 1, 0, 3, 3, 1]))
 
 
@@ -103,12 +106,15 @@ def test_exact_passes_have_the_bits_of_one_token_steps(context):
 @pytest.mark.parametrize("method", ["pld", "logitspec", pytest.param("lookahead", marks=pytest.mark.slow)])
 def test_greedy_methods_equal_plain(on_llamacpp, bench_prompts, method):
     """exact=on: one-token passes padded, so every pass takes llama.cpp's many-query attention."""
-    engine = Engine(dataclasses.replace(on_llamacpp, exact="on"))
+    # llama.cpp's curve with exact passes (a one-token pass padded to two), fixed: measured on a busy
+    # machine its extra nodes can look so dear that LogitSpec drafts nothing and the check below is void
+    exact = save_fixed_costs(dataclasses.replace(on_llamacpp, exact="on"), LLAMACPP_EXACT_COSTS)
+    engine = Engine(exact)
     config = GenerationConfig(max_new_tokens=48)
     for name in ("summarization", "math_reasoning"):
         prompt = bench_prompts[name]
         plain = engine.generate(prompt, parse_method("plain").build(on_llamacpp), config)
-        out = engine.generate(prompt, parse_method(method).build(on_llamacpp), config)
+        out = engine.generate(prompt, parse_method(method).build(exact), config)
         assert out.token_ids == plain.token_ids, name
         assert out.stats.mat > 1.0 or method == "lookahead"
 

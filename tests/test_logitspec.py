@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import has_path, walk
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_retrieval import has_path
 
 from specdec.engine.costs import CostModel
 from specdec.engine.generation import ProposalContext
@@ -30,7 +30,6 @@ from specdec.proposers.logitspec.retrieval import (
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.pld import PLDConfig, PLDProposer
 from specdec.sampling import SamplingParams
-from specdec.tree import DraftTree
 
 CPU_COSTS = CostModel((1, 16, 32, 64), (0.052, 0.094, 0.127, 0.189))  # SmolLM2 fp32, 2-core AVX2 CPU
 DEAR = CostModel((1, 2, 64), (1.0, 3.0, 90.0))  # a second node costs two steps: no chain pays
@@ -114,17 +113,6 @@ def test_floor_is_declined_where_a_chain_does_not_pay_and_comes_back():
         path = walk(tree, truth)
         proposer.observe(VerifyResult(truth[: len(path)], path, torch.zeros(tree.num_nodes, 16), tree))
     assert proposer.propose(ctx_for(context, torch.zeros(16))).num_nodes > 1 and proposer.floor_held is True
-
-
-def walk(tree: DraftTree, truth: list[int]) -> list[int]:
-    """The accepted path of greedy verification when the target's tokens are `truth`."""
-    path = [0]
-    for token in truth:
-        node = next((c for c in tree.children[path[-1]] if tree.token_list[c] == token), -1)
-        if node < 0:
-            break
-        path.append(node)
-    return path
 
 
 def test_floor_off_and_no_match():

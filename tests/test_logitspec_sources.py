@@ -19,9 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from spec_prompts import prompts_by_category
-from test_logitspec import walk
-from test_retrieval import has_path
+from helpers import CPU_COSTS_CURVE, fresh_logitspec, has_path, prompts_by_category, walk
 
 from specdec.datastore import Datastore, DatastoreError
 from specdec.datastore_build import build_datastore, suffix_array
@@ -31,7 +29,7 @@ from specdec.engine.verify import VerifyResult
 from specdec.proposers import MethodError, parse_method
 from specdec.proposers.logitspec.proposer import LogitSpecConfig, LogitSpecProposer
 from specdec.proposers.logitspec.sources import Sources
-from specdec.proposers.recycle import RecycleTable, output_vocab_size
+from specdec.proposers.recycle import RecycleTable
 from specdec.proposers.session_store import SessionStore
 from specdec.sampling import SamplingParams
 from specdec.serve.options import RequestRefused, check_option
@@ -39,7 +37,7 @@ from specdec.tree import DraftTree
 
 VOCAB = 32
 FREE = CostModel((1, 64), (1.0, 1.0))  # nodes cost nothing: every node above the floor probability is kept
-CPU_COSTS = CostModel((1, 16, 32, 64), (0.052, 0.094, 0.127, 0.189))
+CPU_COSTS = CostModel(*CPU_COSTS_CURVE)
 NEW_TOKENS = 16
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 CORPUS = [STDLIB / name for name in ("textwrap.py", "string.py", "shlex.py")]  # not benchmark data
@@ -133,18 +131,6 @@ def stdlib_store(default_model, tmp_path_factory) -> Path:
     return build_datastore(CORPUS, default_model.tokenizer, tmp_path_factory.mktemp("ds") / "stdlib").out_dir
 
 
-def fresh(default_model, method: str) -> LogitSpecProposer:
-    """LogitSpec on a new recycle table and session store (not the model's shared ones): no test order effects."""
-    config = parse_method(method)
-    vocab = output_vocab_size(default_model.model)
-    sources = Sources(
-        RecycleTable(vocab, 8) if config.recycle else None,
-        SessionStore(10_000, 4) if config.session else None,
-        config.open_datastore(default_model),
-    )
-    return LogitSpecProposer(config, CPU_COSTS, default_model.eos_token_ids, sources)
-
-
 def test_recycle_is_on_by_default_and_off_in_the_paper_mode(default_model):
     def recycle_of(method: str):
         return parse_method(method).assemble(default_model, CPU_COSTS, None).sources.recycle
@@ -161,7 +147,7 @@ def test_seeded_sampling_is_reproducible(engine, default_model, prompts, stdlib_
 
     def run(seed: int) -> list[int]:
         config = GenerationConfig(max_new_tokens=NEW_TOKENS, sampling=SamplingParams(temperature=0.9, seed=seed))
-        return engine.generate(ids, fresh(default_model, method), config).token_ids
+        return engine.generate(ids, fresh_logitspec(default_model, method), config).token_ids
 
     first = run(7)
     assert run(7) == first
@@ -169,7 +155,7 @@ def test_seeded_sampling_is_reproducible(engine, default_model, prompts, stdlib_
 
 
 def test_draft_trees_stay_within_budget(default_model, prompts, engine):
-    proposer = fresh(default_model, "logitspec:recycle=true,session=true,third=true,budget=12")
+    proposer = fresh_logitspec(default_model, "logitspec:recycle=true,session=true,third=true,budget=12")
     seen: list[DraftTree] = []
     inner = proposer.propose
     proposer.propose = lambda ctx: seen.append(inner(ctx)) or seen[-1]  # type: ignore[method-assign]

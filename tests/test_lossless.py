@@ -12,7 +12,8 @@ A case is one proposer serving its rows in order, as a server would: state it ke
 across requests (recycle tables, session stores, adaptive budgets) carries from row to
 row, and a row repeated later runs on state the earlier ones changed. Each row is a
 test; a row needs the rows before it, so it runs them first when selected alone. The
-first row of one case per method is in the fast tier, the rest are marked `slow`.
+first row of one case per method is in the fast tier, the rest are marked `slow`. At the end, one
+case per method serves eight prompts in one batch (`test_a_batch_of_eight_rows_each_equal_plain`).
 `test_the_case_exercised_its_path` checks, after all of a case's rows, that drafts were
 made and accepted (a matrix that never drafted would pass vacuously).
 """
@@ -21,20 +22,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-from test_datastore import CORPUS
-from test_layerskip import SKIP
-from test_logitspec_sources import fresh as fresh_sources_logitspec
-from test_recycle import fresh as fresh_recycle_proposer
+from helpers import SKIP
+from helpers import fresh_logitspec as fresh_sources_logitspec
+from helpers import fresh_recycle as fresh_recycle_proposer
 
+from specdec.engine.costs import load_or_measure
 from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import generate_batch
 from specdec.proposers import parse_method
 from specdec.proposers.draft import DraftConfig
 from specdec.proposers.hybrid import HybridConfig, HybridProposer
 from specdec.proposers.layerskip import LayerSkipConfig
+from specdec.proposers.plain import PlainProposer
 from specdec.proposers.recycle import RecycleConfig
 from specdec.proposers.session_store import SessionConfig, SessionProposer, SessionStore
 from specdec.proposers.universal import UniversalDraftProposer
@@ -265,13 +267,6 @@ class CaseRuns:
 
 
 @pytest.fixture(scope="session")
-def stdlib_datastore(default_model, tmp_path_factory) -> Path:
-    from specdec.datastore_build import build_datastore
-
-    return build_datastore(CORPUS, default_model.tokenizer, tmp_path_factory.mktemp("ds") / "stdlib").out_dir
-
-
-@pytest.fixture(scope="session")
 def case_runs(engine, bench_prompts) -> CaseRuns:
     return CaseRuns(engine, bench_prompts)
 
@@ -309,3 +304,45 @@ def test_every_method_has_a_fast_greedy_row():
 
     fast = {case.name.split(":")[0].split("-")[0] for case in CASES if case.fast and case.rows[0][1] == GREEDY}
     assert fast == set(METHODS) - {"plain"}
+
+
+# ------------------------------------------------------------------ eight rows in one batch
+# Each method's fast matrix case serves eight prompts of every category at once through the one engine,
+# with conftest's fixed cost curve, so the node budget cuts trees, rows are padded to the widest tree,
+# and rows leave at different steps (different `max_new_tokens`) while the others go on.
+BATCH_TOKENS = 32
+BATCH_ROWS = (  # (category, max_new_tokens): rows finish at different steps
+    ("translation", 32), ("mt_bench", 8), ("qa", 24), ("math_reasoning", 32),
+    ("summarization", 16), ("rag", 32), ("counting", 32), ("mt_bench", 4),
+)  # fmt: skip
+ONE_CASE_PER_METHOD = {
+    case.name.split(":")[0].split("-")[0]: case for case in CASES if case.fast and case.rows[0][1] == GREEDY
+}
+BATCH_FAST = {"plain"}  # the other methods run in the full tier (make test-all)
+
+
+def batch_builder(method: str):
+    if method == "plain":
+        return lambda request: PlainProposer()
+    return ONE_CASE_PER_METHOD[method].build
+
+
+BATCH_METHODS = [
+    pytest.param(name, marks=() if name in BATCH_FAST else pytest.mark.slow)
+    for name in ["plain", *sorted(ONE_CASE_PER_METHOD)]
+]
+
+
+@pytest.mark.parametrize("method", BATCH_METHODS)
+def test_a_batch_of_eight_rows_each_equal_plain(
+    engine, default_model, bench_prompts, plain_runs, request, method
+):
+    build = batch_builder(method)
+    prompts = [bench_prompts[category] for category, _ in BATCH_ROWS]
+    configs = [GenerationConfig(max_new_tokens=n) for _, n in BATCH_ROWS]
+    proposers = [build(request) for _ in BATCH_ROWS]
+    costs = load_or_measure(default_model)  # conftest's fixed curve: the node budget cuts trees
+    outs = generate_batch(engine, prompts, proposers, configs, costs=costs, max_batch=8)
+    expected = [plain_runs.tokens(category, BATCH_TOKENS, GREEDY)[:n] for category, n in BATCH_ROWS]
+    assert [out.token_ids for out in outs] == expected
+    assert max(out.stats.num_decode_steps for out in outs) > 0

@@ -11,8 +11,8 @@ import json
 
 import pytest
 import torch
+from helpers import TEXTS, TRAIN, tiny_target
 from safetensors.torch import load_file, save_file
-from test_eagle import TEXTS, TRAIN, data_file, tiny, tiny_target  # noqa: F401 (fixtures)
 
 from specdec.drafters.eagle3 import HeadError
 from specdec.drafters.features import collate, load_cache

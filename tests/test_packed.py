@@ -16,8 +16,7 @@ import dataclasses
 
 import pytest
 import torch
-from spec_prompts import prompts_by_category
-from test_target import tiny_qwen2
+from helpers import prompts_by_category, tiny_qwen2
 
 from specdec.backends.timing_cache import cost_key
 from specdec.backends.torch.packed import (

@@ -16,9 +16,9 @@ import threading
 
 import pytest
 import torch
+from helpers import fresh_recycle, prompts_by_category
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spec_prompts import prompts_by_category
 
 from specdec.engine.generation import GenerationConfig, ProposalContext
 from specdec.engine.verify import VerifyResult
@@ -191,18 +191,12 @@ def prompts(default_model, spec_bench_subset):
     return prompts_by_category(default_model.tokenizer, spec_bench_subset)
 
 
-def fresh(default_model, config: RecycleConfig) -> RecycleProposer:
-    """A proposer on a new, empty table (not the model's shared one), so tests do not depend on order."""
-    table = RecycleTable(output_vocab_size(default_model.model), config.k)
-    return RecycleProposer(config, table, default_model.eos_token_ids)
-
-
 def test_seeded_sampling_is_reproducible_from_the_same_table_state(engine, default_model, prompts):
     ids = prompts[next(name for name in prompts if name.startswith("translation"))]
 
     def run(seed: int) -> list[int]:
         config = GenerationConfig(max_new_tokens=16, sampling=SamplingParams(temperature=0.9, seed=seed))
-        return engine.generate(ids, fresh(default_model, RecycleConfig(budget=16)), config).token_ids
+        return engine.generate(ids, fresh_recycle(default_model, RecycleConfig(budget=16)), config).token_ids
 
     first = run(7)
     assert run(7) == first

@@ -14,6 +14,7 @@ import json
 
 import pytest
 import torch
+from helpers import has_path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -52,15 +53,6 @@ def assert_trie(tree: DraftTree) -> None:
     for kids in tree.children:
         sibling_tokens = [tokens[c] for c in kids]
         assert len(sibling_tokens) == len(set(sibling_tokens)), "duplicate siblings"
-
-
-def has_path(tree: DraftTree, branch: list[int]) -> bool:
-    node = 0
-    for token in branch:
-        node = next((c for c in tree.children[node] if tree.token_list[c] == token), -1)
-        if node < 0:
-            return False
-    return True
 
 
 def indexed(tokens: list[int], max_ngram: int = 3, prefer: str = "latest") -> NGramIndex:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from helpers import total_variation, tv_bound
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,7 +54,6 @@ from specdec.uniforms import PositionUniforms
 VOCAB = 8
 NUM_TRIALS = 100_000
 CONTEXT, ROOT = 3, 5  # the token before the root, and the root (already decided)
-DELTA = 1e-6  # chance that a correct rule fails one check, for a random seed
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -64,31 +64,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-# ------------------------------------------------------------------ statistics
-def tv_bound(true_probs: torch.Tensor, num_trials: int, delta: float = DELTA) -> float:
-    """Largest total variation a *correct* rule shows, except with probability delta.
-
-    For n i.i.d. trials, the empirical frequency of outcome k has variance
-    p_k (1 - p_k) / n, so E|freq_k - p_k| <= sqrt(p_k (1 - p_k) / n) (Jensen) and
-        E[TV] <= 1/2 * sum_k sqrt(p_k (1 - p_k) / n)        (<= 1/2 sqrt(K / n) for K outcomes).
-    Changing one trial moves TV by at most 1/n, so by McDiarmid's inequality
-        P(TV >= E[TV] + t) <= exp(-2 n t^2),  t = sqrt(ln(1 / delta) / (2 n)).
-    With n = 100k and 8 uniform outcomes this is about 0.004 + 0.008; with 64, about
-    0.013 + 0.008 (skewed outcomes give less: the bound uses the true p_k). A correct
-    rule shows TV ~ E[TV]; the broken rules below show 0.1 to 0.5. The seeds are
-    fixed, so every run is the same run; the bound says the seeds were not picked
-    to pass (a correct rule fails for fewer than one seed in a million).
-    """
-    spread = 0.5 * float((true_probs * (1 - true_probs)).clamp(min=0).sqrt().sum()) / math.sqrt(num_trials)
-    return spread + math.sqrt(math.log(1 / delta) / (2 * num_trials))
-
-
-def total_variation(samples: torch.Tensor, true_probs: torch.Tensor) -> float:
-    """samples: [n] int64 outcome ids; true_probs: [K] float64."""
-    freq = torch.bincount(samples, minlength=true_probs.numel()).double() / samples.numel()
-    return 0.5 * float((freq - true_probs.flatten()).abs().sum())
 
 
 # ------------------------------------------------------------ reference filter

@@ -8,43 +8,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from helpers import assert_logits_close, reference_logits, tiny_llama, tiny_qwen2, trees
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from specdec.backends.torch.target import TargetModel, head_logits, head_weight
 from specdec.models import UnsupportedModelError
 from specdec.tree import DraftTree
-
-ATOL = 1e-4
-
-
-def assert_logits_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
-    """Equal up to fp32 rounding, which grows with the logits' scale (the default model's reach ~30).
-
-    Different kernel shapes (a cache that grew, a tree against a fresh prefill) sum in a different
-    order; that moved the default model's logits by up to 2e-4 on one CI machine, 4e-5 on another.
-    A wrong mask or position moves them by whole units.
-    """
-    atol = ATOL + 2e-5 * float(expected.abs().max())
-    torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=0)
-
-
-def tiny_llama() -> torch.nn.Module:
-    config = LlamaConfig(
-        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-    )
-    torch.manual_seed(0)
-    return LlamaForCausalLM(config).eval()
-
-
-def tiny_qwen2(sliding: bool = False) -> torch.nn.Module:
-    config = Qwen2Config(
-        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        use_sliding_window=sliding, sliding_window=16, max_window_layers=0,
-    )
-    torch.manual_seed(1)
-    return Qwen2ForCausalLM(config).eval()
 
 
 @pytest.fixture(scope="module", params=["default", "llama", "qwen2"])
@@ -52,38 +21,6 @@ def model(request, default_model):
     if request.param == "default":
         return default_model.model
     return tiny_llama() if request.param == "llama" else tiny_qwen2()
-
-
-def random_tree(num_nodes: int, vocab: int, seed: int, max_fanout_bias: float = 0.5) -> DraftTree:
-    """A random tree: each node's parent is drawn among earlier nodes."""
-    gen = torch.Generator().manual_seed(seed)
-    parents = [-1]
-    for i in range(1, num_nodes):
-        # Bias towards recent nodes for depth, or towards the root for width.
-        if torch.rand(1, generator=gen).item() < max_fanout_bias:
-            parents.append(int(torch.randint(0, i, (1,), generator=gen)))
-        else:
-            parents.append(i - 1)
-    tokens = torch.randint(0, vocab, (num_nodes,), generator=gen)
-    return DraftTree(tokens, torch.tensor(parents, dtype=torch.int64))
-
-
-def trees(vocab: int) -> dict[str, DraftTree]:
-    return {
-        "root-only": DraftTree.chain(5),
-        "chain": DraftTree.chain(7, [11, 13, 17, 19, 23, 29]),
-        "wide": DraftTree(
-            torch.randint(0, vocab, (9,), generator=torch.Generator().manual_seed(2)),
-            torch.tensor([-1] + [0] * 8),
-        ),
-        "deep": random_tree(24, vocab, seed=3, max_fanout_bias=0.15),
-        "bushy": random_tree(32, vocab, seed=4, max_fanout_bias=0.7),
-    }
-
-
-def reference_logits(model, ids: list[int]) -> torch.Tensor:
-    with torch.inference_mode():
-        return model(torch.tensor([ids])).logits[0, -1]
 
 
 @pytest.mark.parametrize("shape", ["root-only", "chain", "wide", "deep", "bushy"])

@@ -1,0 +1,251 @@
+"""What several test modules share, in one place: test modules import from here (and take fixtures from
+conftest.py), never from one another.
+
+- prompts: Spec-Bench prompts of every category and plain decoding's outputs on them, for
+  "token-identical to plain" tests (`PlainRuns`; conftest.py holds one for the session, `plain_runs`);
+- fixed timings: the cost curve and attention plan the suite seeds its cache with, so no test depends
+  on wall-clock timing (`save_fixed_costs` for a model view with a cost key of its own);
+- tiny models and trees: random configs of two architectures, draft-tree shapes, a reference forward;
+- statistics: the total-variation bound that the distribution tests of every acceptance rule use;
+- small shared values: a layer-skip set, a text corpus, tree walks, proposers on fresh tables.
+"""
+
+from __future__ import annotations
+
+import math
+import sysconfig
+from pathlib import Path
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from specdec.data import load_questions
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
+from specdec.prompts import encode_prompt
+from specdec.proposers.plain import PlainProposer
+from specdec.sampling import SamplingParams
+from specdec.tree import DraftTree
+
+# ------------------------------------------------------------------ prompts
+CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
+
+
+def prompts_by_category(
+    tokenizer, subset: Path, categories: tuple[str, ...] = CATEGORIES
+) -> dict[str, list[int]]:
+    """`category-question_id` -> prompt token ids, the first question of each category in `categories`."""
+    questions = [q for q in load_questions(subset, per_category=1) if q.category in categories]
+    assert sorted({q.category for q in questions}) == sorted(categories)
+    return {
+        f"{q.category}-{q.question_id}": encode_prompt(tokenizer, q.turns[0], chat=True) for q in questions
+    }
+
+
+class PlainRuns:
+    """Plain decoding's tokens per (prompt, length, sampling), each computed once: what lossless tests compare with."""
+
+    def __init__(self, engine: Engine, prompts: dict[str, list[int]]) -> None:
+        self.engine, self.prompts = engine, prompts
+        self.outputs: dict[tuple[str, int, SamplingParams], list[int]] = {}
+
+    def tokens(self, name: str, max_new_tokens: int, sampling: SamplingParams | None = None) -> list[int]:
+        key = (name, max_new_tokens, sampling or SamplingParams())
+        if key not in self.outputs:
+            config = GenerationConfig(max_new_tokens=max_new_tokens, sampling=key[2])
+            self.outputs[key] = self.engine.generate(self.prompts[name], PlainProposer(), config).token_ids
+        return self.outputs[key]
+
+
+# ------------------------------------------------------------------ fixed timings
+# Seconds per forward pass of SmolLM2-135M in fp32 at these tree sizes (2-core AVX-512 machine, idle).
+FIXED_COST_CURVE = {1: 0.039, 2: 0.045, 4: 0.05, 8: 0.06, 16: 0.073, 32: 0.105, 64: 0.157}
+
+
+def fixed_attention_plan():  # noqa: ANN201 - specdec.backends.torch.attention.AttentionPlan
+    """SDPA for short contexts, eager beyond: both implementations run in the suite, chosen by shape."""
+    from specdec.backends.torch import attention
+
+    return attention.AttentionPlan((128, 512), (1, 64), (("sdpa", "sdpa"), ("eager", "sdpa")))
+
+
+def save_fixed_costs(loaded, curve: dict[int, float] = FIXED_COST_CURVE):  # noqa: ANN001, ANN201 - LoadedModel
+    """Seed the cost cache of `loaded`'s key (its backend, weights and dtype) with `curve`, so its trees
+    are sized the same on a busy machine as on an idle one (no timing, no compiling); returns `loaded`."""
+    from specdec.backends.timing_cache import cost_key
+    from specdec.engine import costs
+
+    key = cost_key(loaded, costs.DEFAULT_SIZES, costs.DEFAULT_CONTEXT)
+    curve = costs.CostModel(tuple(curve), tuple(curve.values()))
+    costs.save_costs(costs.costs_folder(), key, curve)
+    return loaded
+
+
+# ------------------------------------------------------------------ tiny models and trees
+ATOL = 1e-4
+
+
+def assert_logits_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """Equal up to fp32 rounding, which grows with the logits' scale (the default model's reach ~30).
+
+    Different kernel shapes (a cache that grew, a tree against a fresh prefill) sum in a different
+    order; that moved the default model's logits by up to 2e-4 on one CI machine, 4e-5 on another.
+    A wrong mask or position moves them by whole units.
+    """
+    atol = ATOL + 2e-5 * float(expected.abs().max())
+    torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=0)
+
+
+def tiny_llama() -> torch.nn.Module:
+    config = LlamaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+def tiny_qwen2(sliding: bool = False) -> torch.nn.Module:
+    config = Qwen2Config(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        use_sliding_window=sliding, sliding_window=16, max_window_layers=0,
+    )  # fmt: skip
+    torch.manual_seed(1)
+    return Qwen2ForCausalLM(config).eval()
+
+
+TEXTS = [  # short chats of several kinds: what the trained-head tests learn from
+    "The quick brown fox jumps over the lazy dog. " * 3,
+    "def add(a, b):\n    return a + b\n\nprint(add(2, 3))\n",
+    "Speculative decoding drafts several tokens and verifies them in one pass of the target model.",
+    "Paris is the capital of France. Berlin is the capital of Germany. Rome is the capital of Italy.",
+    "To make tea, boil water, pour it over the leaves, wait three minutes and strain.",
+    "One, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve.",
+]
+# Training settings small enough for a test: a few steps over TEXTS on the tiny target.
+TRAIN = dict(draft_vocab=256, max_len=64, tokens_per_batch=512, lr=1e-2, epochs=3.0, checkpoint_every=4, holdout=0.1)
+
+
+def tiny_target(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
+    """A 6-layer Llama over a real tokenizer's vocabulary: a target trained heads can learn quickly."""
+    config = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config).eval()
+
+
+def random_tree(num_nodes: int, vocab: int, seed: int, max_fanout_bias: float = 0.5) -> DraftTree:
+    """A random tree: each node's parent is drawn among earlier nodes."""
+    gen = torch.Generator().manual_seed(seed)
+    parents = [-1]
+    for i in range(1, num_nodes):
+        # Bias towards recent nodes for depth, or towards the root for width.
+        if torch.rand(1, generator=gen).item() < max_fanout_bias:
+            parents.append(int(torch.randint(0, i, (1,), generator=gen)))
+        else:
+            parents.append(i - 1)
+    tokens = torch.randint(0, vocab, (num_nodes,), generator=gen)
+    return DraftTree(tokens, torch.tensor(parents, dtype=torch.int64))
+
+
+def trees(vocab: int) -> dict[str, DraftTree]:
+    return {
+        "root-only": DraftTree.chain(5),
+        "chain": DraftTree.chain(7, [11, 13, 17, 19, 23, 29]),
+        "wide": DraftTree(
+            torch.randint(0, vocab, (9,), generator=torch.Generator().manual_seed(2)),
+            torch.tensor([-1] + [0] * 8),
+        ),
+        "deep": random_tree(24, vocab, seed=3, max_fanout_bias=0.15),
+        "bushy": random_tree(32, vocab, seed=4, max_fanout_bias=0.7),
+    }
+
+
+def reference_logits(model, ids: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(torch.tensor([ids])).logits[0, -1]
+
+
+def has_path(tree: DraftTree, branch: list[int]) -> bool:
+    node = 0
+    for token in branch:
+        node = next((c for c in tree.children[node] if tree.token_list[c] == token), -1)
+        if node < 0:
+            return False
+    return True
+
+
+def walk(tree: DraftTree, truth: list[int]) -> list[int]:
+    """The accepted path of greedy verification when the target's tokens are `truth`."""
+    path = [0]
+    for token in truth:
+        node = next((c for c in tree.children[path[-1]] if tree.token_list[c] == token), -1)
+        if node < 0:
+            break
+        path.append(node)
+    return path
+
+
+# ------------------------------------------------------------------ statistics
+DELTA = 1e-6  # a correct acceptance rule fails a distribution test for fewer than one seed in a million
+
+
+def tv_bound(true_probs: torch.Tensor, num_trials: int, delta: float = DELTA) -> float:
+    """Largest total variation a *correct* rule shows, except with probability delta.
+
+    For n i.i.d. trials, the empirical frequency of outcome k has variance
+    p_k (1 - p_k) / n, so E|freq_k - p_k| <= sqrt(p_k (1 - p_k) / n) (Jensen) and
+        E[TV] <= 1/2 * sum_k sqrt(p_k (1 - p_k) / n)        (<= 1/2 sqrt(K / n) for K outcomes).
+    Changing one trial moves TV by at most 1/n, so by McDiarmid's inequality
+        P(TV >= E[TV] + t) <= exp(-2 n t^2),  t = sqrt(ln(1 / delta) / (2 n)).
+    With n = 100k and 8 uniform outcomes this is about 0.004 + 0.008; with 64, about
+    0.013 + 0.008 (skewed outcomes give less: the bound uses the true p_k). A correct
+    rule shows TV ~ E[TV]; broken rules show 0.1 to 0.5. The seeds are fixed, so every
+    run is the same run; the bound says the seeds were not picked to pass.
+    """
+    spread = 0.5 * float((true_probs * (1 - true_probs)).clamp(min=0).sqrt().sum()) / math.sqrt(num_trials)
+    return spread + math.sqrt(math.log(1 / delta) / (2 * num_trials))
+
+
+def total_variation(samples: torch.Tensor, true_probs: torch.Tensor) -> float:
+    """samples: [n] int64 outcome ids; true_probs: [K] float64."""
+    freq = torch.bincount(samples, minlength=true_probs.numel()).double() / samples.numel()
+    return 0.5 * float((freq - true_probs.flatten()).abs().sum())
+
+
+# ------------------------------------------------------------------ shared values and proposers
+SKIP = "4,6,8,10,12,14,16,18,20,22"  # layers a layer-skip draft of the default model leaves out
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+CORPUS = [STDLIB / name for name in ("textwrap.py", "string.py", "shlex.py", "fnmatch.py")]  # a datastore's text
+# Seconds per pass at 1, 16, 32, 64 nodes: the costs unit tests of the retrieval proposers size trees by.
+CPU_COSTS_CURVE = ((1, 16, 32, 64), (0.052, 0.094, 0.127, 0.189))
+
+
+def fresh_logitspec(default_model, method: str):  # noqa: ANN001, ANN201 - LoadedModel, LogitSpecProposer
+    """LogitSpec on a new recycle table and session store (not the model's shared ones): no test order effects."""
+    from specdec.engine.costs import CostModel
+    from specdec.proposers import parse_method
+    from specdec.proposers.logitspec.proposer import LogitSpecProposer
+    from specdec.proposers.logitspec.sources import Sources
+    from specdec.proposers.recycle import RecycleTable, output_vocab_size
+    from specdec.proposers.session_store import SessionStore
+
+    config = parse_method(method)
+    vocab = output_vocab_size(default_model.model)
+    sources = Sources(
+        RecycleTable(vocab, 8) if config.recycle else None,
+        SessionStore(10_000, 4) if config.session else None,
+        config.open_datastore(default_model),
+    )
+    return LogitSpecProposer(config, CostModel(*CPU_COSTS_CURVE), default_model.eos_token_ids, sources)
+
+
+def fresh_recycle(default_model, config):  # noqa: ANN001, ANN201 - LoadedModel, RecycleConfig -> RecycleProposer
+    """A proposer on a new, empty table (not the model's shared one), so tests do not depend on order."""
+    from specdec.proposers.recycle import RecycleProposer, RecycleTable, output_vocab_size
+
+    table = RecycleTable(output_vocab_size(default_model.model), config.k)
+    return RecycleProposer(config, table, default_model.eos_token_ids)
