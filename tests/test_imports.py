@@ -132,3 +132,18 @@ def test_every_module_has_a_layer_and_imports_only_downward():
     graph = module_graph(SRC)
     assert all(layer_of(module) >= 0 for module in graph)
     assert upward_imports(graph) == []
+
+
+def test_test_modules_import_shared_pieces_from_helpers_only():
+    """What several test modules share lives in tests/helpers.py (fixtures in conftest.py): a test module
+    that imports another test module (or conftest) runs that module's fixtures and tests by surprise."""
+    tests = Path(__file__).resolve().parent
+    local = {path.stem for path in tests.glob("*.py")} - {"helpers"}
+    offenders = []
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            offenders += [f"{path.name} imports {name}" for name in names if name.split(".")[0] in local]
+    assert not offenders, offenders

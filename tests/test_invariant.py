@@ -164,7 +164,7 @@ def test_greedy_bf16_output_is_plain_decoding(bf16, prompts, method):
 
 def _proposer(loaded, method: str, request: pytest.FixtureRequest):
     if method == "datastore":
-        from test_datastore import CORPUS
+        from helpers import CORPUS
 
         from specdec.datastore_build import build_datastore
 
