@@ -6,8 +6,8 @@ What must hold (each test can fail):
 - expensive parts are made by `prepare` only, once per key; `check` and `get`
   refuse a config whose parts were not prepared, and never make them;
 - concurrent `get`s of one config build it once;
-- the real recipes assemble working proposers from prepared parts (draft with a
-  stand-in draft module, so no second model is loaded).
+- the configs' own preparations assemble working proposers from prepared parts
+  (draft with a stand-in draft module, so no second model is loaded).
 """
 
 from __future__ import annotations
@@ -19,26 +19,34 @@ import pytest
 
 from specdec.engine.generation import GenerationConfig
 from specdec.prompts import encode_prompt
-from specdec.proposers import make_config
+from specdec.proposers import make_config, method_name
 from specdec.proposers.draft import DraftProposer
+from specdec.proposers.schema import Preparation
 from specdec.sampling import SamplingParams
 from specdec.serve.options import RequestRefused
-from specdec.serve.parts import RECIPES, Recipe
 from specdec.serve.pool import ProposerPool
 
 
-class CountingRecipe:
-    """A recipe for `plain` whose parts are a counter: prepare calls are counted."""
+class CountingPreparation:
+    """A preparation for `plain` whose parts are a counter: prepare calls are counted."""
 
     def __init__(self) -> None:
         self.prepared = 0
 
-    def recipe(self) -> Recipe:
-        def prepare(loaded, config) -> int:
+    def __call__(self, config) -> Preparation:
+        def prepare(loaded) -> int:
             self.prepared += 1
             return self.prepared
 
-        return Recipe(lambda config: ("parts",), prepare, lambda loaded, config, parts: config.build(loaded), "why")
+        return Preparation(("parts",), prepare, lambda loaded, parts: config.build(loaded), "why")
+
+
+def with_stand_in_draft(config) -> Preparation | None:
+    """The configs' own preparations, but `draft` prepares the target itself as its draft module."""
+    needs = config.preparation()
+    if method_name(config) != "draft":
+        return needs
+    return dataclasses.replace(needs, prepare=lambda loaded: config.prepare(loaded, loaded.model))
 
 
 def test_the_same_config_gives_the_same_proposer(default_model):
@@ -67,8 +75,8 @@ def test_the_pool_keeps_at_most_capacity_least_recently_used_out(default_model):
 
 
 def test_parts_are_made_by_prepare_only_and_once(default_model):
-    counting = CountingRecipe()
-    pool = ProposerPool(default_model, recipes={"plain": counting.recipe()})
+    counting = CountingPreparation()
+    pool = ProposerPool(default_model, preparation=counting)
     config = make_config("plain")
     for call in (pool.check, pool.get):
         with pytest.raises(RequestRefused) as refused:
@@ -91,7 +99,7 @@ def test_concurrent_gets_build_once(default_model):
     assert (pool.stats().builds, pool.stats().hits) == (1, 31)
 
 
-def test_unprepared_real_recipes_are_refused_with_their_reason(default_model):
+def test_unprepared_real_preparations_are_refused_with_their_reason(default_model):
     pool = ProposerPool(default_model)
     for method, options, words in [
         ("draft", {}, "draft model"),
@@ -107,8 +115,7 @@ def test_unprepared_real_recipes_are_refused_with_their_reason(default_model):
 
 def test_an_int8_draft_is_quantized_once_and_shared(default_model, engine):
     """The server prepares the int8 copy at startup; each concurrent request's proposer shares it."""
-    draft = dataclasses.replace(RECIPES["draft"], prepare=lambda loaded, config: config.prepare(loaded, loaded.model))
-    pool = ProposerPool(default_model, recipes={**RECIPES, "draft": draft})
+    pool = ProposerPool(default_model, preparation=with_stand_in_draft)
     config = make_config("draft", {"draft_model": "stand-in", "k": 2, "adaptive": False, "quantize": "int8"})
     pool.prepare(config)
     first, second = pool.acquire(config), pool.acquire(config)
@@ -121,10 +128,9 @@ def test_an_int8_draft_is_quantized_once_and_shared(default_model, engine):
     assert pool.stats().prepared == 1 and pool.stats().builds == 2
 
 
-def test_real_recipes_assemble_working_proposers(default_model, engine):
+def test_real_preparations_assemble_working_proposers(default_model, engine):
     """draft with the target itself as its (stand-in) draft module; layerskip with a fixed skip set."""
-    draft = dataclasses.replace(RECIPES["draft"], prepare=lambda loaded, config: config.prepare(loaded, loaded.model))
-    pool = ProposerPool(default_model, recipes={**RECIPES, "draft": draft})
+    pool = ProposerPool(default_model, preparation=with_stand_in_draft)
     config = make_config("draft", {"draft_model": "stand-in", "k": 2, "max_k": 2, "adaptive": False})
     pool.prepare(config)
     proposer = pool.get(config)

@@ -35,7 +35,7 @@ from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
 from specdec.proposers.base import ProposerBase
 from specdec.proposers.pld import check_min_ngram, cut_after_eos
-from specdec.proposers.schema import method_config, option
+from specdec.proposers.schema import Preparation, method_config, option
 from specdec.tree import DraftTree
 
 
@@ -67,6 +67,16 @@ class DatastoreConfig:
                 "(build one with `specdec datastore build FILES... -o DIR`)"
             )
         return Datastore.open(self.path, loaded.tokenizer)
+
+    def preparation(self) -> Preparation:
+        """The datastore folder, opened and checked once."""
+        return Preparation(
+            ("datastore", self.path),
+            self.open,  # DatastoreError (at startup) for a missing path or an unusable folder
+            lambda loaded, datastore: DatastoreProposer(self, datastore, loaded.eos_token_ids),
+            "datastore needs a datastore folder opened by the server at startup, and this server has none "
+            "(operator: specdec serve --method-config datastore:path=DIR)",
+        )
 
     def build(self, loaded: LoadedModel) -> DatastoreProposer:
         return DatastoreProposer(self, self.open(loaded), loaded.eos_token_ids)

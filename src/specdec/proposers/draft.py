@@ -75,7 +75,7 @@ from specdec.proposers.draft_module import (
     quantize_int8,
     wants_int8,
 )
-from specdec.proposers.schema import method_config, option
+from specdec.proposers.schema import Preparation, method_config, option
 from specdec.proposers.universal import UniversalDraftProposer
 from specdec.sampling import SamplingParams, logits_to_probs
 from specdec.tree import DraftTree
@@ -123,6 +123,25 @@ class DraftConfig:
     def chain_settings(self, cost_ratio: float) -> ChainSettings:
         cost = max((self.cost_ratio or cost_ratio) + self.verify_cost, 1e-3)
         return ChainSettings(self.k, self.max_k, self.adaptive, self.schedule, cost, self.verify_cost)
+
+    def preparation(self) -> Preparation:
+        """The draft model, loaded (and quantized, when `quantize` asks for it) once."""
+        return Preparation(
+            ("draft", self.draft_model, self.cache_dir, self.quantize),
+            self._prepare_loaded,
+            self.build_prepared,
+            "draft needs a draft model set by the server, and this server has none "
+            "(operator: specdec serve --method-config draft:draft_model=NAME)",
+        )
+
+    def _prepare_loaded(self, loaded: LoadedModel) -> PreparedDraft:
+        if not self.draft_model:
+            raise ValueError("draft: give the draft model, e.g. --method-config draft:draft_model=qwen2.5-coder-0.5b")
+        draft = load_model(
+            self.draft_model, dtype=loaded.dtype, device=str(loaded.device), cache_dir=self.cache_dir or None
+        )
+        check_same_tokenizer(draft.tokenizer, loaded.tokenizer, f"draft model {self.draft_model!r}")
+        return self.prepare(loaded, draft.model)
 
     def build(self, loaded: LoadedModel) -> DraftProposer | UniversalDraftProposer:
         """Load the draft model; a draft with another tokenizer drafts through text (`text=auto`)."""

@@ -41,6 +41,7 @@ the model's name, dtype and layer count.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -57,7 +58,7 @@ from specdec.proposers.chain_length import SCHEDULES, ChainSettings
 from specdec.proposers.draft import VERIFY_COST_PER_TOKEN, DraftProposer
 from specdec.proposers.draft_module import LAYER_OVERHEAD_PARAMS, compute_params
 from specdec.proposers.plain import PlainProposer
-from specdec.proposers.schema import method_config, option
+from specdec.proposers.schema import Preparation, method_config, option
 
 CALIBRATION_PROMPTS = (
     "Write a Python function that returns the n-th Fibonacci number, and explain how it works.",
@@ -152,6 +153,25 @@ class LayerSkipConfig:
     def __post_init__(self) -> None:
         parse_skip(self.skip)
         ChainSettings(self.k, self.max_k, self.adaptive, self.schedule)  # k <= max_k
+
+    def preparation(self) -> Preparation | None:
+        """The calibrated skip set, when none is given."""
+        if self.skip:
+            return None
+
+        def assemble(loaded: LoadedModel, skip: tuple[int, ...]) -> DraftProposer | PlainProposer:
+            # Without a skip set (nothing paid off in the calibration) `build` reads the cached
+            # calibration and decodes plainly.
+            config = dataclasses.replace(self, skip="+".join(str(layer) for layer in skip)) if skip else self
+            return config.build(loaded)
+
+        return Preparation(
+            ("calibration", self.cache_dir, self.verify_cost),
+            lambda loaded: calibrated_skip(loaded, self.verify_cost, self.cache_dir or None),
+            assemble,
+            "layerskip needs a calibrated skip set, which this server did not prepare at startup "
+            "(operator: specdec serve --method-config layerskip, or --method-config layerskip:skip=4+6+8)",
+        )
 
     def build(self, loaded: LoadedModel) -> DraftProposer | PlainProposer:
         skip = parse_skip(self.skip)

@@ -15,7 +15,10 @@ Invariants:
   construction (`dataclasses.replace` included); a bad value raises
   `MethodError` (a ValueError), never pydantic's own error;
 - rules across options that a bound cannot express stay in the config's
-  `__post_init__` (a ValueError there becomes "METHOD: its message").
+  `__post_init__` (a ValueError there becomes "METHOD: its message");
+- a config whose build is expensive (loads a model, measures, calibrates, opens a folder) says so in
+  its own `preparation()` (a `Preparation`, keyed by server-side options only, so a request cannot
+  make a server do that work); every other config gets the decorator's `preparation()`, None.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import functools
 import math
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -64,12 +67,35 @@ def option(
     return Field(ge=ge, gt=gt, le=le, lt=lt, json_schema_extra=extra)
 
 
+@dataclass(frozen=True)
+class Preparation:
+    """The expensive part of a config's build, split from the cheap part so a server does it once.
+
+    `prepare(loaded)` makes the parts (startup only: may load, convert, measure or calibrate);
+    `assemble(loaded, parts)` makes a fresh proposer from them and never does that work. `key` names
+    the parts (configs with equal keys share them) and is made of server-side options only. `missing`
+    says why a request for a config whose parts were not prepared is refused, and how an operator fixes it.
+    """
+
+    key: Hashable
+    prepare: Callable[[Any], Any]
+    assemble: Callable[[Any, Any], Any]
+    missing: str
+
+
+def _no_preparation(self: Any) -> Preparation | None:
+    """This method's build is cheap: `config.build(loaded)` serves every request."""
+    return None
+
+
 def method_config(label: str) -> Callable[[type], type]:
     """Make `cls` a frozen, validated method config whose errors are MethodErrors naming `label`."""
 
     def wrap(cls: type) -> type:
         made = pydantic_dataclass(frozen=True, config=PYDANTIC_CONFIG)(cls)
         made.method_label = label
+        if not hasattr(made, "preparation"):
+            made.preparation = _no_preparation
         validate = made.__init__
 
         @functools.wraps(validate)

@@ -2,7 +2,8 @@
 
 Why: building a proposer per request made `draft` reload its draft model and
 `logitspec` re-read (or re-measure) its cost curve inside requests. Here the
-expensive parts are prepared once at startup (`specdec.serve.parts`) and each
+expensive parts are prepared once at startup (each config's own `preparation()`,
+`specdec.proposers.schema.Preparation`) and each
 distinct frozen config's proposer is kept, least recently used first out.
 
 Invariants:
@@ -32,14 +33,13 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
 from specdec.models import LoadedModel
-from specdec.proposers import method_name
+from specdec.proposers.schema import Preparation
 from specdec.serve.options import RequestRefused
-from specdec.serve.parts import RECIPES, Recipe
 
 DEFAULT_CAPACITY = 8
 
@@ -57,13 +57,15 @@ class ProposerPool:
     """An LRU map from frozen method config to its built proposer, over parts prepared at startup."""
 
     def __init__(
-        self, loaded: LoadedModel, capacity: int = DEFAULT_CAPACITY, recipes: Mapping[str, Recipe] = RECIPES
+        self, loaded: LoadedModel, capacity: int = DEFAULT_CAPACITY,
+        preparation: Callable[[Any], Preparation | None] = lambda config: config.preparation(),
     ) -> None:
+        """`preparation`: what a config's build needs made beforehand (its own, unless a test stands in)."""
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.loaded = loaded
         self.capacity = capacity
-        self.recipes = dict(recipes)
+        self.preparation = preparation
         # (scope, config) -> the proposers kept for it
         self._proposers: collections.OrderedDict[tuple[str, Any], list[Any]] = collections.OrderedDict()
         self._busy: set[int] = set()  # ids of acquired proposers
@@ -71,23 +73,19 @@ class ProposerPool:
         self._lock = threading.Lock()
         self._builds = self._hits = self._evictions = 0
 
-    def _needs(self, config: Any) -> tuple[Recipe | None, Hashable | None]:
-        recipe = self.recipes.get(method_name(config))
-        return recipe, (recipe.needs(config) if recipe else None)
-
     def prepare(self, config: Any) -> None:
         """Make the expensive parts `config` needs (startup only: this may load, measure or calibrate)."""
-        recipe, key = self._needs(config)
+        needs = self.preparation(config)
         with self._lock:
-            if recipe is not None and key is not None and key not in self._parts:
-                self._parts[key] = recipe.prepare(self.loaded, config)
+            if needs is not None and needs.key not in self._parts:
+                self._parts[needs.key] = needs.prepare(self.loaded)
 
     def check(self, config: Any) -> None:
         """Refuse a config whose parts were not prepared (before its request is queued)."""
-        recipe, key = self._needs(config)
+        needs = self.preparation(config)
         with self._lock:
-            if recipe is not None and key is not None and key not in self._parts:
-                raise RequestRefused(recipe.missing, "specdec.method", "method_not_available")
+            if needs is not None and needs.key not in self._parts:
+                raise RequestRefused(needs.missing, "specdec.method", "method_not_available")
 
     def get(self, config: Any, scope: str = "") -> Any:
         """The first kept proposer for `config` in `scope`, or one assembled from prepared parts."""
@@ -118,14 +116,14 @@ class ProposerPool:
 
     def _build(self, config: Any, scope: str) -> Any:
         """Assemble and keep a new proposer (the lock is held)."""
-        recipe, key = self._needs(config)
+        needs = self.preparation(config)
         scoped = dataclasses.replace(self.loaded, state_scope="/".join(filter(None, (self.loaded.state_scope, scope))))
-        if recipe is None:
+        if needs is None:
             proposer = config.build(scoped)
-        elif key is not None and key not in self._parts:
-            raise RequestRefused(recipe.missing, "specdec.method", "method_not_available")
+        elif needs.key not in self._parts:
+            raise RequestRefused(needs.missing, "specdec.method", "method_not_available")
         else:
-            proposer = recipe.assemble(scoped, config, self._parts.get(key))
+            proposer = needs.assemble(scoped, self._parts[needs.key])
         self._builds += 1
         self._proposers.setdefault((scope, config), []).append(proposer)
         self._proposers.move_to_end((scope, config))

@@ -97,7 +97,7 @@ from specdec.proposers.logitspec.sources import (
 )
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.proposers.pld import PREFER_CHOICES, PLDConfig, PLDProposer, synced_index
-from specdec.proposers.schema import method_config, option
+from specdec.proposers.schema import Preparation, method_config, option
 from specdec.tree import DraftTree
 
 __all__ = ["LogitSpecConfig", "LogitSpecProposer"]
@@ -154,6 +154,24 @@ class LogitSpecConfig:
     def build(self, loaded: LoadedModel) -> LogitSpecProposer:
         costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
         return self.assemble(loaded, costs, self.open_datastore(loaded))
+
+    def preparation(self) -> Preparation | None:
+        """The tree-cost curve (adaptive trees) and the datastore, when named; the paper's tree needs neither."""
+        if not (self.adaptive or self.datastore):
+            return None
+
+        def prepare(loaded: LoadedModel) -> tuple[CostModel | None, Datastore | None]:
+            costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
+            return costs, self.open_datastore(loaded)  # DatastoreError (at startup) for an unusable folder
+
+        return Preparation(
+            ("logitspec", self.costs_dir if self.adaptive else None, self.datastore),
+            prepare,
+            lambda loaded, parts: self.assemble(loaded, *parts),
+            "logitspec with adaptive=true needs the tree-cost curve (and a datastore, if one is named), which "
+            "this server did not prepare at startup; ask with adaptive=false (operator: specdec serve "
+            "--method-config logitspec, or --method-config logitspec:datastore=DIR)",
+        )
 
     def assemble(self, loaded: LoadedModel, costs: CostModel | None, datastore: Datastore | None) -> LogitSpecProposer:
         """A proposer from parts made beforehand (the server prepares costs and the datastore at startup)."""
