@@ -10,6 +10,7 @@ import torch
 from specdec.data import load_questions
 from specdec.engine.generation import GenerationConfig, ProposalContext
 from specdec.prompts import encode_prompt
+from specdec.proposers.base import ProposerBase
 from specdec.proposers.plain import PlainProposer
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
@@ -46,7 +47,7 @@ def test_plain_greedy_equals_transformers_generate(default_model, prompts, greed
         assert ours == hf_greedy(default_model, prompt_ids, NEW_TOKENS)
 
 
-class OracleProposer:
+class OracleProposer(ProposerBase):
     """Proposes the true greedy continuation (known in advance) as a chain or a tree with decoys."""
 
     def __init__(self, prompt_len: int, truth: list[int], depth: int, decoys: int = 0, vocab: int = 49152):
@@ -70,7 +71,7 @@ class OracleProposer:
         pass
 
 
-class RandomProposer:
+class RandomProposer(ProposerBase):
     def __init__(self, seed: int, depth: int = 4, vocab: int = 49152):
         self.gen, self.depth, self.vocab = torch.Generator().manual_seed(seed), depth, vocab
 

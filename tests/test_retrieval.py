@@ -28,6 +28,7 @@ from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel, machine_fingerprint
 from specdec.prompts import encode_prompt
 from specdec.proposers import MethodError, parse_method
+from specdec.proposers.base import ProposerBase
 from specdec.proposers.logitspec.learn import MAX_HEAT
 from specdec.proposers.logitspec.plan import chain_pays, plan_tree
 from specdec.proposers.logitspec.proposer import LogitSpecConfig, LogitSpecProposer
@@ -261,7 +262,7 @@ def build(method: str, loaded: LoadedModel):
     return config.build(loaded)
 
 
-class FloorCheck:
+class FloorCheck(ProposerBase):
     """LogitSpec, checked at every step against a twin `pld` on the same context: whenever pld drafts,
     LogitSpec's tree holds pld's chain from the root, unless that chain does not pay (`chain_pays`)."""
 

@@ -73,12 +73,6 @@ class Proposer(Protocol):
     def observe(self, result: VerifyResult) -> None: ...
 
 
-def feature_layers(proposer: Proposer) -> tuple[int, ...]:
-    """The hidden states a proposer reads; none for one that does not declare `feature_layers` (a
-    proposer written before the attribute existed keeps working)."""
-    return tuple(getattr(proposer, "feature_layers", ()))
-
-
 @dataclass
 class StepStats:
     tree_size: int

@@ -57,7 +57,6 @@ from specdec.engine.generation import (
     ProposalContext,
     Proposer,
     StepStats,
-    feature_layers,
 )
 from specdec.engine.planner import RowRates, cut, plan_width
 from specdec.engine.verify import Draws, VerifyResult, verify
@@ -213,7 +212,7 @@ class Batch:
         row = Row(prompt_ids, proposer, config, emitter, draws, time.perf_counter())
         row.stats.num_prompt_tokens = len(prompt_ids)
         try:
-            self._capture(feature_layers(proposer))
+            self._capture(proposer.feature_layers)
             proposer.begin(prompt_ids)
             if self.rows or self.waiting:
                 row.fill = PromptFill(prompt_ids)
@@ -232,7 +231,7 @@ class Batch:
         if not layers:
             return
         held = self.target.capture
-        if held and held != tuple(layers) and any(feature_layers(r.proposer) for r in self.active):
+        if held and held != tuple(layers) and any(r.proposer.feature_layers for r in self.active):
             raise ValueError(f"this batch's passes capture hidden states {held}; a row asks for {layers}")
         self.target.capture = tuple(layers)
 
@@ -241,7 +240,7 @@ class Batch:
         _, logits, features = joined
         self.rows.append(row)
         row.fill, row.logits = None, logits
-        row.features = features if feature_layers(row.proposer) else None
+        row.features = features if row.proposer.feature_layers else None
         row.stats.num_forward_passes = 1
         row.tokens = [*row.prompt_ids, draw_next(logits, row.config.sampling, row.draws.positions)]
         row.stats.prefill_s = time.perf_counter() - row.started
@@ -345,7 +344,7 @@ class Batch:
         row.stats.steps.append(StepStats(result.tree.num_nodes, result.num_accepted, row.draft_s, verify_s))
         row.tokens.extend(result.tokens)
         row.logits = result.next_logits
-        if result.features is not None and feature_layers(row.proposer):
+        if result.features is not None and row.proposer.feature_layers:
             row.features = result.features[result.path]  # the committed nodes' features, root first
         done = row.emitter.emit(result.tokens)
         return done or len(row.tokens) >= self.engine.context_limit
