@@ -8,8 +8,8 @@ activation into a few generated C++ loops and runs them from a C++ wrapper.
 Why it is built this way (what made an earlier whole-model compile gain nothing,
 measured with `torch._dynamo.explain` and the profiler: one graph, no breaks):
 - transformers' `StaticCache` attends over its whole capacity, and PyTorch's
-  fused CPU attention (`_scaled_dot_product_flash_attention_for_cpu`) took
-  ~475 us per layer for one query over 1,024 slots: half the compiled step.
+  fused CPU attention (`_scaled_dot_product_flash_attention_for_cpu`) over all
+  those slots took half the compiled step.
   Here the model runs under transformers' "eager" attention (plain products and
   a softmax, which inductor fuses) over the batched cache's buffer;
 - the weights must be read prepacked (`specdec.backends.torch.packed`); inductor packs only
@@ -17,8 +17,8 @@ measured with `torch._dynamo.explain` and the profiler: one graph, no breaks):
   (a minute of compiling in every process). The packed products are one opaque
   op instead (`torch.ops.specdec.packed_product`, defined in `specdec.backends.torch.packed`),
   so the graph caches and a process that finds it compiles in seconds;
-- dynamo's guards check every module attribute on every call (~1 ms a step
-  here; ~0.3 ms with `skip_guard_on_all_nn_modules_unsafe`). They stay: without
+- dynamo's guards check every module attribute on every call (a measurable part
+  of a small model's step, a third of it with `skip_guard_on_all_nn_modules_unsafe`). They stay: without
   them a graph compiled for one model would run for another model of the same
   cache shapes (another loaded model, a test's tiny one) with the wrong sizes.
 
@@ -61,7 +61,7 @@ RECOMPILE_LIMIT = 64
 @contextlib.contextmanager
 def _graph_limit() -> Iterator[None]:
     """RECOMPILE_LIMIT, failing when reached, for the call inside only. Set and restored by hand:
-    `torch._dynamo.config.patch` costs ~50 us a step here, this ~6 us."""
+    `torch._dynamo.config.patch` costs several times more a step."""
     config = torch._dynamo.config
     before = config.recompile_limit, config.fail_on_recompile_limit_hit
     config.recompile_limit, config.fail_on_recompile_limit_hit = RECOMPILE_LIMIT, True
@@ -72,7 +72,7 @@ def _graph_limit() -> Iterator[None]:
 
 
 def _options() -> dict:
-    # The kernels called from C++, not from a Python wrapper: ~1 ms a step less here.
+    # The kernels called from C++, not from a Python wrapper: a Python call less per kernel.
     return {"cpp_wrapper": True}
 
 

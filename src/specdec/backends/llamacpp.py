@@ -160,7 +160,7 @@ class LlamaCppModel:
         pad: a one-token pass gets a padding token of its own sequence (removed right after): llama.cpp's
         attention takes another path for a single query over 512+ cells (the cells split between
         threads), whose sums differ from the many-query path's that verifies trees. It costs: the
-        pass does a second token's work (SmolLM2-135M Q4_1, 2-core AVX-512 CPU: 11.6 ms against 6.4).
+        pass does a second token's work.
         """
         if pad and len(tokens) == 1:
             tokens, positions = [*tokens, tokens[0]], [*positions, 0]

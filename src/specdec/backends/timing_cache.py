@@ -34,9 +34,9 @@ BUSY_CPU_SHARE = 0.85  # see `contended`
 def contended(cpu_share: float) -> bool:
     """True when the timed passes got less than BUSY_CPU_SHARE of the CPU time their threads could use.
 
-    Measured on the 2-core dev machine with 2 threads: 0.99-1.00 idle, 0.63-0.75
-    with one busy process beside it. The load average missed the test suite's own
-    server process, which had left a curve 3.5x too slow in the cache.
+    An idle machine gives a share near 1, one busy process beside the timing well under the
+    threshold. The load average is not used: it missed the test suite's own server process,
+    which had left a curve several times too slow in the cache.
     """
     return cpu_share < BUSY_CPU_SHARE
 

@@ -2,7 +2,7 @@
 
 Why: a fixed tree budget is tuned for one machine. LogitSpec's paper uses 64
 nodes, which is nearly free on a GPU, but on a CPU without AMX a 16-node tree
-costs about 1.8x a one-token step and a 64-node tree about 3.6x. The right tree
+can cost about twice a one-token step and a 64-node tree several times. The right tree
 size depends on the forward-pass cost curve of the model on the machine at hand
 *and* on how often the drafts are actually accepted, so both are measured:
 

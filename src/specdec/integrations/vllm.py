@@ -261,7 +261,7 @@ class LogitSpecProposer(_SpecdecProposer):
     ) -> None:
         """For greedy requests, the token vLLM emitted must be a maximum of the row; count rows where it is not.
 
-        (A maximum, not the argmax: ties are the argmax's to break; and a max costs ~7x less here.)
+        (A maximum, not the argmax: ties are the argmax's to break; and a max costs several times less.)
         """
         greedy = self.runner.greedy() if self.runner else set()
         req_ids = self.runner.req_ids(len(sampled)) if self.runner else []

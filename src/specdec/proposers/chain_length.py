@@ -47,8 +47,8 @@ exploring token covers sampling.
 An exploring token that is rejected doubles that interval (up to
 `MAX_EXPLORE_EVERY`), an accepted one resets it: exploring costs a catch-up
 pass of the draft over every token it skipped, which on a draft that never
-pays (e.g. a layer-skipping view of a 135M model) cost ~15% of the run when
-paid every 16 steps.
+pays (e.g. a layer-skipping view of a 135M model) cost a noticeable share of
+the run when paid every 16 steps.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class PassTimes:
     Why: after skipped steps the first pass catches the draft up on every token it
     skipped; that pass is a prefill, and timed as a per-token cost it made drafting
     look several times dearer than it is. Each exploring step added one such sample,
-    so the schedule never drafted again (the Qwen pair: MAT 1.06 for whole runs).
+    so the schedule never drafted again (on the Qwen pair, whole runs barely drafted).
     """
 
     seconds: float = 0.0

@@ -27,9 +27,8 @@ Invariants:
   draft's Linear layers for dynamic int8 ones (CPU): a cheaper, slightly worse
   guesser, and still lossless since only the draft changes. `quantize=auto`
   (the default) does so on CPU for drafts of at least `draft_module.AUTO_INT8_PARAMS`
-  (measured on Qwen2.5-Coder-1.5B with its 0.5B draft, bf16: `draft` 1.60x
-  faster with the int8 draft, same run); a smaller draft loses more agreement
-  than its cheaper pass buys (SmolLM2-135M as its own int8 draft: 43-74%).
+  (with Qwen2.5-Coder-1.5B's 0.5B draft `draft` ran well faster with the int8 draft);
+  a smaller draft loses more agreement than its cheaper pass buys (docs/benchmarks.md).
 
 The chain's length (fixed `k`, transformers' heuristic, or the cost-aware
 `cost` / `timed` rules) is decided by `specdec.proposers.chain_length`; which
@@ -44,8 +43,8 @@ pick that follows the text joins the chain whatever the length rule's
 confidence says (when sampling, joining must not depend on the token's value).
 With `fill=N` (greedy only) the chain is verified as a tree of up to N nodes: the
 spare nodes hold the draft's runner-up at chain positions and its picks where the
-chain stopped, as leaves, most likely first (on this CPU a pass over up to six
-tokens costs about what a one-token pass does). A leaf only adds a path the
+chain stopped, as leaves, most likely first (on a CPU a pass over a few tokens
+costs about what a one-token pass does). A leaf only adds a path the
 target may take; the accepted path is still the target's argmax chain. Drafts
 through text (another tokenizer) hand on their chain only.
 """
@@ -83,12 +82,11 @@ from specdec.tree import DraftTree
 QUANTIZE = ("auto", "none", "int8")
 TEXT_CHOICES = ("auto", "always", "never")
 # One more verified token, in units of a one-token target pass (the `cost` rule, and the prior of
-# the `timed` fit). Measured on the dev CPU in fp32: SmolLM2-135M 0.05 (52 ms for 1 token, 94 ms
-# for 16); Qwen2.5-Coder-1.5B, one thread under load, about 0.3. A middle value:
+# the `timed` fit). Measured values ran from 0.05 (SmolLM2-135M, fp32) to about 0.3 (Qwen2.5-Coder-1.5B,
+# one thread under load); a middle value:
 VERIFY_COST_PER_TOKEN = 0.1
 # An int8 draft's pass against the same draft in the target's dtype (the cost ratio's prior; the
-# `timed` schedule then measures). Qwen2.5-Coder-0.5B, one decode pass at 300 tokens of context,
-# 2-core AVX-512 CPU: int8 30 ms, bf16 95 ms, fp32 169 ms.
+# `timed` schedule then measures): the ratios of Qwen2.5-Coder-0.5B's int8 pass to its fp32 and bf16 ones.
 INT8_COST_FACTOR = {torch.float32: 0.18, torch.bfloat16: 0.32, torch.float16: 0.32}
 _SEED_MIX = 0x9E3779B97F4A7C15
 MAX_FILL = 64

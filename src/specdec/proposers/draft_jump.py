@@ -1,8 +1,8 @@
 """Prompt lookup as a draft model's lookahead: one draft pass over the text's continuation.
 
 Why: a draft model guesses everywhere but pays a pass per token, and on a CPU
-those passes are a large part of a step (Qwen2.5-Coder-1.5B with its int8 0.5B
-draft, 2 cores: ~30 ms per draft pass beside ~160 ms per verification). Where
+those passes are a large part of a step (with Qwen2.5-Coder-1.5B and its int8
+0.5B draft, a draft pass costs about a fifth of a verification). Where
 the output copies the context, the draft's next tokens are predictable from the
 text itself. So after the draft picks a chain token, the n-gram index is asked
 what follows the context plus the chain; when a match of at least `min_ngram`

@@ -24,7 +24,7 @@ from specdec.backends.torch.target import FAST_HEAD_TYPES
 
 AUTO_INT8_PARAMS = 300e6  # `compute_params` from which `quantize=auto` picks int8 on CPU
 # A transformers decoder layer costs some fixed Python/dispatch time on top of its
-# matmuls; on the dev CPU (fp32, 1 token) that is about as much as 2M parameters' worth.
+# matmuls; on a CPU (fp32, 1 token) that is about as much as 2M parameters' worth.
 LAYER_OVERHEAD_PARAMS = 2_000_000
 SAMPLE_SIZE = 512  # token -> id pairs compared between tokenizers
 
@@ -80,8 +80,8 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
     lossless because the target verifies every token. CPU only (fbgemm / onednn kernels).
     The dynamic int8 kernels take float32 activations only, so a bf16 draft (the target's
     dtype) is copied to float32 first; the rest of the draft (embeddings, norms,
-    attention) then runs in float32 too. Measured on a 2-core AVX-512 CPU, one decode
-    pass of Qwen2.5-Coder-0.5B at 300 tokens of context: bf16 95 ms, int8 30 ms.
+    attention) then runs in float32 too; even so, an int8 draft pass of Qwen2.5-Coder-0.5B
+    costs about a third of its bf16 pass on a CPU.
     """
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("quantize=int8 runs on CPU only")
@@ -113,9 +113,9 @@ def last_row_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Mod
 def last_logits(head: torch.nn.Module, hidden: torch.Tensor, rows: int = 1) -> torch.Tensor:
     """hidden [B, T, H] -> the last `rows` positions' logits [B, rows, V], the head over at least two rows.
 
-    Why two: in bf16 on the AVX-512 CPU we measured (torch 2.13), the head's product over a single
-    row of a multi-token pass took 0.55-0.9 s and over two rows 0.02 s (Qwen2.5-Coder-0.5B, vocab
-    152k); transformers' `logits_to_keep=1` takes the one-row path, so every draft catch-up and draft
+    Why two: in bf16 on an AVX-512 CPU, the head's product over a single row of a multi-token pass
+    took tens of times longer than over two rows (Qwen2.5-Coder-0.5B, a 152k vocabulary);
+    transformers' `logits_to_keep=1` takes the one-row path, so every draft catch-up and draft
     prompt paid it (the target's own prefill measured no different, so it keeps transformers' path).
     Used for drafts only: the kept row may differ from a one-row product in its last bits, and
     drafts are guesses that verification keeps lossless.
@@ -128,7 +128,7 @@ class LastLogitsOnly(torch.nn.Module):
 
     Saves the output head over every prompt position when the draft reads the prompt. Where the
     model allows it, the head runs on the decoder's last rows itself (`last_logits`:
-    transformers' `logits_to_keep=1` cost ~0.7 s more per multi-token bf16 pass here).
+    transformers' `logits_to_keep=1` is the slow one-row product in bf16).
     """
 
     def __init__(self, model: torch.nn.Module) -> None:

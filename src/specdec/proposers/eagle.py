@@ -85,9 +85,8 @@ class EagleConfig:
     budget: Annotated[int, option(ge=2, le=256, request_max=64)] = 48
     adaptive: Annotated[bool, option(request=True)] = True
     retrieval: Annotated[bool, option(request=True)] = False
-    # on by default: on held-out Spec-Bench questions (11-14 of five categories, temperature 1) drawn
-    # trees ran at 0.97x plain sampling against the top-k tree's 0.87x, though the cost rule's proxy
-    # still sizes them small
+    # on by default: on held-out Spec-Bench questions at temperature 1, drawn trees ran faster than the
+    # top-k tree (docs/benchmarks.md), though the cost rule's proxy still sizes them small
     sampled: Annotated[bool, option(request=True)] = True
     costs_dir: str = ""
 

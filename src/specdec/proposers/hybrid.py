@@ -15,12 +15,12 @@ LogitSpec's tree alone would have emitted that step, and its seconds against
 the rate LogitSpec alone reaches over all steps (`rate=overall`, the default) or
 on steps of that kind (`rate=kind`, bolder); that rate is also the draft's per-token
 bar. On the Qwen pair with the bf16 draft `kind` asked often and lost more than
-`overall`, whose gate stays mostly closed there; with the int8 draft (3x cheaper
+`overall`, whose gate stays mostly closed there; with the int8 draft (much cheaper
 passes) `kind` asks nearly always and is the faster of the two, yet still below
 `draft` alone (README, the Qwen draft-pair tables under "The earlier engine").
 The draft model reads the request's context (its prefill) only at its first
 ask, so a request where it is never asked does not pay for it (on the Qwen pair
-the draft's prefill cost 0.8-1.8 s of a 13-35 s MT-bench turn).
+the draft's prefill was a few percent of an MT-bench turn).
 
 Verification is one pass over the whole tree:
 - greedy (or a draft that drafts through text, whose guesses carry no

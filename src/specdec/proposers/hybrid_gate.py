@@ -1,9 +1,9 @@
 """Whether the hybrid should ask its draft model at all this step: only while asking has paid.
 
-Why: measured on Qwen2.5-Coder-1.5B with its 0.5B draft (bf16, 2-core CPU),
-the hybrid's drafted tokens were accepted 90% of the time and it still ran at
-0.90x of LogitSpec alone, with twice a steady draft pass's seconds per drafted
-token: each ask costs the draft's passes, the first a catch-up over every token
+Why: on Qwen2.5-Coder-1.5B with its 0.5B draft, the hybrid's drafted tokens were
+nearly all accepted and it still ran slower than LogitSpec alone, at about twice
+a steady draft pass's seconds per drafted token (docs/benchmarks.md): each ask
+costs the draft's passes, the first a catch-up over every token
 emitted since the draft was last asked, and an ask whose first token the draft's
 length rule refuses pays that pass for nothing. So the gate scores every ask
 counterfactually, after verification:

@@ -34,8 +34,8 @@ are skipped and the choice is a short deterministic search on this machine
    to the most harmful one and keep the best-scoring prefix of that order;
    when no prefix beats plain decoding the skip set is empty and the method
    decodes plainly (with a warning) rather than run a draft that only costs.
-That is about 2 x num_layers draft passes (~20 s for SmolLM2-135M in fp32 on
-the dev CPU); the result is cached as JSON under `<cache>/layerskip/` keyed by
+That is about 2 x num_layers draft passes (seconds for SmolLM2-135M in fp32 on
+a CPU); the result is cached as JSON under `<cache>/layerskip/` keyed by
 the model's name, dtype and layer count.
 """
 
@@ -178,8 +178,8 @@ class LayerSkipConfig:
         if not skip:
             skip = calibrated_skip(loaded, self.verify_cost, self.cache_dir or None)
         if not skip:
-            # A draft that is nearly the whole model costs more than it saves (measured on
-            # SmolLM2-135M: skipping its least harmful layer ran at 0.69x plain decoding).
+            # A draft that is nearly the whole model costs more than it saves (skipping SmolLM2-135M's
+            # least harmful layer ran slower than plain decoding).
             warnings.warn(
                 f"layerskip: no skip set pays off for {loaded.name} ({loaded.dtype}) per the calibration; "
                 "decoding plainly (give skip=... to force one)",

@@ -45,9 +45,9 @@ Complexity
   slice; no scanning.
 - Memory: at most `len(tokens)` entries per n.
 
-Keys are plain tuples (ints for n == 1): indexing 32k tokens with tuple keys took
-the same time as with n-grams packed into one int by shifts (~13.5 ms for an
-unrolled max_ngram=3 loop), and tuples need no bound on token ids. See
+Keys are plain tuples (ints for n == 1): indexing with tuple keys took the same
+time as with n-grams packed into one int by shifts, and tuples need no bound on
+token ids. See
 benchmarks/ngram_index_speed.py for the numbers of this implementation.
 """
 
@@ -58,7 +58,7 @@ from operator import index as _as_int
 
 _PREFER = ("latest", "earliest")
 # Chunks at least this long take the bulk (zip + dict.update) path in `extend`;
-# shorter ones the per-token loop. Measured crossover on CPython 3.x: ~8-16.
+# shorter ones the per-token loop (the two cross over between 8 and 16 tokens on CPython 3).
 _BULK_MIN_TOKENS = 16
 
 

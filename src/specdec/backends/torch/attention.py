@@ -1,10 +1,10 @@
 """Which attention implementation to run, chosen per pass shape from measurements on this machine.
 
-Why: no one implementation is fastest everywhere. On our 2-core AVX-512 CPU in
-bf16 (`benchmarks/step_cost.py`), PyTorch's SDPA kernel was slightly faster for
-short contexts, but for one query over 2,048 cached tokens it took ~38 ms of a
-~80 ms step where transformers' eager attention (two matrix products and a
-softmax) took under 1 ms of a 47 ms step. So each shape (context length, tree
+Why: no one implementation is fastest everywhere. On a CPU in bf16
+(`benchmarks/step_cost.py`), PyTorch's SDPA kernel was slightly faster for
+short contexts, but for one query over a long cache it took about half the step
+where transformers' eager attention (two matrix products and a softmax) took a
+small part of it. So each shape (context length, tree
 nodes) gets the implementation that measured fastest, timed once per (model,
 dtype, device, machine, threads, torch) on a throwaway `TargetModel` and cached
 as JSON beside the cost curves (`~/.cache/specdec/attention/`).
@@ -47,7 +47,7 @@ from specdec.models import LoadedModel, default_cache_dir
 CONTEXTS = (128, 512, 1024, 2048)
 SIZES = (1, 4, 16, 64)
 REPEATS = 5
-# Switching costs ~0.3 ms each way and a near-tie is noise: another implementation must beat
+# Switching costs time each way and a near-tie is noise: another implementation must beat
 # SDPA by this factor at a shape to be chosen there.
 MIN_GAIN = 1.05
 SUBDIR = "attention"

@@ -7,10 +7,10 @@ rows) where it builds, else PyTorch's int4 kernel (`Int4Linear`, below), with a 
 Why: on a CPU a one-token verification pass of a small model reads every weight once and does
 little arithmetic with it, so the bytes read set its floor. PyTorch's own CPU kernel for 4-bit
 weights (`aten._weight_int4pack_mm_for_cpu`, activations in fp32 / bf16 / fp16) reads a quarter of
-bf16's bytes (plus a scale and zero per group). Measured on a 2-core AVX-512 CPU (SmolLM2-135M bf16,
-one-token pass at 512 tokens of context, eager): the decoder's products 2.7 ms against 5.0 packed
-bf16, and the output head 0.4 ms against 1.9; from 16 rows on the int4 products cost more than bf16's
-(oneDNN's bf16 kernels use the CPU's bf16 dot-product instructions), so trees get dearer.
+bf16's bytes (plus a scale and zero per group): about half the decoder's product time of packed bf16
+for one row, but it dequantizes again for every row, so from ~16 rows on its products cost more than
+bf16's (oneDNN's bf16 kernels use the CPU's bf16 dot-product instructions) and trees get dearer; specdec's
+kernel dequantizes once per call.
 
 The quantization is Q4_1's (llama.cpp's): groups of 32 input columns, each with its own minimum and
 step, w = q * step + minimum, q in 0..15 (the kernel's form: (q - 8) * scale + zero, zero = minimum +
@@ -89,8 +89,8 @@ class Int4Linear(torch.nn.Module):
         scale_zero = torch.stack([step.T, (low + 8 * step).T], -1).to(linear.weight.dtype).contiguous()
         self.register_buffer("scale_zero", scale_zero)
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach())
-        # fp32 has no fast kernel here (16 rows by a 1536x576 weight: 9.5 ms against 0.24 dense), so an
-        # fp32 view multiplies by the dequantized weight: the same quantized model, at fp32's speed.
+        # fp32 has no fast kernel here (tens of times slower than a dense product), so an fp32 view
+        # multiplies by the dequantized weight: the same quantized model, at fp32's speed.
         fp32 = linear.weight.dtype == torch.float32
         self.register_buffer("dense", dequantize(q, scale_zero) if fp32 else None)
         self.register_buffer("weight", None if fp32 else torch._convert_weight_to_int4pack_for_cpu(q, _INNER_K_TILES))

@@ -2,8 +2,8 @@
 
 Why this exists: transformers' `DynamicCache` appends each step's keys and
 values with `torch.cat`, which copies the whole cache of every layer on every
-forward pass: at 1,700 tokens of context that was ~10 ms of a ~60 ms bf16 step
-on our 2-core CPU, and it grows with the context. `StaticCache` avoids the copy
+forward pass: a sixth of a bf16 step at 1,700 tokens of context on a CPU, and it
+grows with the context. `StaticCache` avoids the copy
 but attends over its full capacity on every step. `PreallocatedLayer` keeps one
 buffer per layer, `[batch, kv_heads, capacity, head_dim]`, writes new entries
 after the committed ones, and hands attention a view of the filled prefix only.

@@ -5,9 +5,9 @@ the weight in PyTorch's plain row-major layout, which oneDNN reorders into its
 blocked layout on every call. A decode step of SmolLM2-135M makes 210 such calls
 on weights that never change. `torch.ops.mkldnn._reorder_linear_weight` does the
 reorder once (it is what inductor's `freezing` does for CPU graphs) and
-`torch.ops.mkldnn._linear_pointwise` multiplies with the packed weight. Measured
-on a 2-core AVX-512 CPU (bf16, one call): 1536x576 weight 34 us packed vs 80 us,
-192x576 19 vs 35 us; a whole one-token decode step of SmolLM2-135M 33 ms vs 41.
+`torch.ops.mkldnn._linear_pointwise` multiplies with the packed weight: about half
+the time of an unpacked call per product, a fifth off a whole decode step
+(docs/benchmarks.md, "Measurements behind design choices").
 
 `packed_view(model)` is a copy of the model's module tree that shares every
 tensor with the original except the decoder's Linear weights, which it holds
@@ -15,7 +15,7 @@ packed (so it costs one more copy of those weights). Where the attention class
 is a plain one (`FUSABLE_ATTENTION`), its q, k and v projections become one
 packed product (`FusedQKVAttention`): 60 fewer oneDNN calls per SmolLM2 pass.
 Gate and up were measured fused too and not kept: one 3,072-column product
-cost what the two 1,536-column ones do (2 rows: 94 vs 84 us a layer). The
+cost what the two 1,536-column ones do. The
 original stays as it was, and transformers' own `generate` (the benchmarks'
 baselines) keeps using it;
 drafts in the target's dtype get a packed view of their own (`draft.py`).
@@ -32,22 +32,19 @@ Invariants:
   packs only when asked (`LoadedModel.pack == "on"`);
 - the output head is packed in bf16 / fp16 only (a packed copy: the input embedding,
   maybe tied to it, keeps the original weight); in fp32 `target.head_logits` has its
-  own path, faster than a packed head for the few rows of most passes (SmolLM2's
-  head, one row: 3.3 ms vs 4.5 ms packed; bf16: 3.2 ms unpacked, 2.1 ms packed);
+  own path, faster than a packed head for the few rows of most passes (in bf16 packing
+  is the faster one);
 - CPU only; a Linear on any other device, or a dtype oneDNN cannot pack on this
   CPU, is left as it was;
 - a bf16 product over fewer than `PAD_ROWS` rows by a large weight (at least
   `PAD_MIN_WEIGHT` entries) runs over `PAD_ROWS` rows, the extra ones zeros and
-  dropped: oneDNN's kernels for one and two rows read the weight slower than its
-  four-row one (2-core AVX-512 CPU, weights out of cache: Qwen2.5-Coder-1.5B's
-  MLP 1068 / 1161 / 1015 us for 1 / 2 / 4 rows, its head 14.5 / 17.7 / 11.2 ms;
-  a whole one-token decode pass 150 ms unpadded, 113 ms padded). Rows are computed
+  dropped: oneDNN's kernels for one and two rows read a weight that is out of cache
+  slower than its four-row one (a quarter off a Qwen2.5-Coder-1.5B decode pass). Rows are computed
   independently, so two or three rows give the same bits padded or not; one row
   moves from oneDNN's one-row kernel to the four-row one (last bits differ from
   the unpacked one-row product; plain decoding and every method verify on the
   same view, so losslessness is untouched). Small weights stay unpadded: there
-  the copy costs more than it saves (SmolLM2-135M, every layer padded: a
-  one-token pass 35 ms vs 32).
+  the copy costs more than it saves.
 """
 
 from __future__ import annotations
@@ -74,8 +71,8 @@ PAD_MIN_WEIGHT = 2_000_000  # weight entries from which padding pays
 # weights frozen into the graph as constants, and a frozen graph is never cached on disk (a minute of
 # compiling in every process here); behind this op the packed weight is an ordinary input, so the graph
 # caches, and the product is oneDNN's very call, bit for bit. Defined with `torch.library.Library` rather
-# than `torch.library.custom_op`, whose extra Python layers cost ~6 us a call (23 against 17 us for a
-# 576x576 product from a compiled graph, 15 called directly; ~150 products a SmolLM2 pass).
+# than `torch.library.custom_op`, whose extra Python layers add about a third to a small product's call
+# (~150 products a SmolLM2 pass).
 _LIBRARY = torch.library.Library("specdec", "DEF")
 _LIBRARY.define("packed_product(Tensor rows, Tensor weight, Tensor? bias, SymInt out_features) -> Tensor")
 

@@ -24,8 +24,7 @@ The output head on CPU: for model types whose logits are exactly
 `lm_head(final hidden state)` (FAST_HEAD_TYPES), in float32 on CPU, we run the
 decoder and apply the head ourselves as `W @ h.T` (see `head_logits`): MKL's
 `h @ W.T` packs the whole [V, H] weight for every call with 2+ rows, which made
-a 2-to-16-row head cost 2x a 1-row one here (SmolLM2: 20 ms vs 9.6 ms); `W @ h.T`
-reads W once (5-9 ms for 1-8 rows). The numbers are the same dot products
+a 2-to-16-row head cost twice a 1-row one; `W @ h.T` reads W once. The numbers are the same dot products
 (summed in another order, so not bit-identical to transformers' own head).
 Prefill computes the last position's logits only.
 """
@@ -72,7 +71,7 @@ def head_logits(weight: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
     """weight [V, H], hidden [T, H] -> logits [T, V], computed as (W @ h.T).T for few rows.
 
     One row is doubled first: MKL's tall-skinny matrix product is faster than its
-    matrix-vector one for this shape (5 ms vs 9.6 ms for SmolLM2's head here).
+    matrix-vector one for this shape.
     """
     rows = hidden.shape[0]
     if rows > TALL_SKINNY_ROWS:
@@ -298,7 +297,7 @@ class TargetModel:
             self.model.set_attn_implementation(own)
             self._attention_checked.add(choice)
         # The config's own setter (sub-configs follow): `set_attn_implementation` walks every module on each
-        # call (SmolLM2-135M: 360 us a switch and back, against 13 us here; the compiled pass switches).
+        # call, tens of times slower than setting the config (the compiled pass switches every step).
         config._attn_implementation = choice
         try:
             yield

@@ -120,8 +120,8 @@ def retrieve_chain(
     candidates of `last_logits` in rank order, the root token itself kept, the root branch's first
     token left out, each with up to `max_len - 1` tokens of continuation) and the chain is the one
     `choose_chain` would pick from all of them; but a candidate is looked up in the index only while
-    `can_win` says its rank bucket could beat the best chain so far: on two cores the 60 lookups
-    were most of the proposer's 0.8 ms per step. The Retrieval returned holds the candidates looked
+    `can_win` says its rank bucket could beat the best chain so far: looking up all 60 candidates
+    was most of the proposer's time per step. The Retrieval returned holds the candidates looked
     up (`learn.learn_retrieval` scores those; whether one is looked up never depends on its own outcome).
     """
     root_branch, root_ngram = continue_match(index, (), max_len)

@@ -19,7 +19,7 @@ Two ways to size the tree:
   per feature (source, matched m-gram size, depth, rank bucket, and for chains
   how many drafts the previous step accepted), and the planner keeps the nodes
   that maximise expected tokens per second under the forward-pass cost curve
-  measured on this machine (`budget.CostModel`).
+  measured on this machine (`specdec.engine.costs.CostModel`).
 
 Prompt lookup is the floor (`floor=true`): whenever the root has a retrieval,
 the tree holds exactly the chain `pld` (default config) would verify this step,
@@ -41,10 +41,9 @@ ran out and supplies branches where the context has no match of two or more
 tokens; `session`: earlier requests on the same loaded model (the request's own
 text ranks first); `datastore=DIR`: an on-disk corpus, consulted where the
 context has no such match (server-side only; sources: `sources`).
-`recycle` is on by default: on Spec-Bench questions the benchmarks do not report
-(11-15 and 16-20 of each category, bf16) it raised SmolLM2's tokens per step by 11%
-and 15% and its tokens/s by 6% and 9% (greedy), each step ~5% dearer; at temperature
-1 (seeded) tokens per step by 6% and 7%, tokens/s by 2% and 3% against `pld`'s. The
+`recycle` is on by default: on Spec-Bench questions the benchmarks do not report it
+raised tokens per step and tokens/s, greedy and sampled, though each step costs a little
+more (docs/benchmarks.md, "Measurements behind design choices"). The
 others are off (each costs work per step; whether it pays is for the benchmark to
 show: `source_stats`, bench's per-source table).
 
