@@ -216,6 +216,7 @@ SUBCOMMANDS.append(_add_models)
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (chat and completions, streaming)")
     add_model_options(p)
+    p.set_defaults(exact="auto")  # the server's --exact: on where the model's path supports it (serve.exactness)
     p.add_argument(
         "--method", default="logitspec",
         help="default method for requests without specdec.method (name:opt=value,...); its options are "
@@ -268,7 +269,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from specdec.serve.app import ServerConfig, serve
 
     config = ServerConfig(
-        model=model_spec(args), method=args.method, method_configs=tuple(args.method_config), host=args.host,
+        model=model_spec(argparse.Namespace(**{**vars(args), "exact": "off"})), exact=args.exact,
+        method=args.method, method_configs=tuple(args.method_config), host=args.host,
         port=args.port, api_keys=tuple(args.api_key), request_timeout_s=args.request_timeout,
         expose_stats=args.expose_stats, **({"prefill_chunk": args.prefill_chunk} if args.prefill_chunk else {}),
         max_queue=args.max_queue, max_batch=args.max_batch, max_tokens_limit=args.max_tokens_limit,

@@ -24,6 +24,9 @@ queue (specdec.serve.scheduler.Scheduler) for the decode worker thread, which ru
 loop never runs the model, so /health, /metrics and streaming stay responsive.
 
 Invariants:
+- verification is exact (batch-invariant) unless told `--exact off` or the model's path
+  cannot (`specdec.serve.exactness`, decided before anything runs the model and said at start),
+  so a greedy or seeded request's text does not depend on what else is running;
 - every error is JSON in OpenAI's shape {"error": {"message", "type", "param",
   "code"}} with a 4xx status for the client's mistakes (FastAPI's 422 becomes
   400) and 500 without a traceback for ours; nothing a request sends can stop
@@ -66,7 +69,7 @@ import jinja2.exceptions
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from specdec.choices import ModelSpec
+from specdec.choices import ModelSpec, check_exact_backend
 from specdec.engine.costs import load_or_measure
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import DEFAULT_PREFILL_CHUNK, Engine
@@ -74,6 +77,7 @@ from specdec.models import LoadedModel
 from specdec.prompts import encode_prompt
 from specdec.proposers import MethodError
 from specdec.sampling import SamplingParams
+from specdec.serve.exactness import SERVE_EXACT, settle_exact
 from specdec.serve.guard import PUBLIC_PATHS, Guard, tenant
 from specdec.serve.http import HeaderDeadlineProtocol
 from specdec.serve.metrics import ServerMetrics
@@ -113,6 +117,9 @@ MIN_TEMPERATURE = 1e-5
 @dataclass(frozen=True)
 class ServerConfig:
     model: ModelSpec = ModelSpec()  # the one model this server loads, and how it verifies
+    # exact (batch-invariant) verification: "auto" = on where the model's path supports it
+    # (specdec.serve.exactness); "on" (also when model.exact is "on") fails where it cannot; "off"
+    exact: str = "auto"
     method: str = "logitspec"  # default method spec for requests without "specdec.method"
     # "METHOD:opt=value,..." each: server-side settings of a method (paths, quantize, calibration...),
     # prepared at startup; see specdec.serve.options
@@ -146,7 +153,15 @@ class ServerConfig:
             raise ValueError(f"pool_capacity must be >= 1, got {self.pool_capacity}")
         if not isinstance(self.model, ModelSpec):
             raise ValueError(f"model must be a ModelSpec, got {type(self.model).__name__}")
+        if self.exact not in SERVE_EXACT or (self.exact == "off" and self.model.exact == "on"):
+            raise ValueError(f"exact must be one of {', '.join(SERVE_EXACT)} and agree with model.exact")
+        check_exact_backend(self.wanted_exact, self.model.backend)
         self.method_settings()  # a bad method spec fails at startup, not per request
+
+    @property
+    def wanted_exact(self) -> str:
+        """The exactness asked for: model.exact "on" is as strict as exact "on"."""
+        return "on" if self.model.exact == "on" else self.exact
 
     def method_settings(self) -> MethodSettings:
         try:
@@ -160,6 +175,8 @@ class Service:
 
     def __init__(self, config: ServerConfig, loaded: LoadedModel) -> None:
         self.config = config
+        # decided before anything measures or runs the model: cost curves time the pass that will run
+        loaded, self.exact_note = settle_exact(loaded, config.wanted_exact)
         self.loaded = loaded
         self.engine = Engine(loaded)
         self.metrics = ServerMetrics()
@@ -407,7 +424,7 @@ def serve(config: ServerConfig) -> None:
         log.warning("serving on %s without --api-key: anyone who can reach it can use it", config.host)
     print(
         f"specdec: serving {loaded.name} (default method {config.method}) on "
-        f"http://{config.host}:{config.port}",
+        f"http://{config.host}:{config.port}; {app.state.service.exact_note}",
         file=sys.stderr,
         flush=True,
     )
