@@ -249,3 +249,39 @@ def fresh_recycle(default_model, config):  # noqa: ANN001, ANN201 - LoadedModel,
 
     table = RecycleTable(output_vocab_size(default_model.model), config.k)
     return RecycleProposer(config, table, default_model.eos_token_ids)
+
+
+# ------------------------------------------------------------------ the block kernels' bounds
+U_FP32, U_BF16 = 2.0**-24, 2.0**-8  # unit roundoffs
+
+
+def forced_paths() -> list[str]:
+    """Every C++ path of the block kernels (`specdec.backends.torch.q4_kernel`) this CPU runs, the automatic
+    one first."""
+    from specdec.backends.torch import q4_kernel
+
+    best = torch.ops.specdec_q4.q4_linear_path()
+    return [path for path in q4_kernel.PATHS if q4_kernel.PATHS.index(path) >= q4_kernel.PATHS.index(best)]
+
+
+def summation_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Per element, the most two fp32 sums of the same K products can differ by, in any order.
+
+    Both sides multiply bf16 by bf16, exact in fp32 (8-bit by 8-bit significands), so they differ only
+    in the order of the K - 1 additions; any order's error is at most gamma_{K-1} * sum |x_k w_k| with
+    gamma_n = n u / (1 - n u), u = 2^-24 (Higham, ch. 4: recursive, pairwise and blocked sums alike).
+    Two such sums differ by at most twice that: 2 * K * u * sum |x_k w_k| (1.8e-4 of it for K = 1536).
+    """
+    cols = x.shape[-1]
+    gamma = cols * U_FP32 / (1 - cols * U_FP32)
+    return 2 * gamma * (x.to(torch.bfloat16).float().abs() @ weight.float().abs().T)
+
+
+def assert_within_bound(y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> None:
+    """y = the kernel's x @ weight.T (weight: the kernel's dequantized one), within the bound of the reference."""
+    reference = x.to(torch.bfloat16).float() @ weight.float().T  # the references' product, in fp32
+    bound = summation_bound(x, weight)
+    if y.dtype == torch.bfloat16:  # plus the output's own rounding to bf16 (nearest: u = 2^-8)
+        bound = bound + U_BF16 * (reference.abs() + bound)
+    excess = (y.float() - reference).abs() - bound
+    assert excess.max() <= 0, f"error exceeds the bound by {excess.max():.3g}"

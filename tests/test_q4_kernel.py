@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import assert_within_bound, forced_paths
 
 from specdec.backends.torch import q4_kernel
 from specdec.backends.torch.q4_kernel import (
@@ -33,7 +34,6 @@ SHAPES = {
     "qwen down": (1536, 8960), "qwen head (1000 of 151936)": (1000, 1536),
 }
 ROWS = (1, 3, 4, 5, 17, 64)
-U_FP32, U_BF16 = 2.0**-24, 2.0**-8  # unit roundoffs
 
 
 @pytest.fixture(scope="module")
@@ -44,12 +44,6 @@ def op():
     return torch.ops.specdec_q4.q4_linear
 
 
-def forced_paths() -> list[str]:
-    """Every C++ path this CPU runs (the automatic one first)."""
-    best = torch.ops.specdec_q4.q4_linear_path()
-    return [path for path in q4_kernel.PATHS if q4_kernel.PATHS.index(path) >= q4_kernel.PATHS.index(best)]
-
-
 def random_q4(rows: int, cols: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Random Q4_1 blocks spread like a small model's weights (minimum about -7.5 steps)."""
     generator = torch.Generator().manual_seed(seed)
@@ -57,29 +51,6 @@ def random_q4(rows: int, cols: int, seed: int = 0) -> tuple[torch.Tensor, torch.
     step = torch.rand(rows, cols // BLOCK, generator=generator) * 0.02 + 1e-3
     minimum = -step * (7.5 + torch.randn(rows, cols // BLOCK, generator=generator))
     return pack_q4(q, step, minimum)
-
-
-def summation_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """Per element, the most two fp32 sums of the same K products can differ by, in any order.
-
-    Both sides multiply bf16 by bf16, exact in fp32 (8-bit by 8-bit significands), so they differ only
-    in the order of the K - 1 additions; any order's error is at most gamma_{K-1} * sum |x_k w_k| with
-    gamma_n = n u / (1 - n u), u = 2^-24 (Higham, ch. 4: recursive, pairwise and blocked sums alike).
-    Two such sums differ by at most twice that: 2 * K * u * sum |x_k w_k| (1.8e-4 of it for K = 1536).
-    """
-    cols = x.shape[-1]
-    gamma = cols * U_FP32 / (1 - cols * U_FP32)
-    return 2 * gamma * (x.to(torch.bfloat16).float().abs() @ weight.float().abs().T)
-
-
-def assert_within_bound(y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> None:
-    """y = the kernel's x @ weight.T (weight: `dequantize_q4`'s), within the bound of the reference."""
-    reference = x.to(torch.bfloat16).float() @ weight.float().T  # reference_q4_linear's product, in fp32
-    bound = summation_bound(x, weight)
-    if y.dtype == torch.bfloat16:  # plus the output's own rounding to bf16 (nearest: u = 2^-8)
-        bound = bound + U_BF16 * (reference.abs() + bound)
-    excess = (y.float() - reference).abs() - bound
-    assert excess.max() <= 0, f"error exceeds the bound by {excess.max():.3g}"
 
 
 # ----------------------------------------------------------------- the format (no extension needed)

@@ -27,7 +27,7 @@ from specdec.backends.torch.packed import is_invariant, verify_model
 from specdec.choices import BACKENDS
 from specdec.models import LoadedModel, machine_fingerprint
 
-FORMAT_VERSION = 4  # 4: curves timed before q, k and v were fused (specdec.backends.torch.packed) are stale
+FORMAT_VERSION = 5  # 5: int4 views run a GGUF's Q8_0 head on the block kernel; 4: q, k and v fused
 BUSY_CPU_SHARE = 0.85  # see `contended`
 
 

@@ -20,7 +20,9 @@ original stays as it was, and transformers' own `generate` (the benchmarks'
 baselines) keeps using it;
 drafts in the target's dtype get a packed view of their own (`draft.py`).
 With `pack="int4"` the view holds the decoder's Linear layers as 4-bit groups
-instead (`specdec.backends.torch.int4`; a draft model is quantized alike), the head as above.
+instead (`specdec.backends.torch.int4`; a draft model is quantized alike), and a bf16 head that a
+GGUF file stores as Q8_0 (the bundled model's) on the 8-bit block kernel over the file's own blocks
+(`specdec.backends.torch.gguf_blocks`: the same weights, half the bytes); any other head as above.
 
 Invariants:
 - only what `auto` packs is bit-identical to the unpacked layer: in bf16 / fp16
@@ -51,9 +53,11 @@ from __future__ import annotations
 
 import copy
 import inspect
+from pathlib import Path
 
 import torch
 
+from specdec.backends.torch.gguf_blocks import head_q8
 from specdec.backends.torch.int4 import can_quantize, has_invariant_int4, int4_linear
 from specdec.backends.torch.invariant import MIN_ROWS, wants_invariance
 from specdec.backends.torch.q4_kernel import unavailable_reason
@@ -205,10 +209,13 @@ def wants_packing(pack: str, model: torch.nn.Module) -> bool:
     return pack == "on" or weight.dtype in _EXACT_DTYPES
 
 
-def packed_view(model: torch.nn.Module, min_rows: int = 1, int4: bool = False) -> torch.nn.Module:
+def packed_view(
+    model: torch.nn.Module, min_rows: int = 1, int4: bool = False, gguf_path: Path | None = None
+) -> torch.nn.Module:
     """A copy of `model` sharing its tensors, with the decoder's Linear layers (and a bf16 head) packed,
     each product run over at least `min_rows` rows; int4: the decoder's Linear layers in 4-bit groups
-    instead (`specdec.backends.torch.int4`; min_rows does not apply to them: their rows are computed alone)."""
+    instead (`specdec.backends.torch.int4`; min_rows does not apply to them: their rows are computed alone),
+    and the head on the GGUF's own Q8_0 blocks where `gguf_path` (the file `model` came from) has them."""
     tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
     view = copy.deepcopy(model, tensors)  # modules and configs copied, tensors shared
     decoder = view.get_decoder() if hasattr(view, "get_decoder") else view
@@ -223,16 +230,19 @@ def packed_view(model: torch.nn.Module, min_rows: int = 1, int4: bool = False) -
                 setattr(parent, name, int4_linear(child) if int4 else PackedLinear(child, min_rows))
     # The head keeps its weights' precision under int4 too: a GGUF's head is usually of more bits than its
     # layers (the bundled model's: Q8_0, which 4 bits would move by up to 5% of its largest weight).
-    if _packable(head, False) and head.weight.dtype in _EXACT_DTYPES:
+    blocks = head_q8(gguf_path, head)[0] if int4 and head is not None else None
+    if blocks is not None:
+        view.set_output_embeddings(blocks)
+    elif _packable(head, False) and head.weight.dtype in _EXACT_DTYPES:
         view.set_output_embeddings(PackedLinear(head, min_rows))
     view.eval()
     return view
 
 
 def maybe_packed(
-    model: torch.nn.Module, pack: str, state: ModelState | None, min_rows: int = 1
+    model: torch.nn.Module, pack: str, state: ModelState | None, min_rows: int = 1, gguf_path: Path | None = None
 ) -> torch.nn.Module:
-    """`model`'s packed view when `pack` wants it here, else `model`.
+    """`model`'s packed view when `pack` wants it here, else `model` (`gguf_path`: see `packed_view`).
 
     `state`: that of the loaded model whose module `model` is; the view is made once (per
     `min_rows`) and kept there, so every user of that loaded model runs the same view. None: a
@@ -242,8 +252,8 @@ def maybe_packed(
         return model
     int4 = pack == "int4"
     if state is None:
-        return packed_view(model, min_rows, int4)
-    return state.shared(f"packed_view:{min_rows}:{pack}", lambda: packed_view(model, min_rows, int4))
+        return packed_view(model, min_rows, int4, gguf_path)
+    return state.shared(f"packed_view:{min_rows}:{pack}", lambda: packed_view(model, min_rows, int4, gguf_path))
 
 
 def is_invariant(loaded: LoadedModel) -> bool:
@@ -261,4 +271,4 @@ def verify_model(loaded: LoadedModel) -> torch.nn.Module:
     """The module the engine verifies on (and cost curves time): `loaded.model` or its packed view,
     whose products run over at least `invariant.MIN_ROWS` rows when verification is invariant."""
     min_rows = MIN_ROWS if is_invariant(loaded) else 1
-    return maybe_packed(loaded.model, loaded.pack, loaded.state, min_rows)
+    return maybe_packed(loaded.model, loaded.pack, loaded.state, min_rows, loaded.gguf_path)

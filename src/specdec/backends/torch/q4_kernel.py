@@ -1,4 +1,5 @@
-"""A few-row GEMM for 4-bit weights (llama.cpp's Q4_1 layout): a small C++ extension and its reference.
+"""A few-row GEMM for 4-bit and 8-bit weights (llama.cpp's Q4_1 and Q8_0 layouts): a small C++ extension
+and its reference.
 
 Why: a speculative-decoding verification pass multiplies 1..64 token rows by every weight matrix.
 PyTorch's own CPU int4 kernel dequantizes the weight again for every row, and a bf16 weight is four
@@ -12,7 +13,9 @@ The format: for W [N, K], K a multiple of 32, `qs` uint8 [N, K/2] holds each blo
 byte j's low nibble the q of element j and its high nibble that of element j + 16; `scale` and
 `minimum` are float16 [N, K/32]. The weight multiplied is
     w = bf16(fp32(fp32(q) * fp32(scale)) + fp32(minimum))      (round to nearest even),
-what a bf16 model dequantized from a Q4_1 GGUF holds.
+what a bf16 model dequantized from a Q4_1 GGUF holds. The 8-bit sibling (`q8_linear`, `Q8Linear`) takes
+`qs` int8 [N, K] and `scale` float16 [N, K/32] (Q8_0: w = bf16(fp32(q) * fp32(scale))); a GGUF's output
+head is often Q8_0 (the bundled model's is), so the head's weights are the GGUF's own at half bf16's bytes.
 
 Invariants:
 - the weight is `dequantize_q4`'s bit for bit (a product with a one-hot row returns it exactly; the
@@ -93,6 +96,30 @@ def reference_q4_linear(
     return (x.to(torch.bfloat16).float() @ weight.T).to(x.dtype)
 
 
+def pack_q8(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [N, K] in -128..127 and scale [N, K/32] -> (qs int8 [N, K], scale f16): Q8_0's blocks, unpacked."""
+    rows, cols = q.shape
+    if cols % BLOCK:
+        raise ValueError(f"K = {cols} is not a multiple of {BLOCK}")
+    if q.numel() and (int(q.min()) < -128 or int(q.max()) > 127):
+        raise ValueError("q must lie in -128..127")
+    if tuple(scale.shape) != (rows, cols // BLOCK):
+        raise ValueError(f"scale must be [{rows}, {cols // BLOCK}], got {list(scale.shape)}")
+    return q.to(torch.int8).contiguous(), scale.to(torch.float16).contiguous()
+
+
+def dequantize_q8(qs: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The bf16 weight [N, K] the 8-bit kernel multiplies by: fp32 q * scale (exact), then to bf16."""
+    rows, cols = qs.shape
+    weight = qs.float().reshape(rows, cols // BLOCK, BLOCK) * scale.float()[..., None]
+    return weight.reshape(rows, cols).to(torch.bfloat16)
+
+
+def reference_q8_linear(x: torch.Tensor, qs: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [..., K] -> [..., N] in x's dtype: bf16-rounded x times the bf16 weight, in fp32 (pure PyTorch)."""
+    return (x.to(torch.bfloat16).float() @ dequantize_q8(qs, scale).float().T).to(x.dtype)
+
+
 def cache_dir() -> Path:
     """Where the extension is built: `extensions/<torch version>` in specdec's cache (`default_cache_dir`)."""
     return default_cache_dir() / "extensions" / torch.__version__
@@ -129,6 +156,12 @@ def _register_fake() -> None:
     def _q4_linear_shape(x: torch.Tensor, qs: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor,
                          path: str | None = None) -> torch.Tensor:
         torch._check(x.shape[1] == 2 * qs.shape[1], lambda: "q4_linear: x's K must be twice qs's columns")
+        return x.new_empty(x.shape[0], qs.shape[0])
+
+    @torch.library.register_fake("specdec_q4::q8_linear")
+    def _q8_linear_shape(x: torch.Tensor, qs: torch.Tensor, scale: torch.Tensor,
+                         path: str | None = None) -> torch.Tensor:
+        torch._check(x.shape[1] == qs.shape[1], lambda: "q8_linear: x's K must equal qs's columns")
         return x.new_empty(x.shape[0], qs.shape[0])
 
 
@@ -203,6 +236,33 @@ class Q4Linear(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, q4_1 blocks of {BLOCK}")
+
+
+class Q8Linear(torch.nn.Module):
+    """y = x @ W.T + b with W held as Q8_0 blocks (`pack_q8`'s layout), multiplied by the C++ kernel."""
+
+    def __init__(self, qs: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        super().__init__()
+        if not load_extension():
+            raise RuntimeError(unavailable_reason())
+        self.out_features, self.in_features = qs.shape
+        if tuple(scale.shape) != (self.out_features, self.in_features // BLOCK):
+            raise ValueError(f"scale must be [{self.out_features}, {self.in_features // BLOCK}]")
+        self.register_buffer("qs", qs.to(torch.int8).contiguous())
+        self.register_buffer("scale", scale.to(torch.float16).contiguous())
+        self.register_buffer("bias", None if bias is None else bias.detach())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., in_features] (bf16 or fp32) -> [..., out_features] in x's dtype."""
+        rows = x.reshape(-1, self.in_features).contiguous()
+        y = torch.ops.specdec_q4.q8_linear(rows, self.qs, self.scale)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, q8_0 blocks of {BLOCK}")
 
 
 def main() -> int:

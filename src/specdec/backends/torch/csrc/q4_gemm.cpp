@@ -1,8 +1,10 @@
-// Few-row GEMM y = x @ W.T with W in llama.cpp's Q4_1 layout (blocks of 32 along K).
+// Few-row GEMM y = x @ W.T with W in blocks of 32 along K: llama.cpp's Q4_1 layout (4-bit q, a scale
+// and a minimum a block: `q4_linear`) or its Q8_0 layout (8-bit signed q and a scale: `q8_linear`).
 //
-// Why: a verification pass multiplies 1..64 rows by every weight. Each 4-bit block is read and
-// dequantized ONCE per call (to bf16, exactly as the pure-PyTorch reference `dequantize_q4` does) and
-// then used for every row, so extra rows cost only their multiply-adds.
+// Why: a verification pass multiplies 1..64 rows by every weight. Each block is read and dequantized
+// ONCE per call (to bf16, exactly as the pure-PyTorch references `dequantize_q4` / `dequantize_q8` do)
+// and then used for every row, so extra rows cost only their multiply-adds. Both layouts run the same
+// tiles; a template flag (Q8) picks how a block is read.
 //
 // Invariant (row independence): every output element (r, n) is reduced by one thread, over the same
 // lanes, in the same block order, with the same final horizontal sum, whatever M, the row's position
@@ -33,7 +35,7 @@ namespace {
 // Unrolled before register allocation, so tile arrays of accumulators live in registers, not on the stack.
 #define Q4_UNROLL _Pragma("GCC unroll 8")
 
-constexpr int64_t kBlock = 32;  // Q4_1: weights per (scale, minimum)
+constexpr int64_t kBlock = 32;  // weights per block: per (scale, minimum) in Q4_1, per scale in Q8_0
 constexpr int kCols = 4;        // columns dequantized together (a column tile)
 constexpr int kRows = 4;        // rows multiplied together (a row tile): kRows x kCols accumulators
 constexpr int64_t kAhead = 2;   // software prefetch distance, in column tiles
@@ -45,10 +47,11 @@ struct alignas(64) Line {  // one dequantized block: 32 bf16 weights, one zmm
 struct Problem {
   const uint16_t* x;        // [M, K] bf16 bits (avx512 path)
   const float* xf;          // [M, K] the same values as fp32 (avx2 / scalar paths)
-  const uint8_t* qs;        // [N, K/2]
+  const uint8_t* qs;        // [N, K/2] (Q4_1) or [N, K] int8 bits (Q8_0)
   const at::Half* scale;    // [N, K/32]
-  const at::Half* minimum;  // [N, K/32]
+  const at::Half* minimum;  // [N, K/32]; null for Q8_0
   int64_t M, N, K, nb;      // nb = K / 32
+  int64_t row_bytes;        // bytes of qs a column holds: K/2 or K
   float* out_f;             // [M, N] when x is fp32 ...
   at::BFloat16* out_b;      // ... or bf16 (the other is null)
 };
@@ -79,6 +82,14 @@ inline float dequant_scalar(int q, float scale, float minimum) {
   return static_cast<float>(c10::BFloat16(product + minimum));
 }
 
+// Q8_0's weight: float(q) * scale (exact in fp32: an 8-bit integer times an 11-bit significand), to bf16.
+inline float dequant8_scalar(int q, float scale) {
+  return static_cast<float>(c10::BFloat16(static_cast<float>(q) * scale));
+}
+
+template <bool Q8>
+constexpr int64_t block_bytes() { return Q8 ? kBlock : kBlock / 2; }
+
 // ---------------------------------------------------------------- avx512_bf16
 #define Q4_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,f16c")))
 
@@ -96,15 +107,31 @@ Q4_AVX512 inline __m512i dequant_block_avx512(const uint8_t* q16, float scale, f
   return _mm512_permutexvar_epi16(index, (__m512i)table_bf16);
 }
 
+// 32 bf16 weights of one Q8_0 block in element order: q * scale in fp32, rounded to bf16 (nearest even).
+Q4_AVX512 inline __m512i dequant_block8_avx512(const uint8_t* q32, float scale) {
+  const __m128i* src = reinterpret_cast<const __m128i*>(q32);
+  const __m512 s = _mm512_set1_ps(scale);
+  const __m512 low = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(src))), s);
+  const __m512 high = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(src + 1))), s);
+  return (__m512i)_mm512_cvtne2ps_pbh(high, low);  // the second operand fills the low 16 words
+}
+
+template <bool Q8>
+Q4_AVX512 inline __m512i dequant_avx512(const Problem& p, const uint8_t* column, int64_t b, const Scratch& s,
+                                        int c) {
+  if (Q8) return dequant_block8_avx512(column + b * kBlock, s.scale[c * p.nb + b]);
+  return dequant_block_avx512(column + b * (kBlock / 2), s.scale[c * p.nb + b], s.minimum[c * p.nb + b]);
+}
+
 Q4_AVX512 inline __m512bh as_bf16(__m512i v) { return (__m512bh)v; }
 
 // The scales of columns [n0, n0 + C) as fp32, 16 at a time.
 template <int C>
 Q4_AVX512 void widen_scales_avx512(const Problem& p, int64_t n0, Scratch& s) {
   Q4_UNROLL for (int c = 0; c < C; ++c) {
-    const at::Half* src[2] = {p.scale + (n0 + c) * p.nb, p.minimum + (n0 + c) * p.nb};
+    const at::Half* src[2] = {p.scale + (n0 + c) * p.nb, p.minimum ? p.minimum + (n0 + c) * p.nb : nullptr};
     float* dst[2] = {s.scale.data() + c * p.nb, s.minimum.data() + c * p.nb};
-    for (int which = 0; which < 2; ++which) {
+    for (int which = 0; which < (src[1] ? 2 : 1); ++which) {
       int64_t b = 0;
       for (; b + 16 <= p.nb; b += 16) {
         const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[which] + b));
@@ -125,19 +152,19 @@ Q4_AVX512 __attribute__((always_inline)) inline void finish_avx512(const Problem
 
 // Rows [r0, r0 + R) x columns [n0, n0 + C), dequantizing each block as it goes (the first row tile);
 // kSave keeps the blocks in `w` for the row tiles after it. Prefetches the bytes of a tile kAhead on.
-template <int R, int C, bool kSave>
+template <bool Q8, int R, int C, bool kSave>
 Q4_AVX512 void first_rows_avx512(const Problem& p, int64_t r0, int64_t n0, Scratch& s) {
   __m512 acc[R][C];
   Q4_UNROLL for (int r = 0; r < R; ++r)
     Q4_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-  const int64_t half_k = p.K / 2;
-  const uint8_t* q = p.qs + n0 * half_k;
-  const char* next = reinterpret_cast<const char*>(q + kAhead * kCols * half_k);
+  const uint8_t* q = p.qs + n0 * p.row_bytes;
+  const char* next = reinterpret_cast<const char*>(q + kAhead * kCols * p.row_bytes);
+  constexpr int64_t kLine = kCols * block_bytes<Q8>();  // the bytes of the tile kAhead on, per block
   for (int64_t b = 0; b < p.nb; ++b) {
-    _mm_prefetch(next + b * 64, _MM_HINT_T0);  // kCols * 16 bytes a block: one line
+    Q4_UNROLL for (int64_t at = 0; at < kLine; at += 64) _mm_prefetch(next + b * kLine + at, _MM_HINT_T0);
     __m512i w[C];
     Q4_UNROLL for (int c = 0; c < C; ++c) {
-      w[c] = dequant_block_avx512(q + c * half_k + b * 16, s.scale[c * p.nb + b], s.minimum[c * p.nb + b]);
+      w[c] = dequant_avx512<Q8>(p, q + c * p.row_bytes, b, s, c);
       if (kSave) _mm512_store_si512(s.w.get() + b * C + c, w[c]);
     }
     Q4_UNROLL for (int r = 0; r < R; ++r) {
@@ -172,6 +199,7 @@ Q4_AVX512 void more_rows_avx512(const Problem& p, int64_t r0, int64_t n0, const 
 inline void prefetch_scales(const Problem& p, int64_t n) {
   const int64_t first = std::min(n, p.N - 1) * p.nb, last = std::min(n + kCols, p.N) * p.nb;  // halves
   for (const at::Half* base : {p.scale, p.minimum}) {
+    if (base == nullptr) continue;
     const uintptr_t begin = reinterpret_cast<uintptr_t>(base + first) & ~uintptr_t(63);
     for (uintptr_t line = begin; line < reinterpret_cast<uintptr_t>(base + last); line += 64)
       _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
@@ -180,23 +208,23 @@ inline void prefetch_scales(const Problem& p, int64_t n) {
 
 // Before a thread's first tile: its first kAhead tiles, which no earlier tile prefetched.
 inline void prefetch_first_tiles(const Problem& p, int64_t n0) {
-  const char* q = reinterpret_cast<const char*>(p.qs + n0 * (p.K / 2));
-  for (int64_t offset = 0; offset < kAhead * kCols * (p.K / 2); offset += 64)
+  const char* q = reinterpret_cast<const char*>(p.qs + n0 * p.row_bytes);
+  for (int64_t offset = 0; offset < kAhead * kCols * p.row_bytes; offset += 64)
     _mm_prefetch(q + offset, _MM_HINT_T0);
   for (int64_t t = 0; t < kAhead; ++t) prefetch_scales(p, n0 + t * kCols);
 }
 
-template <int C>
+template <bool Q8, int C>
 Q4_AVX512 void column_tile_avx512(const Problem& p, int64_t n0, Scratch& s) {
   prefetch_scales(p, n0 + kAhead * kCols);
   widen_scales_avx512<C>(p, n0, s);
   switch (std::min<int64_t>(p.M, kRows)) {
-    case 1: first_rows_avx512<1, C, false>(p, 0, n0, s); break;
-    case 2: first_rows_avx512<2, C, false>(p, 0, n0, s); break;
-    case 3: first_rows_avx512<3, C, false>(p, 0, n0, s); break;
+    case 1: first_rows_avx512<Q8, 1, C, false>(p, 0, n0, s); break;
+    case 2: first_rows_avx512<Q8, 2, C, false>(p, 0, n0, s); break;
+    case 3: first_rows_avx512<Q8, 3, C, false>(p, 0, n0, s); break;
     default:
-      if (p.M > kRows) first_rows_avx512<kRows, C, true>(p, 0, n0, s);
-      else first_rows_avx512<kRows, C, false>(p, 0, n0, s);
+      if (p.M > kRows) first_rows_avx512<Q8, kRows, C, true>(p, 0, n0, s);
+      else first_rows_avx512<Q8, kRows, C, false>(p, 0, n0, s);
   }
   for (int64_t r0 = kRows; r0 < p.M; r0 += kRows) {
     switch (std::min<int64_t>(p.M - r0, kRows)) {
@@ -208,16 +236,17 @@ Q4_AVX512 void column_tile_avx512(const Problem& p, int64_t n0, Scratch& s) {
   }
 }
 
+template <bool Q8>
 Q4_AVX512 void column_tiles_avx512(const Problem& p, int64_t begin, int64_t end) {
   Scratch s(p.nb, p.M > kRows);
   prefetch_first_tiles(p, begin * kCols);
   for (int64_t t = begin; t < end; ++t) {
     const int64_t n0 = t * kCols;
     switch (std::min<int64_t>(p.N - n0, kCols)) {
-      case 1: column_tile_avx512<1>(p, n0, s); break;
-      case 2: column_tile_avx512<2>(p, n0, s); break;
-      case 3: column_tile_avx512<3>(p, n0, s); break;
-      default: column_tile_avx512<kCols>(p, n0, s);
+      case 1: column_tile_avx512<Q8, 1>(p, n0, s); break;
+      case 2: column_tile_avx512<Q8, 2>(p, n0, s); break;
+      case 3: column_tile_avx512<Q8, 3>(p, n0, s); break;
+      default: column_tile_avx512<Q8, kCols>(p, n0, s);
     }
   }
 }
@@ -234,12 +263,20 @@ Q4_AVX2 inline __m256 round_bf16_avx2(__m256 v) {
 }
 
 // Dequantizes columns [n0, n0 + C) into `w` as fp32, column c's K weights at w + c * K, element order.
-template <int C>
+template <bool Q8, int C>
 Q4_AVX2 void dequant_tile_avx2(const Problem& p, int64_t n0, float* w) {
   Q4_UNROLL for (int c = 0; c < C; ++c) {
-    const uint8_t* q = p.qs + (n0 + c) * (p.K / 2);
+    const uint8_t* q = p.qs + (n0 + c) * p.row_bytes;
     for (int64_t b = 0; b < p.nb; ++b) {
       const __m256 s = _mm256_set1_ps(_cvtsh_ss(p.scale[(n0 + c) * p.nb + b].x));
+      if (Q8) {  // four runs of 8 signed bytes: q * scale, rounded to bf16
+        for (int part = 0; part < 4; ++part) {
+          const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + b * kBlock + part * 8));
+          const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
+          _mm256_storeu_ps(w + c * p.K + b * kBlock + part * 8, round_bf16_avx2(_mm256_mul_ps(v, s)));
+        }
+        continue;
+      }
       const __m256 m = _mm256_set1_ps(_cvtsh_ss(p.minimum[(n0 + c) * p.nb + b].x));
       float* out = w + c * p.K + b * kBlock;
       for (int half = 0; half < 2; ++half) {  // bytes 0..7, then 8..15
@@ -278,35 +315,41 @@ Q4_AVX2 void rows_avx2(const Problem& p, int64_t r0, int64_t n0, const float* w)
     Q4_UNROLL for (int c = 0; c < C; ++c) store(p, r0 + r, n0 + c, hsum_avx2(acc[r][c]));
 }
 
-template <int C>
+template <bool Q8, int C>
 Q4_AVX2 void column_tile_avx2(const Problem& p, int64_t n0, float* w) {
-  dequant_tile_avx2<C>(p, n0, w);
+  dequant_tile_avx2<Q8, C>(p, n0, w);
   for (int64_t r0 = 0; r0 < p.M; r0 += 2) {  // 2 rows x 4 columns: 8 of the 16 ymm registers
     if (p.M - r0 >= 2) rows_avx2<2, C>(p, r0, n0, w);
     else rows_avx2<1, C>(p, r0, n0, w);
   }
 }
 
+template <bool Q8>
 Q4_AVX2 void column_tiles_avx2(const Problem& p, int64_t begin, int64_t end) {
   std::vector<float> w(kCols * p.K);
   for (int64_t t = begin; t < end; ++t) {
     const int64_t n0 = t * kCols;
     switch (std::min<int64_t>(p.N - n0, kCols)) {
-      case 1: column_tile_avx2<1>(p, n0, w.data()); break;
-      case 2: column_tile_avx2<2>(p, n0, w.data()); break;
-      case 3: column_tile_avx2<3>(p, n0, w.data()); break;
-      default: column_tile_avx2<kCols>(p, n0, w.data());
+      case 1: column_tile_avx2<Q8, 1>(p, n0, w.data()); break;
+      case 2: column_tile_avx2<Q8, 2>(p, n0, w.data()); break;
+      case 3: column_tile_avx2<Q8, 3>(p, n0, w.data()); break;
+      default: column_tile_avx2<Q8, kCols>(p, n0, w.data());
     }
   }
 }
 
 // ---------------------------------------------------------------- scalar
+template <bool Q8>
 void column_tiles_scalar(const Problem& p, int64_t begin, int64_t end) {
   std::vector<float> w(p.K);
   for (int64_t n = begin * kCols; n < std::min(end * kCols, p.N); ++n) {
-    const uint8_t* q = p.qs + n * (p.K / 2);
+    const uint8_t* q = p.qs + n * p.row_bytes;
     for (int64_t b = 0; b < p.nb; ++b) {
       const float s = static_cast<float>(p.scale[n * p.nb + b]);
+      if (Q8) {
+        for (int j = 0; j < kBlock; ++j) w[b * kBlock + j] = dequant8_scalar(static_cast<int8_t>(q[b * kBlock + j]), s);
+        continue;
+      }
       const float m = static_cast<float>(p.minimum[n * p.nb + b]);
       for (int j = 0; j < 16; ++j) {
         w[b * kBlock + j] = dequant_scalar(q[b * 16 + j] & 15, s, m);
@@ -343,29 +386,41 @@ bool path_runs_here(const std::string& path) {
 
 std::string q4_linear_path() { return best_path(); }
 
-at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
-                     const at::Tensor& minimum, std::optional<c10::string_view> path) {
-  TORCH_CHECK(x.device().is_cpu() && qs.device().is_cpu() && scale.device().is_cpu() &&
-                  minimum.device().is_cpu(), "q4_linear: every tensor must be on the CPU");
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
-              "q4_linear: x must be bfloat16 or float32, got ", x.scalar_type());
-  TORCH_CHECK(x.dim() == 2, "q4_linear: x must be 2-D [M, K], got ", x.sizes());
-  TORCH_CHECK(qs.scalar_type() == at::kByte && qs.dim() == 2,
-              "q4_linear: qs must be uint8 [N, K/2], got ", qs.scalar_type(), " ", qs.sizes());
-  const int64_t M = x.size(0), K = x.size(1), N = qs.size(0);
-  TORCH_CHECK(K % kBlock == 0, "q4_linear: K (", K, ") must be a multiple of ", kBlock);
-  TORCH_CHECK(qs.size(1) * 2 == K, "q4_linear: qs is ", qs.sizes(), " but x has K = ", K, " (need [N, K/2])");
-  for (const at::Tensor* t : {&scale, &minimum})
-    TORCH_CHECK(t->scalar_type() == at::kHalf && t->dim() == 2 && t->size(0) == N && t->size(1) == K / kBlock,
-                "q4_linear: scale and minimum must be float16 [N, K/32] = [", N, ", ", K / kBlock, "], got ",
-                t->scalar_type(), " ", t->sizes());
-  TORCH_CHECK(x.is_contiguous() && qs.is_contiguous() && scale.is_contiguous() && minimum.is_contiguous(),
-              "q4_linear: x, qs, scale and minimum must be contiguous");
+std::string checked_path(std::optional<c10::string_view> path, const char* op) {
   std::string chosen = path.has_value() ? std::string(path->data(), path->size()) : best_path();
   if (chosen == "auto") chosen = best_path();
   TORCH_CHECK(chosen == "avx512_bf16" || chosen == "avx2" || chosen == "scalar",
-              "q4_linear: path must be auto, avx512_bf16, avx2 or scalar, got ", chosen);
-  TORCH_CHECK(path_runs_here(chosen), "q4_linear: this CPU cannot run the ", chosen, " path");
+              op, ": path must be auto, avx512_bf16, avx2 or scalar, got ", chosen);
+  TORCH_CHECK(path_runs_here(chosen), op, ": this CPU cannot run the ", chosen, " path");
+  return chosen;
+}
+
+// x [M, K] (bf16 or fp32) by the blocks of W [N, K]: the checks both ops share, then the tiles.
+template <bool Q8>
+at::Tensor blocks_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
+                         const at::Tensor* minimum, std::optional<c10::string_view> path, const char* op) {
+  TORCH_CHECK(x.device().is_cpu() && qs.device().is_cpu() && scale.device().is_cpu() &&
+                  (minimum == nullptr || minimum->device().is_cpu()), op, ": every tensor must be on the CPU");
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
+              op, ": x must be bfloat16 or float32, got ", x.scalar_type());
+  TORCH_CHECK(x.dim() == 2, op, ": x must be 2-D [M, K], got ", x.sizes());
+  const auto q_type = Q8 ? at::kChar : at::kByte;
+  TORCH_CHECK(qs.scalar_type() == q_type && qs.dim() == 2, op, ": qs must be ", Q8 ? "int8 [N, K]" : "uint8 [N, K/2]",
+              ", got ", qs.scalar_type(), " ", qs.sizes());
+  const int64_t M = x.size(0), K = x.size(1), N = qs.size(0);
+  TORCH_CHECK(K % kBlock == 0, op, ": K (", K, ") must be a multiple of ", kBlock);
+  const int64_t row_bytes = Q8 ? K : K / 2;
+  TORCH_CHECK(qs.size(1) == row_bytes, op, ": qs is ", qs.sizes(), " but x has K = ", K, " (need ",
+              Q8 ? "[N, K])" : "[N, K/2])");
+  for (const at::Tensor* t : {&scale, minimum}) {
+    if (t == nullptr) continue;
+    TORCH_CHECK(t->scalar_type() == at::kHalf && t->dim() == 2 && t->size(0) == N && t->size(1) == K / kBlock,
+                op, ": scales must be float16 [N, K/32] = [", N, ", ", K / kBlock, "], got ", t->scalar_type(),
+                " ", t->sizes());
+    TORCH_CHECK(t->is_contiguous(), op, ": scales must be contiguous");
+  }
+  TORCH_CHECK(x.is_contiguous() && qs.is_contiguous(), op, ": x and qs must be contiguous");
+  const std::string chosen = checked_path(path, op);
 
   at::Tensor out = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return out;
@@ -375,13 +430,14 @@ at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor
   const at::Tensor xf = chosen == "avx512_bf16" ? at::Tensor() : xb.to(at::kFloat);
   Problem p{reinterpret_cast<const uint16_t*>(xb.data_ptr<at::BFloat16>()),
             xf.defined() ? xf.data_ptr<float>() : nullptr,
-            qs.data_ptr<uint8_t>(), scale.data_ptr<at::Half>(), minimum.data_ptr<at::Half>(),
-            M, N, K, K / kBlock,
+            reinterpret_cast<const uint8_t*>(qs.data_ptr()), scale.data_ptr<at::Half>(),
+            minimum ? minimum->data_ptr<at::Half>() : nullptr,
+            M, N, K, K / kBlock, row_bytes,
             x.scalar_type() == at::kFloat ? out.data_ptr<float>() : nullptr,
             x.scalar_type() == at::kBFloat16 ? out.data_ptr<at::BFloat16>() : nullptr};
-  auto kernel = chosen == "avx512_bf16" ? column_tiles_avx512
-              : chosen == "avx2"        ? column_tiles_avx2
-                                        : column_tiles_scalar;
+  auto kernel = chosen == "avx512_bf16" ? column_tiles_avx512<Q8>
+              : chosen == "avx2"        ? column_tiles_avx2<Q8>
+                                        : column_tiles_scalar<Q8>;
   // Columns split across threads (each output element reduced by one thread); a grain of about 32k
   // weights a task still gives two threads work for a 192 x 576 weight.
   const int64_t tiles = (N + kCols - 1) / kCols;
@@ -390,11 +446,25 @@ at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor
   return out;
 }
 
+at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
+                     const at::Tensor& minimum, std::optional<c10::string_view> path) {
+  return blocks_linear<false>(x, qs, scale, &minimum, path, "q4_linear");
+}
+
+at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
+                     std::optional<c10::string_view> path) {
+  return blocks_linear<true>(x, qs, scale, nullptr, path, "q8_linear");
+}
+
 }  // namespace
 
 TORCH_LIBRARY(specdec_q4, m) {
   m.def("q4_linear(Tensor x, Tensor qs, Tensor scale, Tensor minimum, str? path=None) -> Tensor");
+  m.def("q8_linear(Tensor x, Tensor qs, Tensor scale, str? path=None) -> Tensor");
   m.def("q4_linear_path() -> str", &q4_linear_path);
 }
 
-TORCH_LIBRARY_IMPL(specdec_q4, CPU, m) { m.impl("q4_linear", &q4_linear); }
+TORCH_LIBRARY_IMPL(specdec_q4, CPU, m) {
+  m.impl("q4_linear", &q4_linear);
+  m.impl("q8_linear", &q8_linear);
+}

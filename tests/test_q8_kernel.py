@@ -1,0 +1,131 @@
+"""The 8-bit block kernel (`q8_linear`, `Q8Linear`) against its pure-PyTorch reference, and a GGUF's
+Q8_0 head read from the file (`specdec.backends.torch.gguf_blocks`).
+
+The format is llama.cpp's Q8_0 (checked against gguf's own quantizer and dequantizer); the kernel
+multiplies by `dequantize_q8`'s weights bit for bit, within the fp32 summation bound of the reference,
+and gives every row the same bits whatever the rows beside it, on each C++ path this CPU runs. On the
+bundled model the int4 view's head is the GGUF's own Q8_0 blocks, equal to the bf16 model's head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from helpers import assert_within_bound, forced_paths
+
+from specdec.backends.torch import gguf_blocks, q4_kernel
+from specdec.backends.torch.q4_kernel import BLOCK, Q8Linear, dequantize_q8, pack_q8, reference_q8_linear
+
+# [N, K]: SmolLM2-135M's head (a slice of its 49,152 rows; 999: not a multiple of the 4-column tiles),
+# Qwen2.5-Coder-1.5B's (a slice), and a decoder-sized weight.
+SHAPES = {"smollm2 head (999 rows)": (999, 576), "qwen head (1000 rows)": (1000, 1536), "down": (576, 1536)}
+ROWS = (1, 2, 3, 4, 5, 17, 64)
+
+
+@pytest.fixture(scope="module")
+def op():
+    """torch.ops.specdec_q4.q8_linear, or a skip saying why the extension cannot be built here."""
+    if not q4_kernel.load_extension():
+        pytest.skip(q4_kernel.unavailable_reason())
+    return torch.ops.specdec_q4.q8_linear
+
+
+def random_q8(rows: int, cols: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randint(-128, 128, (rows, cols), generator=generator)
+    scale = torch.rand(rows, cols // BLOCK, generator=generator) * 1e-3 + 1e-5
+    return pack_q8(q, scale)
+
+
+def test_q8_0_bytes_read_as_gguf_writes_and_reads_them():
+    """gguf's own Q8_0 quantizer writes the blocks; read back, they dequantize to gguf's values (in bf16)."""
+    gguf = pytest.importorskip("gguf")
+    weights = np.random.default_rng(0).standard_normal((6, 128)).astype(np.float32)
+    raw = gguf.quants.quantize(weights, gguf.GGMLQuantizationType.Q8_0)
+    qs, scale = gguf_blocks.q8_0_blocks(raw, 6, 128)
+    assert qs.dtype == torch.int8 and scale.dtype == torch.float16 and scale.shape == (6, 4)
+    expected = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0)
+    assert torch.equal(dequantize_q8(qs, scale), torch.from_numpy(np.ascontiguousarray(expected)).to(torch.bfloat16))
+
+
+def test_pack_refuses_bad_input():
+    with pytest.raises(ValueError, match="multiple of 32"):
+        pack_q8(torch.zeros(2, 48, dtype=torch.int64), torch.ones(2, 1))
+    with pytest.raises(ValueError, match="-128..127"):
+        pack_q8(torch.full((2, 32), 128), torch.ones(2, 1))
+    with pytest.raises(ValueError, match="scale must be"):
+        pack_q8(torch.zeros(2, 64, dtype=torch.int64), torch.ones(2, 1))
+
+
+@pytest.mark.parametrize("shape", list(SHAPES), ids=list(SHAPES))
+def test_kernel_multiplies_by_the_reference_weights_and_rows_are_independent(op, shape):
+    rows, cols = SHAPES[shape]
+    qs, scale = random_q8(rows, cols, seed=len(shape))
+    weight = dequantize_q8(qs, scale)
+    x = torch.randn(max(ROWS), cols, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    for path in forced_paths():
+        one_hot = torch.eye(cols, dtype=torch.bfloat16)[: 64]
+        assert torch.equal(op(one_hot, qs, scale, path), weight[:, :64].T), path
+        full = op(x, qs, scale, path)
+        assert_within_bound(full, x, weight)
+        for count in ROWS:  # every prefix and a window in the middle: the same bits per row
+            assert torch.equal(op(x[:count].contiguous(), qs, scale, path), full[:count]), (path, count)
+        assert torch.equal(op(x[5:9].contiguous(), qs, scale, path), full[5:9]), path
+
+
+def test_fp32_activations_are_rounded_to_bf16_first(op):
+    qs, scale = random_q8(40, 96)
+    x = torch.randn(3, 96)
+    assert torch.equal(op(x, qs, scale).to(torch.bfloat16), op(x.to(torch.bfloat16), qs, scale))  # fp32 out: unrounded
+    torch.testing.assert_close(op(x, qs, scale), reference_q8_linear(x, qs, scale), rtol=1e-4, atol=1e-4)
+
+
+def test_bad_input_gets_a_clear_error(op):
+    qs, scale = random_q8(8, 64)
+    x = torch.randn(2, 64)
+    with pytest.raises(RuntimeError, match="qs must be int8"):
+        op(x, qs.view(torch.uint8), scale)
+    with pytest.raises(RuntimeError, match="float16"):
+        op(x, qs, scale.float())
+    with pytest.raises(RuntimeError, match="need \\[N, K\\]"):
+        op(torch.randn(2, 96), qs, scale)
+    with pytest.raises(RuntimeError, match="path must be"):
+        op(x, qs, scale, "avx9000")
+
+
+def test_q8_linear_module(op):
+    qs, scale = random_q8(48, 96)
+    bias = torch.randn(48)
+    layer = Q8Linear(qs, scale, bias)
+    assert "in_features=96, out_features=48" in repr(layer) and "q8_0" in repr(layer)
+    x = torch.randn(2, 5, 96)
+    expected = (op(x.reshape(10, 96), qs, scale) + bias).reshape(2, 5, 48)
+    assert torch.equal(layer(x), expected)
+
+
+def test_the_bundled_models_head_is_read_from_its_gguf(op):
+    """The bundled GGUF stores its (tied) head as Q8_0: read from the file it equals the bf16 model's head;
+    a head that differs, an fp32 head, or no GGUF keeps the module as it was, with the reason."""
+    from specdec.models import load_model
+
+    loaded = load_model("smollm2-135m", dtype="bf16")
+    head = loaded.model.get_output_embeddings()
+    layer, why = gguf_blocks.head_q8(loaded.gguf_path, head)
+    assert isinstance(layer, Q8Linear) and why == ""
+    assert torch.equal(dequantize_q8(layer.qs, layer.scale), head.weight)
+    other = torch.nn.Linear(576, 49152, bias=False).to(torch.bfloat16)
+    assert gguf_blocks.head_q8(loaded.gguf_path, other) == (None, "the GGUF's head blocks are not the model's head weights")
+    assert gguf_blocks.head_q8(None, head)[0] is None
+    assert gguf_blocks.head_q8(loaded.gguf_path, other.float())[0] is None
+    view = q4_kernel_view(loaded)
+    assert isinstance(view.get_output_embeddings(), Q8Linear)
+
+
+def q4_kernel_view(loaded):  # noqa: ANN001, ANN201 - the int4 view the engine verifies on
+    from specdec.backends.torch.packed import verify_model
+    from specdec.models.state import ModelState
+
+    return verify_model(dataclasses.replace(loaded, pack="int4", state=ModelState()))
