@@ -7,7 +7,8 @@ and up 1536x576, down 576x1536) and the 49152x576 head, for each row count, with
 - q4: `torch.ops.specdec_q4.q4_linear` (Q4_1 blocks, bf16 activations);
 - int4: `aten._weight_int4pack_mm_for_cpu` (what `--pack int4` runs, `specdec.backends.torch.int4`);
 - bf16: oneDNN on a prepacked bf16 weight (`mkldnn._linear_pointwise`, what the packed view runs).
-All three multiply the same quantized weights. Every layer has its own buffers, so weights come from
+All three multiply the same quantized weights. The head also runs as Q8_0 blocks on the 8-bit kernel
+(`head q8`: `torch.ops.specdec_q4.q8_linear`, what `--pack int4` runs for a GGUF's Q8_0 head). Every layer has its own buffers, so weights come from
 memory as in a real pass, not from cache. Milliseconds per pass (median of --repeats), 2 threads
 (--threads).
 
@@ -30,6 +31,7 @@ from specdec.backends.torch.q4_kernel import (
     dequantize_q4,
     load_extension,
     pack_q4,
+    pack_q8,
     unavailable_reason,
     unpack_q4,
 )
@@ -98,6 +100,8 @@ def main() -> None:
                 passes["decoder", name].append((call, cols))
     for name, call in products(*random_q4(*HEAD_SHAPE)).items():
         passes["head", name] = [(call, HEAD_SHAPE[1])]
+    q8, scale8 = pack_q8(torch.randint(-128, 128, HEAD_SHAPE), torch.rand(HEAD_SHAPE[0], HEAD_SHAPE[1] // BLOCK) * 1e-3)
+    passes["head", "q8"] = [(lambda x: torch.ops.specdec_q4.q8_linear(x, q8, scale8), HEAD_SHAPE[1])]
     print(f"path {torch.ops.specdec_q4.q4_linear_path()}, {torch.get_num_threads()} threads, "
           f"{len(passes['decoder', 'q4'])} decoder products + head, ms per pass (median of {args.repeats})\n")
     print("| rows | " + " | ".join(f"{part} {name}" for part, name in passes) + " |")
