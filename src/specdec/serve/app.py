@@ -48,9 +48,11 @@ Invariants:
 - a long prompt joining running requests is prefilled prefill_chunk tokens per
   decode step (`specdec.engine.loop.Batch`), so it delays the running streams by
   about one chunk's pass per token, and a client that leaves stops it between chunks;
-- on shutdown (SIGINT/SIGTERM) uvicorn lets in-flight responses finish for up to
-  shutdown_timeout_s, then the scheduler cancels what is left and stops; a
-  SIGTERM shutdown that went through ends the process with status 0.
+- on shutdown (SIGINT/SIGTERM) new requests get 503 and the accepted ones may
+  finish for up to shutdown_timeout_s; then each one left ends in OpenAI's shape
+  (a JSON 503 `shutting_down`, or a stream's error event and `[DONE]`) before
+  uvicorn's own deadline (`specdec.serve.shutdown`); a SIGTERM shutdown that went
+  through ends the process with status 0.
 """
 
 import asyncio
@@ -105,6 +107,7 @@ from specdec.serve.schema import (
     document_bearer_auth,
     request_models,
 )
+from specdec.serve.shutdown import Drain, DrainingServer, exit_cleanly, uvicorn_timeout_s
 
 log = logging.getLogger("specdec.server")
 DISCONNECT_POLL_S = 0.5
@@ -433,19 +436,13 @@ def serve(config: ServerConfig) -> None:
         host=config.host,
         port=config.port,
         log_level=config.log_level,
-        timeout_graceful_shutdown=max(1, round(config.shutdown_timeout_s)),
+        timeout_graceful_shutdown=uvicorn_timeout_s(config.shutdown_timeout_s),
         http=functools.partial(HeaderDeadlineProtocol, header_timeout_s=config.request_timeout_s),
     )
-    # uvicorn handles SIGTERM itself (a graceful shutdown), then restores the handler it found and raises
-    # the signal again; with the default handler that ends the process with 143, which supervisors read
-    # as "killed". The handler it finds here exits with 0 instead: the shutdown went through.
-    previous = signal.signal(signal.SIGTERM, _exit_cleanly)
+    drain = Drain(app.state.service.scheduler, config.shutdown_timeout_s)
+    # uvicorn restores the SIGTERM handler it found and raises the signal again: this one exits with 0
+    previous = signal.signal(signal.SIGTERM, exit_cleanly)
     try:
-        uvicorn.Server(uv_config).run()
+        DrainingServer(uv_config, drain).run()
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _exit_cleanly(signum: int, frame: Any) -> None:
-    """SIGTERM outside uvicorn's own handling: the server has shut down (or has not started): exit 0."""
-    raise SystemExit(0)

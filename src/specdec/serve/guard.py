@@ -24,12 +24,11 @@ import asyncio
 import hmac
 from collections.abc import Sequence
 
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specdec.serve.metrics import ServerMetrics
-from specdec.serve.replies import APIError, error_body
+from specdec.serve.replies import APIError, error_response
 
 PUBLIC_PATHS = frozenset({"/health"})
 TENANT = "specdec_state_scope"  # key in the ASGI scope's "state": which API key a request came with
@@ -70,7 +69,7 @@ class Guard:
 
         refusal = self._refusal(scope)
         if refusal is not None:
-            await JSONResponse(error_body(refusal), refusal.status)(scope, receive, counted_send)
+            await error_response(refusal)(scope, receive, counted_send)
             return
         await self.app(scope, self._bounded(receive), counted_send)
 

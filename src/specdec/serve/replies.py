@@ -17,7 +17,8 @@ Invariants:
   the server's shared state and on the load, so they could tell one client about
   another's;
 - error bodies are {"error": {"message", "type", "param", "code"}} and never
-  hold a traceback or another request's data.
+  hold a traceback or another request's data; every 429 and 503 carries
+  `Retry-After`.
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ from specdec.serve.scheduler import CancelledEvent, DoneEvent, ErrorEvent
 log = logging.getLogger("specdec.server")
 MAX_VALIDATION_ERRORS = 3
 MAX_MESSAGE_CHARS = 500
+RETRY_STATUSES = frozenset({429, 503})
+DEFAULT_RETRY_AFTER_S = 1  # seconds, where the refusal has no better estimate
 
 
 class APIError(Exception):
-    """An error reply: HTTP status plus OpenAI's error fields."""
+    """An error reply: HTTP status plus OpenAI's error fields; a 429 or 503 always says when to retry."""
 
     def __init__(
         self,
@@ -51,6 +54,7 @@ class APIError(Exception):
         type: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        retry_after_s: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -58,10 +62,22 @@ class APIError(Exception):
         self.type = type
         self.param = param
         self.code = code
+        if retry_after_s is None and status in RETRY_STATUSES:
+            retry_after_s = DEFAULT_RETRY_AFTER_S
+        self.retry_after_s = retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {} if self.retry_after_s is None else {"Retry-After": str(max(1, self.retry_after_s))}
 
 
 def error_body(error: APIError) -> dict:
     return {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
+
+
+def error_response(error: APIError) -> JSONResponse:
+    """The JSON reply of an error, with its headers (Retry-After on a 429 or 503)."""
+    return JSONResponse(error_body(error), status_code=error.status, headers=error.headers)
 
 
 def event_error(event: ErrorEvent | CancelledEvent) -> APIError:
@@ -194,8 +210,7 @@ class Reply:
 def install_error_handlers(app: FastAPI) -> None:
     """OpenAI-shaped JSON for every error FastAPI or a handler raises (422 becomes 400)."""
 
-    def reply(error: APIError) -> JSONResponse:
-        return JSONResponse(error_body(error), status_code=error.status)
+    reply = error_response
 
     async def api_error(request: Request, error: APIError) -> JSONResponse:
         return reply(error)

@@ -25,7 +25,10 @@ Invariants:
 - the worker never dies on a job's error: a failing proposer ends its own row; a
   failing batched pass fails the rows in it and the worker starts a fresh batch;
   `close()` refuses new jobs, cancels the waiting and the running ones, and
-  joins the worker within a bounded time.
+  joins the worker within a bounded time;
+- a drain (`stop_accepting`, `wait_idle`, then `cancel_all`) refuses new jobs
+  while the accepted ones, waiting or running, go on; cancelled ones end with a
+  `CancelledEvent`, which the server turns into OpenAI's `shutting_down` error.
 """
 
 from __future__ import annotations
@@ -129,6 +132,7 @@ class Scheduler:
         self._running: dict[Row, tuple[Job, Any, float]] = {}  # row -> (job, proposer, queue seconds)
         self._active: set[Job] = set()  # taken from the queue and not yet ended (being admitted or running)
         self._closed = False
+        self._accepting = True  # False from the start of a drain: submits refused, accepted jobs go on
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._work, name="specdec-decode", daemon=True)
 
@@ -149,7 +153,7 @@ class Scheduler:
 
     def submit(self, job: Job) -> None:
         with self._cond:
-            if self._closed:
+            if self._closed or not self._accepting:
                 raise QueueClosed("the server is shutting down")
             if len(self._waiting) >= self.max_queue + max(0, self.max_batch - self.num_running):
                 raise QueueFull(f"the queue is full ({self.max_queue} requests waiting); retry later")
@@ -157,13 +161,30 @@ class Scheduler:
             self.metrics.waiting.set(len(self._waiting))
             self._cond.notify()
 
+    def stop_accepting(self) -> None:
+        """Refuse new jobs (QueueClosed) from now on; the waiting and running ones go on (a drain)."""
+        with self._cond:
+            self._accepting = False
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait up to timeout_s for no job to be waiting or running; whether that happened."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._waiting and not self._active, timeout_s)
+
+    def cancel_all(self) -> int:
+        """Cancel every waiting and running job (each ends with a CancelledEvent); how many there were."""
+        with self._cond:
+            jobs = [*self._waiting, *self._active]
+            for job in jobs:
+                job.cancel()
+            self._cond.notify_all()
+        return len(jobs)
+
     def close(self, timeout_s: float) -> None:
         """Refuse new jobs, cancel the waiting and the running ones, and wait for the worker."""
         with self._cond:
             self._closed = True
-            for job in [*self._waiting, *self._active]:
-                job.cancel()
-            self._cond.notify_all()
+        self.cancel_all()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
         if self._thread.is_alive():
@@ -257,6 +278,7 @@ class Scheduler:
         self.metrics.record_outcome(job.endpoint, job.method_name, outcome, output.stats if output else None)
         with self._cond:
             self._active.discard(job)
+            self._cond.notify_all()  # wait_idle may be waiting for the last one
         self._send(job, event)
 
     @staticmethod
