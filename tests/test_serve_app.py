@@ -253,6 +253,7 @@ def test_full_queue_answers_429_in_openai_shape(http):
     assert (health["running"], health["waiting"]) == (1, MAX_QUEUE + SERVER.max_batch - 1)
     error = error_of(refused, 429)
     assert (error["code"], error["type"]) == ("queue_full", "rate_limit_error")
+    assert int(refused.headers["retry-after"]) >= 1
     for _ in range(int(WAIT_S / 0.1)):  # the cancelled jobs drain
         if scheduler.num_waiting == scheduler.num_running == 0:
             break

@@ -239,6 +239,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
              "server learns across requests (session store, recycle table) is kept apart per key",
     )  # fmt: skip
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429 (running not counted)")
+    p.add_argument("--max-queue-per-key", type=int, default=None, metavar="N",
+                   help="one API key's share of the queue (default: an equal share of --max-queue among the keys)")
+    p.add_argument("--max-rows-per-key", type=_positive_int, default=None, metavar="N",
+                   help="batch rows one API key may hold (default: all); keys are admitted round-robin")
     p.add_argument(
         "--max-batch", type=_positive_int, default=8,
         help="requests decoded together in one forward pass per step; waiting ones join at step boundaries",
@@ -273,7 +277,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         method=args.method, method_configs=tuple(args.method_config), host=args.host,
         port=args.port, api_keys=tuple(args.api_key), request_timeout_s=args.request_timeout,
         expose_stats=args.expose_stats, **({"prefill_chunk": args.prefill_chunk} if args.prefill_chunk else {}),
-        max_queue=args.max_queue, max_batch=args.max_batch, max_tokens_limit=args.max_tokens_limit,
+        max_queue=args.max_queue, max_batch=args.max_batch, max_queue_per_key=args.max_queue_per_key,
+        max_rows_per_key=args.max_rows_per_key, max_tokens_limit=args.max_tokens_limit,
         shutdown_timeout_s=args.shutdown_timeout, log_level=args.log_level,
     )
     serve(config)

@@ -1,7 +1,10 @@
 """The OpenAI-compatible HTTP server: `specdec serve`.
 
-Modules: `schema` (request models), `metrics` (Prometheus), `scheduler` (the
-decode queue), `replies` (response and error shapes), `app` (routes and
-`serve`), `process` (run a server as a child process, for tests and benchmarks).
-Nothing is imported here, so `import specdec.serve.process` stays light.
+Modules: `config` (what a server is told), `schema` (request models), `metrics`
+(Prometheus), `fair` (the per-key waiting room), `scheduler` (the decode queue),
+`replies` (response and error shapes), `guard` and `http` (what every request
+passes before a route), `exactness` (exact verification by default),
+`shutdown` (the drain on SIGTERM), `app` (routes and `serve`), `process` (run a
+server as a child process, for tests and benchmarks). Nothing is imported here,
+so `import specdec.serve.process` stays light.
 """

@@ -64,27 +64,25 @@ import sys
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import jinja2.exceptions
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from specdec.choices import ModelSpec, check_exact_backend
 from specdec.engine.costs import load_or_measure
 from specdec.engine.generation import GenerationConfig
-from specdec.engine.loop import DEFAULT_PREFILL_CHUNK, Engine
+from specdec.engine.loop import Engine
 from specdec.models import LoadedModel
 from specdec.prompts import encode_prompt
-from specdec.proposers import MethodError
 from specdec.sampling import SamplingParams
-from specdec.serve.exactness import SERVE_EXACT, settle_exact
+from specdec.serve.config import ServerConfig
+from specdec.serve.exactness import settle_exact
 from specdec.serve.guard import PUBLIC_PATHS, Guard, tenant
 from specdec.serve.http import HeaderDeadlineProtocol
 from specdec.serve.metrics import ServerMetrics
-from specdec.serve.options import MethodSettings, RequestRefused, Resolved
-from specdec.serve.pool import DEFAULT_CAPACITY, ProposerPool
+from specdec.serve.options import RequestRefused, Resolved
+from specdec.serve.pool import ProposerPool
 from specdec.serve.replies import APIError, Reply, error_body, event_error, install_error_handlers, sse
 from specdec.serve.scheduler import (
     CancelledEvent,
@@ -117,62 +115,6 @@ COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MIN_TEMPERATURE = 1e-5
 
 
-@dataclass(frozen=True)
-class ServerConfig:
-    model: ModelSpec = ModelSpec()  # the one model this server loads, and how it verifies
-    # exact (batch-invariant) verification: "auto" = on where the model's path supports it
-    # (specdec.serve.exactness); "on" (also when model.exact is "on") fails where it cannot; "off"
-    exact: str = "auto"
-    method: str = "logitspec"  # default method spec for requests without "specdec.method"
-    # "METHOD:opt=value,..." each: server-side settings of a method (paths, quantize, calibration...),
-    # prepared at startup; see specdec.serve.options
-    method_configs: tuple[str, ...] = ()
-    pool_capacity: int = DEFAULT_CAPACITY  # distinct method configs whose proposers are kept
-    host: str = "127.0.0.1"
-    port: int = 8000
-    api_keys: tuple[str, ...] = ()  # each one lets clients in; learned state is kept per key
-    max_queue: int = 64  # requests waiting (the running ones not counted) before 429
-    max_batch: int = 8  # requests decoded together (continuous batching); 1: one at a time
-    max_tokens_limit: int = 1024  # largest max_tokens a request may ask for
-    max_body_bytes: int = 1 << 20
-    shutdown_timeout_s: float = 30.0
-    request_timeout_s: float = 30.0  # for a request's headers, and again for its body; then 408
-    prefill_chunk: int = DEFAULT_PREFILL_CHUNK  # prompt tokens prefilled per step while others decode
-    expose_stats: bool = False  # add each request's decoding statistics to its reply
-    log_level: str = "info"
-
-    def __post_init__(self) -> None:
-        if self.max_queue < 0 or self.max_tokens_limit < 1 or self.max_body_bytes < 1024:
-            raise ValueError("max_queue must be >= 0, max_tokens_limit >= 1 and max_body_bytes >= 1024")
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"port must be in [0, 65535], got {self.port}")
-        if any(not key.strip() for key in self.api_keys):
-            raise ValueError("an API key is empty")
-        if not self.request_timeout_s > 0 or self.prefill_chunk < 1:
-            raise ValueError("request_timeout_s must be > 0 and prefill_chunk >= 1")
-        if self.max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
-        if self.pool_capacity < 1:
-            raise ValueError(f"pool_capacity must be >= 1, got {self.pool_capacity}")
-        if not isinstance(self.model, ModelSpec):
-            raise ValueError(f"model must be a ModelSpec, got {type(self.model).__name__}")
-        if self.exact not in SERVE_EXACT or (self.exact == "off" and self.model.exact == "on"):
-            raise ValueError(f"exact must be one of {', '.join(SERVE_EXACT)} and agree with model.exact")
-        check_exact_backend(self.wanted_exact, self.model.backend)
-        self.method_settings()  # a bad method spec fails at startup, not per request
-
-    @property
-    def wanted_exact(self) -> str:
-        """The exactness asked for: model.exact "on" is as strict as exact "on"."""
-        return "on" if self.model.exact == "on" else self.exact
-
-    def method_settings(self) -> MethodSettings:
-        try:
-            return MethodSettings.from_specs(self.method, self.method_configs)
-        except MethodError as error:
-            raise ValueError(f"bad --method or --method-config: {error}") from None
-
-
 class Service:
     """The served model, its queue and its metrics; the route handlers live here."""
 
@@ -194,7 +136,8 @@ class Service:
         # The batch plans each pass's width with this machine's measured pass costs (cached per machine).
         costs = load_or_measure(loaded) if config.max_batch > 1 else None
         self.scheduler = Scheduler(
-            self.engine, config.max_queue, self.metrics, self.pool, config.max_batch, costs, config.prefill_chunk
+            self.engine, config.max_queue, self.metrics, self.pool, config.max_batch, costs, config.prefill_chunk,
+            max_queue_per_key=config.queue_share, max_rows_per_key=config.max_rows_per_key,
         )
         # Requests are tokenized on their own thread with their own tokenizer copy, so the event loop
         # never waits on a chat template and never shares a tokenizer with the decode worker.

@@ -10,8 +10,10 @@ chunk's pass. The event loop stays free to accept, validate and stream requests 
 to answer /health and /metrics.
 
 Invariants:
-- jobs are admitted in submission order; at most `max_queue` jobs wait (running
-  ones not counted); a submit beyond that raises `QueueFull` and changes nothing;
+- waiting jobs are admitted round-robin across API keys, in submission order
+  within a key (`specdec.serve.fair`); at most `max_queue` jobs wait (running
+  ones not counted, nor the free rows), a key at most its share of them and of
+  the rows; a submit beyond that raises `QueueFull` and changes nothing;
 - a job's events go only to that job's own `sink`: zero or more `TextEvent`s
   (only when it streams), then exactly one `DoneEvent`, `ErrorEvent` or
   `CancelledEvent`;
@@ -45,13 +47,11 @@ from typing import Any, Protocol
 from specdec.engine.costs import CostModel
 from specdec.engine.generation import GenerationConfig, GenerationOutput
 from specdec.engine.loop import DEFAULT_PREFILL_CHUNK, Batch, Engine, Row
+from specdec.serve.fair import FairQueue
+from specdec.serve.fair import QueueFull as QueueFull  # what submit raises, defined with the queue
 from specdec.serve.metrics import ServerMetrics
 
 log = logging.getLogger("specdec.server")
-
-
-class QueueFull(Exception):
-    """The queue holds max_queue waiting jobs already."""
 
 
 class QueueClosed(Exception):
@@ -113,10 +113,13 @@ class Scheduler:
         max_batch: int = 1,
         costs: CostModel | None = None,
         prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+        max_queue_per_key: int | None = None,
+        max_rows_per_key: int | None = None,
     ) -> None:
         """pool: where a job's proposer comes from (default: built afresh per job); costs: the pass cost
         curve the batch plans its width with (None: trees verified as proposed); prefill_chunk: prompt
-        tokens prefilled per step while other rows decode."""
+        tokens prefilled per step while other rows decode; max_queue_per_key / max_rows_per_key: one
+        key's share of the waiting jobs / the batch rows (None: all of them)."""
         if max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {max_queue}")
         if max_batch < 1:
@@ -128,7 +131,9 @@ class Scheduler:
         self.costs = costs
         self.prefill_chunk = prefill_chunk
         self.metrics = metrics
-        self._waiting: collections.deque[Job] = collections.deque()
+        self._waiting = FairQueue(
+            max_queue, max_queue if max_queue_per_key is None else max_queue_per_key, max_rows_per_key or max_batch
+        )
         self._running: dict[Row, tuple[Job, Any, float]] = {}  # row -> (job, proposer, queue seconds)
         self._active: set[Job] = set()  # taken from the queue and not yet ended (being admitted or running)
         self._closed = False
@@ -155,11 +160,14 @@ class Scheduler:
         with self._cond:
             if self._closed or not self._accepting:
                 raise QueueClosed("the server is shutting down")
-            if len(self._waiting) >= self.max_queue + max(0, self.max_batch - self.num_running):
-                raise QueueFull(f"the queue is full ({self.max_queue} requests waiting); retry later")
-            self._waiting.append(job)
+            free_rows = max(0, self.max_batch - self.num_running)
+            self._waiting.push(job, self._running_per_key(), free_rows)
             self.metrics.waiting.set(len(self._waiting))
             self._cond.notify()
+
+    def _running_per_key(self) -> collections.Counter[str]:
+        """Jobs taken from the queue and not ended, per key (the lock is held)."""
+        return collections.Counter(job.state_scope for job in self._active)
 
     def stop_accepting(self) -> None:
         """Refuse new jobs (QueueClosed) from now on; the waiting and running ones go on (a drain)."""
@@ -196,8 +204,7 @@ class Scheduler:
             while not self._waiting and not self._running and not self._closed:
                 self._cond.wait()
             closing = self._closed and not self._running
-            take = len(self._waiting) if closing else min(room, len(self._waiting))
-            jobs = [self._waiting.popleft() for _ in range(take)]
+            jobs = self._waiting.take_all() if closing else self._waiting.take(room, self._running_per_key())
             self._active.update(jobs)
             self.metrics.waiting.set(len(self._waiting))
         if not closing:
