@@ -139,6 +139,13 @@ def test_unknown_methods_malformed_strings_and_clashing_options_are_refused():
     assert (clash.param, clash.code) == ("specdec.options", "invalid_value")
 
 
+def test_an_option_given_twice_in_a_method_string_is_refused():
+    twice = refusal("logitspec:k=1,k=2")  # not "the last one wins"
+    assert (twice.param, twice.code) == ("specdec.method", "invalid_method") and "'k' is given twice" in str(twice)
+    with pytest.raises(MethodError, match="given twice"):  # the CLI's --method and --method-config too
+        MethodSettings.from_specs("logitspec:budget=8,budget=16")
+
+
 # ------------------------------------------------------------------ what a request gets
 def test_no_specdec_field_gets_the_server_default_exactly():
     resolved = SETTINGS.resolve(None, None)

@@ -109,6 +109,13 @@ INVALID = [
     (CHAT, {"messages": USER, "top_p": 0}, 400, "top_p"),
     (CHAT, {"messages": USER, "n": 2}, 400, "n"),
     (CHAT, {"messages": USER, "logprobs": True}, 400, "logprobs"),
+    (CHAT, {"messages": USER, "logprobs": 0}, 400, "logprobs"),  # a number is not a boolean
+    (CHAT, {"messages": USER, "top_logprobs": 2}, 400, "top_logprobs"),  # refused as logprobs is
+    (CHAT, {"messages": USER, "top_logprobs": 0, "logprobs": False}, 200, None),
+    (CHAT, {"messages": USER, "stream": "yes"}, 400, "stream"),  # a string is not a boolean
+    (CHAT, {"messages": USER, "stream": 1}, 400, "stream"),
+    (CHAT, {"messages": USER, "stream": True, "stream_options": {"include_usage": "true"}}, 400,
+     "stream_options.include_usage"),
     (CHAT, {"messages": USER, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
     (CHAT, {"messages": USER, "specdec": {"method": "no-such-method"}}, 400, "specdec.method"),
     (CHAT, {"messages": USER, "specdec": {"method": "logitspec:"}}, 200, None),
@@ -126,6 +133,8 @@ INVALID = [
     (COMPLETIONS, {"prompt": "   "}, 400, "prompt"),
     (COMPLETIONS, {"prompt": [10**9]}, 400, "prompt"),
     (COMPLETIONS, {"prompt": "hi", "echo": True}, 400, "echo"),
+    (COMPLETIONS, {"prompt": "hi", "echo": 0}, 400, "echo"),
+    (COMPLETIONS, {"prompt": "hi", "logprobs": False}, 400, "logprobs"),
     (COMPLETIONS, ["not", "an", "object"], 400, None),
 ]  # fmt: skip
 
@@ -146,13 +155,35 @@ def test_invalid_requests_get_4xx_in_openai_shape(http, path, body, status, para
         ({"method": "POST", "url": CHAT, "content": b'{"messages": [', "headers": {"Content-Type": "application/json"}}, 400),
         ({"method": "POST", "url": CHAT, "content": b"x" * (2 << 20)}, 413),
         ({"method": "GET", "url": CHAT}, 405),
+        ({"method": "POST", "url": CHAT, "content": json.dumps({"messages": USER}).encode(),
+          "headers": {"Content-Type": "text/plain"}}, 415),
+        ({"method": "POST", "url": CHAT, "data": {"messages": "hi"}}, 415),  # a form, as curl -d sends
         ({"method": "GET", "url": "/v1/nothing"}, 404),
     ],
 )  # fmt: skip
 def test_malformed_http_gets_openai_shape(http, request_args, status):
     args = dict(request_args)
     headers = {**AUTH, **args.pop("headers", {})}
-    assert_openai_error(http.request(headers=headers, **args), status)
+    error = assert_openai_error(http.request(headers=headers, **args), status)
+    if status == 415:
+        assert error["message"].startswith("expected application/json")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        (CHAT, '{"messages": [{"role": "user", "content": "a\\ud800b"}]}', "messages.0.content"),
+        (CHAT, '{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\udc00"}]}]}',
+         "messages.0.content"),
+        (COMPLETIONS, '{"prompt": "a\\ud800b"}', "prompt"),
+        (COMPLETIONS, '{"prompt": "hi", "stop": "\\ud800"}', "stop"),
+    ],
+)  # fmt: skip
+def test_invalid_text_is_refused_with_our_own_message(http, path, body, param):
+    """A lone surrogate (JSON may escape one) reached the tokenizer, whose internal message came back."""
+    headers = {**AUTH, "Content-Type": "application/json"}
+    error = assert_openai_error(http.post(path, content=body.encode(), headers=headers), 400)
+    assert error["param"] == param and "not valid Unicode" in error["message"], error
 
 
 def test_internal_errors_become_500_without_details():

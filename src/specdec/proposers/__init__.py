@@ -60,6 +60,8 @@ def split_method(spec: str) -> tuple[str, dict[str, str]]:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise MethodError(f"{name}: options look like key=value, got {item!r}")
+        if key.strip() in options:  # never "the last one wins": the spec says two things
+            raise MethodError(f"{name}: option {key.strip()!r} is given twice")
         options[key.strip()] = value.strip()
     return name.strip(), options
 

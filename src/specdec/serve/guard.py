@@ -11,6 +11,8 @@ Invariants:
   itself: what the server learns across requests is kept per key
   (`specdec.serve.pool`);
 - a body whose declared or streamed size exceeds max_body_bytes gets 413;
+- a POST whose Content-Type is not JSON gets 415 "expected application/json"
+  (none at all is read as JSON, as FastAPI does), never a parser's guess;
 - a body not received whole within body_timeout_s of the request's headers gets
   408 with `Connection: close` (a client that declares more than it sends, or
   trickles it, cannot hold a connection and its handler); the time to the
@@ -89,6 +91,12 @@ class Guard:
         if not length.isdigit() or int(length) > self.max_body_bytes:
             return APIError(
                 413, f"the request body exceeds {self.max_body_bytes} bytes", code="request_too_large"
+            )
+        media = headers.get(b"content-type", b"application/json").split(b";")[0].strip().lower()
+        if scope["method"] == "POST" and media != b"application/json" and not media.endswith(b"+json"):
+            shown = media.decode("latin-1")[:100] or "empty"
+            return APIError(
+                415, f"expected application/json, got Content-Type {shown!r}", code="unsupported_media_type"
             )
         return None
 

@@ -41,6 +41,7 @@ log = logging.getLogger("specdec.server")
 MAX_VALIDATION_ERRORS = 3
 MAX_MESSAGE_CHARS = 500
 RETRY_STATUSES = frozenset({429, 503})
+UNION_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
 DEFAULT_RETRY_AFTER_S = 1  # seconds, where the refusal has no better estimate
 
 
@@ -98,7 +99,7 @@ def validation_message(errors: Sequence[Any]) -> tuple[str, str | None, str]:
     """(message, param, code) for pydantic/FastAPI validation errors; no input values are echoed."""
     parts, params = [], []
     for error in list(errors)[:MAX_VALIDATION_ERRORS]:
-        loc = [str(x) for x in error.get("loc", ()) if x != "body"]
+        loc = [str(x) for x in error.get("loc", ()) if x != "body" and not _union_tag(x)]
         if error.get("type") == "json_invalid":
             detail = (error.get("ctx") or {}).get("error", "")
             return f"the request body is not valid JSON: {detail}".strip(), None, "invalid_json"
@@ -108,6 +109,14 @@ def validation_message(errors: Sequence[Any]) -> tuple[str, str | None, str]:
     more = len(errors) - MAX_VALIDATION_ERRORS
     message = "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
     return message or "invalid request", params[0] if params else None, "invalid_value"
+
+
+def _union_tag(part: Any) -> bool:
+    """Whether a validation error's location part names a member of a union (`str`, `function-after[...]`),
+    not a field: left out of `param`, which names the field as the client sent it."""
+    if isinstance(part, int):
+        return False
+    return part in UNION_TAGS or not str(part).isidentifier()
 
 
 def sse(payload: dict) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
 MAX_STOP_STRINGS = 4
 MAX_STOP_CHARS = 256
@@ -33,13 +33,38 @@ MAX_METHOD_OPTIONS = 32
 MAX_SEED = 2**64 - 1
 MIN_SEED = -(2**63)
 
-NonEmptyText = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
-OptionValue = str | int | float | bool
-PromptText = Annotated[str, Field(pattern=r"\S", description="not blank")]
-# Numbers are strict: pydantic's lax mode reads `true` as 1 and `false` as 0, which the schema
-# (type number / integer) says is invalid (found by the schema fuzz test: `"frequency_penalty": false`).
+
+
+def _valid_unicode(text: str) -> str:
+    """`text` if it can be encoded (JSON's \\ud800 escapes can carry lone surrogates, which no tokenizer takes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"the text is not valid Unicode: a lone surrogate at character {error.start}") from None
+    return text
+
+
+# Every text a request sends is checked to be valid Unicode here, so the refusal is ours, not a tokenizer's.
+Text = Annotated[str, AfterValidator(_valid_unicode)]
+NonEmptyText = Annotated[Text, Field(min_length=1, max_length=MAX_STOP_CHARS)]
+OptionValue = Text | int | float | bool
+PromptText = Annotated[Text, Field(pattern=r"\S", description="not blank")]
+# Numbers and booleans are strict: pydantic's lax mode reads `true` as 1, `false` as 0, and `"yes"` or
+# 1 as true, which the schema (number / integer / boolean) says is invalid (found by the schema fuzz
+# test: `"frequency_penalty": false`; by a probe: `"stream": "yes"`).
 Num = Annotated[float, Strict()]
 Int = Annotated[int, Strict()]
+Bool = Annotated[bool, Strict()]
+
+
+def _strictly_bool(value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise ValueError("Input should be a valid boolean")  # Literal[False] alone takes 0 and 0.0
+    return value
+
+
+NotSupported = Annotated[Literal[False], BeforeValidator(_strictly_bool), Field(description="not supported")]
+NoLogprobs = Annotated[Int, Field(ge=0, le=0, description="not supported: 0 only")]
 OnePrompt = Annotated[list[PromptText], Field(min_length=1, max_length=1)]
 
 
@@ -50,7 +75,7 @@ class _Body(BaseModel):
 class SpecdecRequest(_Body):
     """Which speculative method serves this request (default: the server's --method)."""
 
-    method: str | None = Field(
+    method: Text | None = Field(
         None, min_length=1, max_length=200, description="a registered method, optionally name:opt=value,..."
     )
     options: dict[str, OptionValue] = Field(
@@ -62,18 +87,18 @@ class SpecdecRequest(_Body):
 
 
 class StreamOptions(_Body):
-    include_usage: bool = False
+    include_usage: Bool = False
 
 
 class TextPart(_Body):
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
-    name: str | None = None
+    content: Text | list[TextPart]
+    name: Text | None = None
 
 
 @dataclass(frozen=True)
@@ -100,26 +125,27 @@ def request_models(limits: SchemaLimits) -> tuple[type[BaseModel], type[BaseMode
         seed: Int | None = Field(None, ge=MIN_SEED, le=MAX_SEED)
         stop: NonEmptyText | Annotated[list[NonEmptyText], Field(max_length=MAX_STOP_STRINGS)] | None = None
         n: Int | None = Field(None, ge=1, le=1, description="only 1 is supported")
-        stream: bool = False
+        stream: Bool = False
         stream_options: StreamOptions | None = None
         presence_penalty: Num | None = Field(None, ge=0.0, le=0.0, description="not supported: 0 only")
         frequency_penalty: Num | None = Field(None, ge=0.0, le=0.0, description="not supported: 0 only")
         logit_bias: dict[str, Num] | None = Field(None, max_length=0, description="not supported")
-        user: str | None = None
+        user: Text | None = None
         specdec: SpecdecRequest | None = None
 
     class ChatCompletionRequest(CommonRequest):
         messages: list[ChatMessage] = Field(min_length=1)
         max_completion_tokens: MaxTokens = None
-        logprobs: Literal[False] | None = Field(None, description="not supported")
+        logprobs: NotSupported | None = None
+        top_logprobs: NoLogprobs | None = None  # as logprobs: refused unless it asks for nothing
         tools: list[dict[str, Any]] | None = Field(None, max_length=0, description="not supported")
 
     class CompletionRequest(CommonRequest):
         prompt: PromptText | Annotated[list[TokenId], Field(min_length=1)] | OnePrompt = Field(
             description="text, token ids, or a list holding one text"
         )
-        logprobs: Literal[0] | None = Field(None, description="not supported")
-        echo: Literal[False] = False
+        logprobs: NoLogprobs | None = None
+        echo: NotSupported = False
         best_of: Int | None = Field(None, ge=1, le=1)
         suffix: Literal[""] | None = None
 
@@ -239,6 +265,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         401: "missing or wrong API key",
         404: "unknown model",
         413: "request body too large",
+        415: "the body is not JSON (Content-Type)",
         429: "the request queue is full",
         500: "internal error",
         503: "the server is shutting down",
