@@ -36,6 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from specdec.proposers import METHODS, method_config_class
 from specdec.proposers.schema import OptionSpec
 from specdec.serve.app import ServerConfig, create_app
+from specdec.serve.keys import API_KEYS_ENV, gather_keys
 from specdec.serve.options import REQUEST_OPTIONS, MethodSettings, RequestRefused
 from specdec.serve.replies import event_error, install_error_handlers
 from specdec.serve.scheduler import ErrorEvent
@@ -44,6 +45,7 @@ METHOD = "logitspec"
 MODEL = "smollm2-135m"
 KEY = "test-key-123"
 AUTH = {"Authorization": f"Bearer {KEY}"}
+ADMIN = {"Authorization": "Bearer admin-key-456"}
 LIMIT = 4
 CONTEXT = 8192  # SmolLM2's max_position_embeddings
 CHAT = "/v1/chat/completions"
@@ -55,6 +57,7 @@ SERVER = ServerConfig(
     method=METHOD,
     method_configs=("layerskip:skip=10+20",),
     api_keys=(KEY,),
+    admin_keys=("admin-key-456",),
     max_tokens_limit=LIMIT,
     max_queue=4,
     log_level="warning",
@@ -84,6 +87,33 @@ def assert_openai_error(response, status: int) -> dict:
 def test_without_the_key_every_path_but_health_is_401(http, method, path, headers):
     response = http.request(method, path, headers=headers, json={"messages": USER})
     assert assert_openai_error(response, 401)["code"] == "invalid_api_key"
+
+
+def test_metrics_need_the_admin_key_and_the_admin_key_opens_nothing_else(http):
+    refused = assert_openai_error(http.get("/metrics", headers=AUTH), 403)  # a client key: not the totals
+    assert refused["code"] == "admin_key_required"
+    assert http.get("/metrics", headers=ADMIN).status_code == 200
+    assert assert_openai_error(http.get("/v1/models", headers=ADMIN), 401)["code"] == "invalid_api_key"
+
+
+def test_every_response_carries_a_request_id_and_health_answers_head(http):
+    assert http.get("/health", headers={"X-Request-Id": "abc-123"}).headers["x-request-id"] == "abc-123"
+    generated = http.get("/v1/models").headers["x-request-id"]  # a refusal has one too
+    assert len(generated) == 32 and generated != http.get("/health").headers["x-request-id"]
+    assert http.get("/health", headers={"X-Request-Id": "a b\tc"}).headers["x-request-id"] != "a b\tc"
+    head = http.head("/health")
+    assert head.status_code == 200 and head.content == b""
+
+
+def test_keys_come_from_the_command_line_a_file_and_the_environment(tmp_path):
+    path = tmp_path / "keys"
+    path.write_text("# one a line\nfile-key-1\n\n  file-key-2  \ncli-key\n")
+    environ = {API_KEYS_ENV: "env-key-1, env-key-2 file-key-1"}
+    keys = gather_keys(["cli-key"], path, environ, API_KEYS_ENV)
+    assert keys == ("cli-key", "file-key-1", "file-key-2", "env-key-1", "env-key-2")
+    assert gather_keys([], None, {}, API_KEYS_ENV) == ()
+    with pytest.raises(OSError):
+        gather_keys([], tmp_path / "missing", {}, API_KEYS_ENV)
 
 
 def test_health_is_open_and_the_key_works(http):

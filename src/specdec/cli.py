@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 
@@ -238,6 +239,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="require 'Authorization: Bearer KEY' (all but /health); repeat for several clients: what the "
              "server learns across requests (session store, recycle table) is kept apart per key",
     )  # fmt: skip
+    p.add_argument("--api-key-file", metavar="PATH", help="API keys, one a line (also $SPECDEC_API_KEYS): not in ps")
+    p.add_argument("--admin-key", action="append", default=[], metavar="KEY",
+                   help="the key /metrics needs wherever keys are set (also --admin-key-file, $SPECDEC_ADMIN_KEYS)")
+    p.add_argument("--admin-key-file", metavar="PATH", help="admin keys, one a line")
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429 (running not counted)")
     p.add_argument("--max-queue-per-key", type=int, default=None, metavar="N",
                    help="one API key's share of the queue (default: an equal share of --max-queue among the keys)")
@@ -271,11 +276,14 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 def _cmd_serve(args: argparse.Namespace) -> int:
     require_extra("serve", "the server")
     from specdec.serve.app import ServerConfig, serve
+    from specdec.serve.keys import ADMIN_KEYS_ENV, API_KEYS_ENV, gather_keys
 
     config = ServerConfig(
         model=model_spec(argparse.Namespace(**{**vars(args), "exact": "off"})), exact=args.exact,
         method=args.method, method_configs=tuple(args.method_config), host=args.host,
-        port=args.port, api_keys=tuple(args.api_key), request_timeout_s=args.request_timeout,
+        port=args.port, api_keys=gather_keys(args.api_key, args.api_key_file, os.environ, API_KEYS_ENV),
+        admin_keys=gather_keys(args.admin_key, args.admin_key_file, os.environ, ADMIN_KEYS_ENV),
+        request_timeout_s=args.request_timeout,
         expose_stats=args.expose_stats, **({"prefill_chunk": args.prefill_chunk} if args.prefill_chunk else {}),
         max_queue=args.max_queue, max_batch=args.max_batch, max_queue_per_key=args.max_queue_per_key,
         max_rows_per_key=args.max_rows_per_key, max_tokens_limit=args.max_tokens_limit,

@@ -2,7 +2,8 @@
 
 Endpoints: POST /v1/chat/completions and /v1/completions (JSON or `stream: true`
 server-sent events in OpenAI's chunk format, ending with `data: [DONE]`),
-GET /v1/models, /health and /metrics (Prometheus text). The speculative method
+GET /v1/models, /health (also HEAD) and /metrics (Prometheus text; behind the admin key
+wherever keys are set). The speculative method
 is chosen per request with the extra field `"specdec": {"method", "options"}`
 and every reply names it under `"specdec"`, with the request's decoding stats
 when the server runs with --expose-stats.
@@ -39,7 +40,7 @@ Invariants:
 - a client that goes away cancels its generation (streaming: at the next text
   piece; non-streaming: within DISCONNECT_POLL_S);
 - with API keys, every path but /health needs `Authorization: Bearer KEY` for one
-  of them, and the state proposers learn across requests (session store,
+  of them (/metrics an admin key: `specdec.serve.guard`), and the state proposers learn across requests (session store,
   recycle table) is kept per key: a request's proposer is built on the model
   scoped by its key (`specdec.serve.pool`), so no client drafts from another
   key's text; bodies larger than max_body_bytes are refused (413);
@@ -325,8 +326,9 @@ def create_app(config: ServerConfig, loaded: LoadedModel) -> FastAPI:
         max_body_bytes=config.max_body_bytes,
         metrics=service.metrics,
         body_timeout_s=config.request_timeout_s,
+        admin_keys=config.admin_keys,
     )
-    if config.api_keys:
+    if config.api_keys or config.admin_keys:
         document_bearer_auth(app, PUBLIC_PATHS)
     generation = {"responses": {**ERROR_RESPONSES, 200: {"content": SSE_CONTENT}}}
 
@@ -351,6 +353,10 @@ def create_app(config: ServerConfig, loaded: LoadedModel) -> FastAPI:
     async def health() -> dict:
         return service.health()
 
+    @app.head("/health", include_in_schema=False)  # load balancers' probes: the status, no body
+    async def health_head() -> Response:
+        return Response(status_code=200)
+
     @app.get("/metrics", responses={200: {"content": {service.metrics.content_type: {}}}, **ERROR_RESPONSES})
     async def metrics() -> Response:
         return Response(service.metrics.render(), media_type=service.metrics.content_type)
@@ -364,6 +370,7 @@ def serve(config: ServerConfig) -> None:
 
     from specdec.models import load_model
 
+    _log_to_stderr(config.log_level)
     loaded = load_model(config.model)
     app = create_app(config, loaded)  # prepares the configured methods (measure, load, calibrate)
     if not config.api_keys and config.host not in ("127.0.0.1", "localhost", "::1"):
@@ -389,3 +396,12 @@ def serve(config: ServerConfig) -> None:
         DrainingServer(uv_config, drain).run()
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _log_to_stderr(level: str) -> None:
+    """specdec's own log lines (request ids, the drain) beside uvicorn's, at the server's log level."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+    logger = logging.getLogger("specdec")
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())

@@ -35,6 +35,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     api_keys: tuple[str, ...] = ()  # each one lets clients in; learned state is kept per key
+    admin_keys: tuple[str, ...] = ()  # what /metrics needs wherever keys are set (a client key gets 403)
     max_queue: int = 64  # requests waiting (the running ones not counted) before 429
     max_batch: int = 8  # requests decoded together (continuous batching); 1: one at a time
     # one API key's share of the waiting requests (None: an equal share of max_queue among the keys, all
@@ -54,7 +55,7 @@ class ServerConfig:
             raise ValueError("max_queue must be >= 0, max_tokens_limit >= 1 and max_body_bytes >= 1024")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
-        if any(not key.strip() for key in self.api_keys):
+        if any(not key.strip() for key in (*self.api_keys, *self.admin_keys)):
             raise ValueError("an API key is empty")
         if not self.request_timeout_s > 0 or self.prefill_chunk < 1:
             raise ValueError("request_timeout_s must be > 0 and prefill_chunk >= 1")

@@ -6,7 +6,9 @@ it must refuse an oversized or late body before any of it is parsed.
 
 Invariants:
 - with API keys, every path but PUBLIC_PATHS needs `Authorization: Bearer KEY`
-  for one of them (compared in constant time, each key); the request's
+  for one of them (compared in constant time, each key); ADMIN_PATHS (the
+  server-wide /metrics) need an admin key instead wherever any key is set (a
+  client key gets 403, so one client never reads the server's totals); the request's
   `state_scope` (`tenant`) names which key it was, by position, never by the key
   itself: what the server learns across requests is kept per key
   (`specdec.serve.pool`);
@@ -17,13 +19,19 @@ Invariants:
   408 with `Connection: close` (a client that declares more than it sends, or
   trickles it, cannot hold a connection and its handler); the time to the
   headers themselves is bounded below the app (`specdec.serve.http`);
-- every response's status is counted once.
+- every response's status is counted once;
+- every response carries `X-Request-Id`: the client's own (when it is a short
+  token of safe characters) or a new one, and one log line names it with the
+  method, path and status.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
+import re
+import uuid
 from collections.abc import Sequence
 
 from starlette.exceptions import HTTPException
@@ -32,7 +40,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from specdec.serve.metrics import ServerMetrics
 from specdec.serve.replies import APIError, error_response
 
+log = logging.getLogger("specdec.server")
 PUBLIC_PATHS = frozenset({"/health"})
+ADMIN_PATHS = frozenset({"/metrics"})
+REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")  # a client's X-Request-Id is echoed only if it matches
 TENANT = "specdec_state_scope"  # key in the ASGI scope's "state": which API key a request came with
 
 
@@ -51,9 +62,11 @@ class Guard:
         max_body_bytes: int,
         metrics: ServerMetrics,
         body_timeout_s: float,
+        admin_keys: Sequence[str] = (),
     ) -> None:
         self.app = app
         self.expected = [f"Bearer {key}".encode() for key in api_keys]
+        self.admin = [f"Bearer {key}".encode() for key in admin_keys]
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
         self.body_timeout_s = body_timeout_s
@@ -63,10 +76,14 @@ class Guard:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
+        given = dict(scope["headers"]).get(b"x-request-id", b"")
+        request_id = given.decode() if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
 
         async def counted_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 self.metrics.record_response(path, message["status"])
+                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", request_id.encode())]}
+                log.info("request %s: %s %s -> %d", request_id, scope["method"], path, message["status"])
             await send(message)
 
         refusal = self._refusal(scope)
@@ -77,16 +94,9 @@ class Guard:
 
     def _refusal(self, scope: Scope) -> APIError | None:
         headers = dict(scope["headers"])
-        if self.expected and scope["path"] not in PUBLIC_PATHS:
-            given = headers.get(b"authorization", b"")
-            # Every key is compared (no early exit), so the time taken does not tell which one matched.
-            matches = [hmac.compare_digest(given, expected) for expected in self.expected]
-            if not any(matches):
-                why = "missing" if not given else "incorrect"
-                return APIError(
-                    401, f"{why} API key: send 'Authorization: Bearer <key>'", code="invalid_api_key"
-                )
-            scope.setdefault("state", {})[TENANT] = f"key{matches.index(True)}"
+        refused = self._unauthorized(scope, headers.get(b"authorization", b""))
+        if refused is not None:
+            return refused
         length = headers.get(b"content-length", b"0")
         if not length.isdigit() or int(length) > self.max_body_bytes:
             return APIError(
@@ -99,6 +109,25 @@ class Guard:
                 415, f"expected application/json, got Content-Type {shown!r}", code="unsupported_media_type"
             )
         return None
+
+    def _unauthorized(self, scope: Scope, given: bytes) -> APIError | None:
+        """The refusal of a request whose key does not open its path (None: it does); notes its tenant."""
+        path = scope["path"]
+        if path in PUBLIC_PATHS or not (self.expected or self.admin):
+            return None
+        # Every key is compared (no early exit), so the time taken does not tell which one matched.
+        matches = [hmac.compare_digest(given, expected) for expected in self.expected]
+        if path in ADMIN_PATHS:
+            if any([hmac.compare_digest(given, admin) for admin in self.admin]):
+                return None
+            if any(matches):
+                return APIError(403, f"{path} needs the admin key", code="admin_key_required")
+        elif any(matches) or not self.expected:
+            if any(matches):
+                scope.setdefault("state", {})[TENANT] = f"key{matches.index(True)}"
+            return None
+        why = "missing" if not given else "incorrect"
+        return APIError(401, f"{why} API key: send 'Authorization: Bearer <key>'", code="invalid_api_key")
 
     def _bounded(self, receive: Receive) -> Receive:
         """`receive` with the size cap, and the deadline on the body (none once it has all come)."""

@@ -263,6 +263,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     for status, why in {
         400: "invalid request (OpenAI error shape)",
         401: "missing or wrong API key",
+        403: "a client key on a path that needs the admin key (/metrics)",
         404: "unknown model",
         413: "request body too large",
         415: "the body is not JSON (Content-Type)",
