@@ -7,6 +7,9 @@ What must hold (each test can fail):
   options only: no acceptance statistics, timings or queue time;
 - two API keys never share the session store: what one key's requests put in
   it, the other key's proposers cannot draft from;
+- the prefill chunk is sized from the cost curve: the largest whose pass costs at
+  most 2 one-token passes (a running stream's gap at most 3x), the default 256
+  where passes cost the same at any width;
 - (slow) a running stream's largest gap while a 3,000-token prompt joins the
   batch stays within what one prefill chunk can cost (a ratio to its normal
   gap), where the whole prompt in one piece would freeze it far longer;
@@ -25,12 +28,16 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from helpers import FIXED_COST_CURVE
 from starlette.testclient import TestClient
 
+from specdec.engine.costs import CostModel
 from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import DEFAULT_PREFILL_CHUNK
 from specdec.proposers import make_config
 from specdec.serve.app import ServerConfig, create_app
 from specdec.serve.metrics import ServerMetrics
+from specdec.serve.prefill import MAX_GAP_RATIO, MIN_PREFILL_CHUNK, sized_prefill_chunk
 from specdec.serve.process import ServerProcess
 from specdec.serve.scheduler import DoneEvent, Job, Scheduler, TextEvent
 
@@ -238,3 +245,17 @@ def test_slow_and_lying_clients_get_408_and_the_server_keeps_serving(default_mod
         status = server.stop()
     assert status == 0, server.log_tail()  # a clean SIGTERM shutdown is not "killed" (143)
     assert "Traceback" not in server.log_tail()
+
+
+# ------------------------------------------------------------------ the prefill chunk, from the cost curve
+def test_the_prefill_chunk_is_sized_so_a_joining_prompt_costs_a_stream_at_most_3x_its_gap(http):
+    """With the suite's fixed curve (`helpers.FIXED_COST_CURVE`), 256 tokens cost ~0.55 s by the curve,
+    ~14 one-token passes: a stream's gap stretched ~15x. The sized chunk fits the 3x bound."""
+    curve = CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values()))
+    chunk = sized_prefill_chunk(curve)
+    assert (curve.cost(chunk) + curve.cost(1)) / curve.cost(1) <= MAX_GAP_RATIO
+    assert (curve.cost(chunk + 1) + curve.cost(1)) / curve.cost(1) > MAX_GAP_RATIO  # the largest that fits
+    assert MIN_PREFILL_CHUNK <= chunk < DEFAULT_PREFILL_CHUNK
+    flat = CostModel((1, 64), (0.05, 0.05))  # a pass costs the same at any width: the engine's default
+    assert sized_prefill_chunk(flat) == sized_prefill_chunk(None) == DEFAULT_PREFILL_CHUNK
+    assert http.app.state.service.prefill_chunk == chunk  # the server sizes it (the suite's curve is cached)

@@ -262,7 +262,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--prefill-chunk", type=_positive_int, default=None, metavar="TOKENS",
         help="prompt tokens prefilled per decode step while other requests decode (bounds how long a long "
-             "prompt stalls the running streams; default: specdec.engine.loop.DEFAULT_PREFILL_CHUNK)",
+             "prompt stalls the running streams; default: sized from the measured cost curve, specdec.serve.prefill)",
     )  # fmt: skip
     p.add_argument(
         "--expose-stats", action="store_true",

@@ -47,7 +47,8 @@ Invariants:
 - a client gets request_timeout_s for its headers and again for its body, else
   408 and the connection closed (`specdec.serve.http`, `specdec.serve.guard`);
 - a long prompt joining running requests is prefilled prefill_chunk tokens per
-  decode step (`specdec.engine.loop.Batch`), so it delays the running streams by
+  decode step (`specdec.engine.loop.Batch`; the chunk sized from the cost curve
+  unless given, `specdec.serve.prefill`), so it delays the running streams by
   about one chunk's pass per token, and a client that leaves stops it between chunks;
 - on shutdown (SIGINT/SIGTERM) new requests get 503 and the accepted ones may
   finish for up to shutdown_timeout_s; then each one left ends in OpenAI's shape
@@ -84,6 +85,7 @@ from specdec.serve.http import HeaderDeadlineProtocol
 from specdec.serve.metrics import ServerMetrics
 from specdec.serve.options import RequestRefused, Resolved
 from specdec.serve.pool import ProposerPool
+from specdec.serve.prefill import sized_prefill_chunk
 from specdec.serve.replies import APIError, Reply, error_body, event_error, install_error_handlers, sse
 from specdec.serve.scheduler import (
     CancelledEvent,
@@ -136,8 +138,9 @@ class Service:
         self.pool.get(self.methods.server_config(self.methods.default))
         # The batch plans each pass's width with this machine's measured pass costs (cached per machine).
         costs = load_or_measure(loaded) if config.max_batch > 1 else None
+        self.prefill_chunk = config.prefill_chunk or sized_prefill_chunk(costs)
         self.scheduler = Scheduler(
-            self.engine, config.max_queue, self.metrics, self.pool, config.max_batch, costs, config.prefill_chunk,
+            self.engine, config.max_queue, self.metrics, self.pool, config.max_batch, costs, self.prefill_chunk,
             max_queue_per_key=config.queue_share, max_rows_per_key=config.max_rows_per_key,
         )
         # Requests are tokenized on their own thread with their own tokenizer copy, so the event loop
@@ -377,7 +380,8 @@ def serve(config: ServerConfig) -> None:
         log.warning("serving on %s without --api-key: anyone who can reach it can use it", config.host)
     print(
         f"specdec: serving {loaded.name} (default method {config.method}) on "
-        f"http://{config.host}:{config.port}; {app.state.service.exact_note}",
+        f"http://{config.host}:{config.port}; {app.state.service.exact_note}; a joining prompt is "
+        f"prefilled {app.state.service.prefill_chunk} tokens per step",
         file=sys.stderr,
         flush=True,
     )

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdec.choices import ModelSpec, check_exact_backend
-from specdec.engine.loop import DEFAULT_PREFILL_CHUNK
 from specdec.proposers import MethodError
 from specdec.serve.exactness import SERVE_EXACT
 from specdec.serve.options import MethodSettings
@@ -46,7 +45,9 @@ class ServerConfig:
     max_body_bytes: int = 1 << 20
     shutdown_timeout_s: float = 30.0
     request_timeout_s: float = 30.0  # for a request's headers, and again for its body; then 408
-    prefill_chunk: int = DEFAULT_PREFILL_CHUNK  # prompt tokens prefilled per step while others decode
+    # prompt tokens prefilled per step while others decode (None: sized from the measured cost curve so
+    # a joining prompt stretches a running stream's gap at most ~3x: specdec.serve.prefill)
+    prefill_chunk: int | None = None
     expose_stats: bool = False  # add each request's decoding statistics to its reply
     log_level: str = "info"
 
@@ -57,7 +58,7 @@ class ServerConfig:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if any(not key.strip() for key in (*self.api_keys, *self.admin_keys)):
             raise ValueError("an API key is empty")
-        if not self.request_timeout_s > 0 or self.prefill_chunk < 1:
+        if not self.request_timeout_s > 0 or (self.prefill_chunk is not None and self.prefill_chunk < 1):
             raise ValueError("request_timeout_s must be > 0 and prefill_chunk >= 1")
         if self.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
