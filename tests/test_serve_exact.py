@@ -3,8 +3,9 @@
 What must hold (each test can fail):
 - with the server's default settings on the bundled model as it loads by
   default (bf16 where oneDNN runs it), eight concurrent copies of a greedy
-  request and eight of a seeded one each give the text of the request alone
-  (the batch shares passes; without exact verification near-tie argmaxes flip);
+  request, of a seeded one and of a greedy `plain` one each give the text of the
+  request alone (the batch shares passes; without exact verification near-tie
+  argmaxes flip), and the default method's greedy text is plain decoding's;
 - the start-up decision: "auto" turns exact on where the model's path can and
   leaves it off (saying why) where it cannot, as with the fp32 model; "on" there
   fails at start-up; "off" is off.
@@ -60,11 +61,14 @@ def texts(http: TestClient, body: dict, copies: int) -> list[str]:
 def test_concurrent_copies_give_the_solo_text_with_default_settings(default_loaded):
     if why_not_exact(default_loaded) is not None:
         pytest.skip(f"exact verification is not possible here: {why_not_exact(default_loaded)}")
+    plain = {**GREEDY, "specdec": {"method": "plain"}}
     for http in serve_default(default_loaded):
         assert http.app.state.service.loaded.exact == "on"
-        for body in (GREEDY, SEEDED):
-            solo = texts(http, body, 1)[0]
-            assert texts(http, body, COPIES) == [solo] * COPIES, body["temperature"]
+        solos = {}
+        for name, body in {"greedy": GREEDY, "seeded": SEEDED, "plain": plain}.items():
+            solos[name] = texts(http, body, 1)[0]
+            assert texts(http, body, COPIES) == [solos[name]] * COPIES, name
+        assert solos["greedy"] == solos["plain"]  # the default method's text is plain decoding's
 
 
 def test_auto_is_on_where_possible_and_off_where_not(default_model, default_loaded):
