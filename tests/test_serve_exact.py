@@ -34,12 +34,15 @@ SEEDED = {**GREEDY, "temperature": 0.8, "top_p": 0.95, "seed": 4321}
 
 @pytest.fixture(scope="module")
 def default_loaded():
-    """The bundled model as a plain `load_model` gives it (bf16 where oneDNN runs bf16), fixed timings seeded."""
-    loaded = load_model("smollm2-135m")
+    """The bundled model as a plain `load_model` gives it (bf16 where oneDNN runs bf16)."""
+    return load_model("smollm2-135m")
+
+
+def seed_fixed_timings(loaded) -> None:
+    """The served variant's attention plan and cost curve fixed (one cache file per dtype), so no test times."""
     served = dataclasses.replace(loaded, exact="on" if why_not_exact(loaded) is None else "off")
-    attention.save_plan(served, fixed_attention_plan())  # one cache file per dtype: the served variant's
+    attention.save_plan(served, fixed_attention_plan())
     save_fixed_costs(served)
-    return loaded
 
 
 def serve_default(loaded, **changes) -> Iterator[TestClient]:
@@ -61,6 +64,7 @@ def texts(http: TestClient, body: dict, copies: int) -> list[str]:
 def test_concurrent_copies_give_the_solo_text_with_default_settings(default_loaded):
     if why_not_exact(default_loaded) is not None:
         pytest.skip(f"exact verification is not possible here: {why_not_exact(default_loaded)}")
+    seed_fixed_timings(default_loaded)
     plain = {**GREEDY, "specdec": {"method": "plain"}}
     for http in serve_default(default_loaded):
         assert http.app.state.service.loaded.exact == "on"
