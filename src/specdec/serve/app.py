@@ -19,9 +19,10 @@ calibrates) and builds the default method's proposer; proposers are then kept
 per distinct config (specdec.serve.pool) and reused across requests.
 
 Why it is built this way: one model with one KV cache serves everybody, so
-requests are validated and tokenized on arrival, then wait in a bounded FIFO
-queue (specdec.serve.scheduler.Scheduler) for the decode worker thread, which runs up to
---max-batch of them together (continuous batching, specdec.batching); the event
+requests are validated and tokenized on arrival, then wait in a bounded queue,
+FIFO per API key and round-robin across keys (specdec.serve.scheduler.Scheduler,
+specdec.serve.fair), for the decode worker thread, which runs up to --max-batch
+of them together (continuous batching, specdec.engine.loop.Batch); the event
 loop never runs the model, so /health, /metrics and streaming stay responsive.
 
 Invariants:

@@ -1,4 +1,4 @@
-"""Continuous batching: a bounded FIFO queue of generation jobs and the worker thread that decodes them together.
+"""Continuous batching: a bounded queue of generation jobs (fair across API keys) and the worker that decodes them.
 
 Why: on a CPU a forward pass over 8 tokens costs about what a pass over 1 does,
 so one worker thread runs up to `max_batch` requests in one batched decode loop
@@ -102,7 +102,7 @@ class Job:
 
 
 class Scheduler:
-    """A bounded FIFO queue in front of one worker thread that decodes up to `max_batch` jobs together."""
+    """A bounded queue (FIFO per key, round-robin across keys) before one worker decoding up to `max_batch` jobs."""
 
     def __init__(
         self,
