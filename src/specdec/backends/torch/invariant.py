@@ -31,6 +31,13 @@ whatever machine runs the suite):
 - everything else on the path (embeddings, rotary tables, RMS norms, residual
   sums, SiLU) is computed row by row and was already invariant.
 
+Where it can (bf16, heads of 64, a CPU with AVX-512 BF16, specdec's extension built), attention
+runs specdec's own kernel instead (`csrc/tree_attention.cpp`, `uses_kernel`): each query row reads
+its keys as one sequence in position order (the contiguous prefix, then the gathered tail) and its
+arithmetic depends on nothing else, so the split point, padding and row grouping above are not
+needed there. The choice is fixed per model and machine, so every pass of a generation (prompt
+chunks, one-token steps, trees) runs the same arithmetic.
+
 With these, a node's logits and hidden states equal, bit for bit, those of
 one-token passes along its path, whatever tree, batch, cache length or prefill
 chunking surrounds it. Plain decoding and every method then verify with the
@@ -56,6 +63,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -72,6 +80,7 @@ MIN_KEYS = 1025  # past oneDNN's single-run reduction length, whose blocks start
 SAFE_KEYS = 512  # rows seeing no more keys than this sum alike in both regimes: no padding needed
 COLUMNS = 64  # softmax rows are a multiple of this wide: its vector loop then has no scalar tail
 TAIL = 32  # keys gathered per query row in position order: itself and the 31 before it
+KERNEL_DIM = 64  # the head size specdec's tree-attention kernel takes
 
 
 def wants_invariance(exact: str, dtype: torch.dtype, device: torch.device, packed: bool) -> bool:
@@ -103,6 +112,8 @@ class Layout:
     mask: torch.Tensor  # [B, 1, T, TAIL + width] additive: the tail columns, then prefix slots
     width: int  # prefix slots the pass reads: max(starts), at least MIN_KEYS past SAFE_KEYS
     filler: int  # masked columns after them, so that TAIL + width + filler is a multiple of COLUMNS
+    starts: torch.Tensor  # [B, T] int64: each row's contiguous prefix, slots [0, start)
+    counts: torch.Tensor  # [B, T] int64: how many of its TAIL tail slots it reads
 
     @classmethod
     def of(cls, allowed: torch.Tensor, dtype: torch.dtype) -> Layout:
@@ -130,7 +141,7 @@ class Layout:
         blocked = torch.finfo(dtype).min
         mask = torch.zeros(batch, num_queries, TAIL + width + filler, dtype=dtype, device=device)
         mask.masked_fill_(~torch.cat([live, in_prefix], -1), blocked)
-        return cls(tail_slots.reshape(batch, -1), mask[:, None], width, filler)
+        return cls(tail_slots.reshape(batch, -1), mask[:, None], width, filler, starts.contiguous(), counts.contiguous())
 
 
 def verifiable(tree: DraftTree) -> DraftTree:
@@ -190,6 +201,9 @@ def invariant_attention(
         if attention_mask is not None:
             allowed = (attention_mask[..., :num_keys] == 0).expand(batch, 1, -1, -1)[:, 0]
         layout = Layout.of(allowed, query.dtype)
+    if uses_kernel(query, key):
+        tail = layout.tail_slots.view(batch, num_queries, TAIL)
+        return _kernel(query, key, value, layout.starts, tail, layout.counts, scaling), None
     # Query rows grouped by the key head they read: [B, KV, G, T, D].
     grouped = query.reshape(batch, kv_heads, groups, num_queries, dim).contiguous()
     tail_keys = _gather(key, layout.tail_slots, num_queries)  # [B, KV, T, TAIL, D]
@@ -234,6 +248,10 @@ def prefill_attention(
     groups, width = heads // kv_heads, num_keys if num_keys <= SAFE_KEYS else max(num_keys, MIN_KEYS)
     if attention_mask is None:
         attention_mask = query.new_zeros(batch, 1, num_queries, num_keys)
+    if uses_kernel(query, key):  # each row's keys are the slots [0, start): contiguous, in position order
+        starts = (attention_mask[:, 0, :, :num_keys] == 0).sum(-1).expand(batch, -1).contiguous()
+        empty = torch.zeros(batch, num_queries, 0, dtype=torch.int64)
+        return _kernel(query, key, value, starts, empty, torch.zeros_like(starts), scaling), None
     blocked = torch.finfo(query.dtype).min
     columns = _aligned(width)
     mask = torch.nn.functional.pad(attention_mask[..., :num_keys], (0, columns - num_keys), value=blocked)
@@ -245,6 +263,27 @@ def prefill_attention(
     probs = torch.softmax(scores, dim=-1)[..., :width].reshape(batch, kv_heads, groups * num_queries, width)
     out = (_at_least_rows(probs) @ values)[:, :, : groups * num_queries]
     return out.reshape(batch, heads, num_queries, dim).transpose(1, 2).contiguous(), None
+
+
+def uses_kernel(query: torch.Tensor, key: torch.Tensor) -> bool:
+    """Whether this pass's attention runs specdec's tree-attention kernel (`csrc/tree_attention.cpp`): bf16,
+    heads of 64, a CPU with AVX-512 BF16 and the extension built. Fixed for a model on a machine, so every
+    pass of a generation (prefill, one-token steps, trees) runs the same arithmetic."""
+    if query.dtype != torch.bfloat16 or query.shape[-1] != KERNEL_DIM or query.device.type != "cpu":
+        return False
+    return _kernel_available()
+
+
+@functools.cache
+def _kernel_available() -> bool:
+    from specdec.backends.torch.q4_kernel import load_extension  # the one extension: built once a process
+
+    return load_extension() and bool(torch.ops.specdec_attention.tree_attention_available())
+
+
+def _kernel(query, key, value, starts, tail, counts, scaling: float) -> torch.Tensor:  # noqa: ANN001
+    """The kernel's attention, [B, T, H, D]: each row over its slots [0, start), then its `count` tail slots."""
+    return torch.ops.specdec_attention.tree_attention(query.contiguous(), key, value, starts, tail, counts, scaling)
 
 
 def _gather(states: torch.Tensor, slots: torch.Tensor, num_queries: int) -> torch.Tensor:

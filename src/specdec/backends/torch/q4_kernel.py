@@ -47,6 +47,7 @@ BLOCK = 32  # weights per (scale, minimum): Q4_1's block
 LEVELS = 15  # q in 0..LEVELS
 PATHS = ("avx512_bf16", "avx2", "scalar")  # the C++ kernel's paths, fastest first
 _SOURCE = Path(__file__).parent / "csrc" / "q4_gemm.cpp"
+_SOURCES = (_SOURCE, _SOURCE.with_name("tree_attention.cpp"))  # one extension: the block products, tree attention
 _EXTENSION = "specdec_q4_gemm"
 # -ffp-contract=off: no multiply-add is fused behind the kernel's back (the dequantization and the scalar
 # path round where the reference does)
@@ -178,7 +179,7 @@ def _build() -> str | None:
         directory.mkdir(parents=True, exist_ok=True)
         # -fopenmp: at::parallel_for is a header template that runs serially unless compiled with OpenMP;
         # the extension then shares the OpenMP runtime libtorch_cpu already loaded (same soname).
-        cpp_extension.load(name=_EXTENSION, sources=[str(_SOURCE)], extra_cflags=_CFLAGS,
+        cpp_extension.load(name=_EXTENSION, sources=[str(path) for path in _SOURCES], extra_cflags=_CFLAGS,
                            extra_ldflags=["-fopenmp"], is_python_module=False,
                            build_directory=str(directory), verbose=False)
         _register_fake()

@@ -1,0 +1,169 @@
+// Attention for verification passes whose every query row gets the bits it would get alone.
+//
+// Why: batch-invariant verification (`exact="on"`) needs a tree node's attention to equal, bit for
+// bit, a one-token pass's at the same position, whatever tree, batch or cache layout surrounds it.
+// Here each query row reads its visible keys as one sequence in position order: first the cache
+// slots [0, start) (contiguous, position = slot), then `count` gathered slots (its ancestors in the
+// tree, itself last). Everything a row computes depends only on that sequence of key and value
+// vectors, indexed by their place in it, never on where they sit in the cache or what other rows
+// there are: a one-token pass (start = position + 1, count = 0) and a tree node (start = the
+// cache's length, count = its depth + 1) see the same sequence, so they compute the same bits.
+//
+// Per row and query head, over the n visible keys i = 0..n-1 (fp32 throughout):
+//   s_i = (q . k_i) * scale         one dot product per key (vdpbf16ps over D, one horizontal sum)
+//   p_i = exp(s_i - max_j s_j)      a fixed polynomial exp, 16 keys at a time (lanes: i mod 16)
+//   o   = sum_i p_i v_i / sum_i p_i  in order of i; the sum of p over lanes i mod 16, then a fixed tree
+// The output is rounded to bf16. One thread computes one (batch, key head, query row) entirely.
+// AVX-512 BF16 only: other CPUs keep the PyTorch implementation (`specdec.backends.torch.invariant`).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <immintrin.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+#define TA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+constexpr int64_t kDim = 64;  // head size this kernel takes (SmolLM2, Llama 3.2 1B, Qwen2.5 1.5B: 64 or 128)
+
+// exp(x) for x <= 0, Cephes' single-precision polynomial: the same instructions for every lane.
+TA_AVX512 inline __m512 exp_avx512(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+  __m512 fx = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f));
+  fx = _mm512_roundscale_ps(fx, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+  const __m512i exponent = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(y, _mm512_castsi512_ps(exponent));
+}
+
+struct Job {
+  const c10::BFloat16* query;   // [B, H, T, D]
+  const c10::BFloat16* key;     // [B, KV, S, D], rows of D contiguous (a cache buffer's view)
+  const c10::BFloat16* value;   // [B, KV, S, D], strided alike
+  const int64_t* start;         // [B, T]: contiguous slots [0, start) come first
+  const int64_t* tail;          // [B, T, L]: then `count` gathered slots, in position order
+  const int64_t* count;         // [B, T]
+  c10::BFloat16* out;           // [B, T, H, D]
+  int64_t B, H, KV, T, S, L;
+  int64_t batch_stride, head_stride;  // of key and value
+  float scale;
+};
+
+// One query row of one query head: its n visible keys, their scores in `scores` (scratch, >= n + 16).
+// False (and nothing written) for a row whose layout points outside the cache.
+TA_AVX512 bool one_row(const Job& j, int64_t b, int64_t h, int64_t t, float* scores) {
+  const int64_t kv = h / (j.H / j.KV), row = b * j.T + t;
+  const int64_t start = j.start[row], count = j.count[row], n = start + count;
+  const int64_t* tail = j.tail + row * j.L;
+  if (start < 0 || start > j.S || count < 0 || count > j.L || n == 0) return false;
+  for (int64_t i = 0; i < count; ++i)
+    if (tail[i] < 0 || tail[i] >= j.S) return false;
+  const c10::BFloat16* keys = j.key + b * j.batch_stride + kv * j.head_stride;
+  const c10::BFloat16* values = j.value + b * j.batch_stride + kv * j.head_stride;
+  const c10::BFloat16* q = j.query + ((b * j.H + h) * j.T + t) * kDim;
+  const __m512i q0 = _mm512_loadu_si512(q), q1 = _mm512_loadu_si512(q + 32);
+  float top = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    const c10::BFloat16* k = keys + (i < start ? i : tail[i - start]) * kDim;
+    __m512 acc = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)q0, (__m512bh)_mm512_loadu_si512(k));
+    acc = _mm512_dpbf16_ps(acc, (__m512bh)q1, (__m512bh)_mm512_loadu_si512(k + 32));
+    scores[i] = _mm512_reduce_add_ps(acc) * j.scale;
+    top = std::max(top, scores[i]);
+  }
+  __m512 lanes = _mm512_setzero_ps();  // lane l sums p_i for i = l (mod 16)
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 live = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __m512 s = _mm512_maskz_loadu_ps(live, scores + i);
+    const __m512 p = _mm512_maskz_mov_ps(live, exp_avx512(_mm512_sub_ps(s, _mm512_set1_ps(top))));
+    _mm512_mask_storeu_ps(scores + i, live, p);
+    lanes = _mm512_add_ps(lanes, p);
+  }
+  const float total = _mm512_reduce_add_ps(lanes);
+  __m512 o[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int64_t i = 0; i < n; ++i) {
+    const c10::BFloat16* v = values + (i < start ? i : tail[i - start]) * kDim;
+    const __m512 p = _mm512_set1_ps(scores[i]);
+    for (int part = 0; part < 4; ++part) {  // 16 bf16 -> fp32 (a left shift by 16 bits)
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + part * 16));
+      const __m512 vf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+      o[part] = _mm512_fmadd_ps(p, vf, o[part]);
+    }
+  }
+  const __m512 inverse = _mm512_set1_ps(1.0f / total);
+  c10::BFloat16* dst = j.out + ((b * j.T + t) * j.H + h) * kDim;
+  for (int part = 0; part < 4; ++part) {
+    const __m256bh packed = _mm512_cvtneps_pbh(_mm512_mul_ps(o[part], inverse));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + part * 16), (__m256i)packed);
+  }
+  return true;
+}
+
+bool runs_here() {
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  }();
+  return ok;
+}
+
+bool tree_attention_available() { return runs_here(); }
+
+at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                          const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, double scale) {
+  TORCH_CHECK(runs_here(), "tree_attention: needs a CPU with AVX-512 BF16");
+  for (const at::Tensor* t : {&query, &key, &value})
+    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == at::kBFloat16 && t->dim() == 4 && t->size(3) == kDim &&
+                    t->stride(3) == 1 && t->stride(2) == kDim, "tree_attention: query, key and value must be bf16 "
+                "[B, heads, rows, ", kDim, "] on the CPU with contiguous rows, got ", t->scalar_type(), " ", t->sizes());
+  TORCH_CHECK(query.is_contiguous(), "tree_attention: query must be contiguous");
+  const int64_t B = query.size(0), H = query.size(1), T = query.size(2), KV = key.size(1), S = key.size(2);
+  TORCH_CHECK(key.size(0) == B && value.sizes() == key.sizes() && value.strides() == key.strides() && KV > 0 &&
+                  H % KV == 0, "tree_attention: key and value must be [B, KV, S, D] alike, KV dividing the query heads");
+  TORCH_CHECK(start.scalar_type() == at::kLong && count.scalar_type() == at::kLong && tail.scalar_type() == at::kLong &&
+                  start.sizes() == at::IntArrayRef({B, T}) && count.sizes() == at::IntArrayRef({B, T}) &&
+                  tail.dim() == 3 && tail.size(0) == B && tail.size(1) == T && start.is_contiguous() &&
+                  count.is_contiguous() && tail.is_contiguous(),
+              "tree_attention: start and count must be int64 [B, T], tail int64 [B, T, L]");
+  const int64_t L = tail.size(2);
+  at::Tensor out = at::empty({B, T, H, kDim}, query.options());
+  Job j{query.data_ptr<c10::BFloat16>(), key.data_ptr<c10::BFloat16>(), value.data_ptr<c10::BFloat16>(),
+        start.data_ptr<int64_t>(), tail.data_ptr<int64_t>(), count.data_ptr<int64_t>(),
+        out.data_ptr<c10::BFloat16>(), B, H, KV, T, S, L, key.stride(0), key.stride(1), static_cast<float>(scale)};
+  const int64_t longest = S + L + 16;
+  std::atomic<bool> bad{false};
+  at::parallel_for(0, B * H * T, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(longest);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item % T, h = (item / T) % H, b = item / (T * H);
+      if (!one_row(j, b, h, t, scores.data())) bad = true;
+    }
+  });
+  TORCH_CHECK(!bad, "tree_attention: every row must see at least one key, all of them within the cache");
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(specdec_attention, m) {
+  m.def("tree_attention(Tensor query, Tensor key, Tensor value, Tensor start, Tensor tail, Tensor count, "
+        "float scale) -> Tensor");
+  m.def("tree_attention_available() -> bool", &tree_attention_available);
+}
+
+TORCH_LIBRARY_IMPL(specdec_attention, CPU, m) { m.impl("tree_attention", &tree_attention); }

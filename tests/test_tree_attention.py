@@ -1,0 +1,113 @@
+"""specdec's tree-attention kernel (`csrc/tree_attention.cpp`): each query row's bits depend only on the
+sequence of keys it sees, never on how the cache lays them out or on the rows beside it.
+
+What exact verification needs of it (`specdec.backends.torch.invariant`): a tree node reading its
+ancestors from gathered slots gets the bits a one-token pass reading the same keys contiguously gets;
+any split of that sequence between the contiguous prefix and the gathered tail gives the same bits;
+and the values are softmax attention's (checked against an fp32 reference within bf16's rounding).
+The end-to-end checks (trees, batches and chunked prefills against one-token passes, bit for bit,
+on the real model) are tests/test_invariant.py's, which run on this kernel where it is available.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec.backends.torch import invariant, q4_kernel
+
+B, H, KV, SLOTS, DIM, PAST, ROWS = 2, 9, 3, 300, 64, 200, 5
+SCALE = DIM**-0.5
+
+
+@pytest.fixture(scope="module")
+def op():
+    if not q4_kernel.load_extension():
+        pytest.skip(q4_kernel.unavailable_reason())
+    if not torch.ops.specdec_attention.tree_attention_available():
+        pytest.skip("the tree-attention kernel needs a CPU with AVX-512 BF16 (the PyTorch path runs elsewhere)")
+    return torch.ops.specdec_attention.tree_attention
+
+
+@pytest.fixture(scope="module")
+def states():
+    generator = torch.Generator().manual_seed(0)
+    key, value = (torch.randn(B, KV, SLOTS, DIM, generator=generator).to(torch.bfloat16) for _ in range(2))
+    query = torch.randn(B, H, ROWS, DIM, generator=generator).to(torch.bfloat16)
+    return query, key, value
+
+
+def tree_layout() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Row t reads the cache's PAST slots, then its ancestors: a chain for even t, a gap for odd t."""
+    starts = torch.full((B, ROWS), PAST, dtype=torch.int64)
+    tail = torch.zeros(B, ROWS, ROWS, dtype=torch.int64)
+    counts = torch.zeros(B, ROWS, dtype=torch.int64)
+    for b in range(B):
+        for t in range(ROWS):
+            slots = list(range(PAST, PAST + t + 1)) if t % 2 == 0 else [PAST, PAST + t]
+            tail[b, t, : len(slots)] = torch.tensor(slots)
+            counts[b, t] = len(slots)
+    return starts, tail, counts
+
+
+def visible(tail: torch.Tensor, counts: torch.Tensor, b: int, t: int) -> list[int]:
+    return list(range(PAST)) + tail[b, t, : counts[b, t]].tolist()
+
+
+def test_values_are_softmax_attention(op, states):
+    query, key, value = states
+    starts, tail, counts = tree_layout()
+    out = op(query, key, value, starts, tail, counts, SCALE)
+    assert out.shape == (B, ROWS, H, DIM) and out.dtype == torch.bfloat16
+    for b in range(B):
+        for t in range(ROWS):
+            slots = visible(tail, counts, b, t)
+            for h in range(H):
+                keys, values = key[b, h // (H // KV), slots].float(), value[b, h // (H // KV), slots].float()
+                expected = torch.softmax(query[b, h, t].float() @ keys.T * SCALE, -1) @ values
+                torch.testing.assert_close(out[b, t, h].float(), expected, atol=2e-2, rtol=2e-2)
+
+
+def test_a_row_gets_the_bits_of_its_keys_laid_out_any_way(op, states):
+    """The same key sequence, contiguous (a one-token pass) or split anywhere between prefix and tail."""
+    query, key, value = states
+    starts, tail, counts = tree_layout()
+    out = op(query, key, value, starts, tail, counts, SCALE)
+    for b in range(B):
+        for t in range(ROWS):
+            slots = visible(tail, counts, b, t)
+            alone = query[b : b + 1, :, t : t + 1].contiguous()
+            keys, values = key[b : b + 1, :, slots].contiguous(), value[b : b + 1, :, slots].contiguous()
+            for cut in (len(slots), len(slots) - 1, len(slots) - 7, 0):
+                split_tail = torch.arange(cut, len(slots)).view(1, 1, -1)
+                one = op(alone, keys, values, torch.tensor([[cut]]), split_tail, torch.tensor([[len(slots) - cut]]), SCALE)
+                assert torch.equal(one[0, 0], out[b, t]), (b, t, cut)
+
+
+def test_strided_cache_views_are_read_in_place(op, states):
+    """A cache buffer's filled prefix (a strided view) gives what a contiguous copy gives."""
+    query, key, value = states
+    starts, tail, counts = tree_layout()
+    buffer_k, buffer_v = (torch.cat([t, torch.zeros_like(t)], dim=2) for t in (key, value))  # capacity 2 x SLOTS
+    view_k, view_v = buffer_k[:, :, :SLOTS], buffer_v[:, :, :SLOTS]
+    assert not view_k.is_contiguous()
+    assert torch.equal(op(query, view_k, view_v, starts, tail, counts, SCALE),
+                       op(query, key, value, starts, tail, counts, SCALE))
+
+
+def test_a_layout_outside_the_cache_is_refused(op, states):
+    query, key, value = states
+    starts, tail, counts = tree_layout()
+    with pytest.raises(RuntimeError, match="within the cache"):
+        op(query, key, value, starts, tail + SLOTS, counts, SCALE)
+    with pytest.raises(RuntimeError, match="at least one key"):
+        op(query, key, value, torch.zeros_like(starts), tail, torch.zeros_like(counts), SCALE)
+    with pytest.raises(RuntimeError, match="bf16"):
+        op(query.float(), key, value, starts, tail, counts, SCALE)
+
+
+def test_exact_attention_uses_the_kernel_for_bf16_heads_of_64(op, states):
+    query, key, _ = states
+    assert invariant.uses_kernel(query, key)
+    assert not invariant.uses_kernel(query.float(), key)
+    assert not invariant.uses_kernel(torch.zeros(1, 2, 1, 128, dtype=torch.bfloat16), key)
