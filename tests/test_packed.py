@@ -170,5 +170,20 @@ def test_exact_on_where_it_cannot_hold_is_a_clear_error(default_model):
     reason, as does a value that is not an option."""
     with pytest.raises(ValueError, match="exact=on needs bf16"):
         Engine(dataclasses.replace(default_model, exact="on"), attention="sdpa")
-    with pytest.raises(ValueError, match="exact must be one of off, on"):
+    with pytest.raises(ValueError, match="exact must be one of auto, off, on"):
         Engine(dataclasses.replace(default_model, exact="yes"), attention="sdpa")
+
+
+def test_exact_auto_is_on_only_where_it_is_free(default_model):
+    """auto, the default: on for bf16 where attention runs specdec's kernel, off (never an error) for fp32,
+    for a backend that cannot verify invariantly, or where the kernel does not run."""
+    from specdec.backends.torch.invariant import kernel_runs_here
+    from specdec.backends.torch.packed import is_invariant
+    from specdec.models.state import ModelState
+
+    assert default_model.exact == "auto" and not is_invariant(default_model)  # fp32: the reference already
+    bf16 = dataclasses.replace(default_model, model=copy.deepcopy(default_model.model).to(torch.bfloat16),
+                               state=ModelState())
+    assert is_invariant(bf16) == kernel_runs_here()
+    assert not is_invariant(dataclasses.replace(bf16, backend="compiled"))
+    assert not is_invariant(dataclasses.replace(bf16, exact="off"))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 DEFAULT_MODEL = "smollm2-135m"  # the bundled model (`specdec.models.gguf.DEFAULT_MODEL` names the same)
 
 PACK = ("auto", "on", "off", "int4")  # LoadedModel.pack
-EXACT = ("off", "on")  # LoadedModel.exact
+EXACT = ("auto", "off", "on")  # LoadedModel.exact; auto: on where it costs nothing (specdec.backends.torch.invariant)
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class ModelSpec:
     dtype: str = "auto"  # "auto" (bf16 where the CPU has AMX/avx512_bf16), "fp32", "bf16", "fp16"
     cache_dir: str | None = None  # where converted models are kept (None: ~/.cache/specdec)
     pack: str = "auto"  # LoadedModel.pack
-    exact: str = "off"  # LoadedModel.exact
+    exact: str = "auto"  # LoadedModel.exact
     backend: str = DEFAULT_BACKEND  # LoadedModel.backend
     device: str | None = None  # None: "cuda" if available, else "cpu"
 

@@ -44,7 +44,7 @@ class LoadedModel:
     pack: str = "auto"
     # Whether that verification is batch-invariant (`specdec.backends.torch.invariant`): "off" or "on" (packed
     # weights needed). Here for the same reason as `pack`.
-    exact: str = "off"
+    exact: str = "auto"
     # Which engine verifies: "torch" (the transformers model above), "compiled" (the same, its
     # verification pass compiled by inductor: `specdec.backends.compiled`) or "llamacpp" (llama.cpp's, on the
     # GGUF file the model came from: `specdec.backends.llamacpp`). `gguf_path`: that file, None for other sources.

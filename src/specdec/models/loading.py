@@ -100,7 +100,7 @@ def load_model(
     device: str | None = None,
     cache_dir: str | Path | None = None,
     pack: str = "auto",
-    exact: str = "off",
+    exact: str = "auto",
     backend: str = DEFAULT_BACKEND,
 ) -> LoadedModel:
     """Load the bundled default, a `.gguf` file, a local HF folder or a hub id as a LoadedModel.
@@ -110,7 +110,8 @@ def load_model(
     cache_dir: parent folder of converted GGUF models (default ~/.cache/specdec).
     pack: "auto" | "on" | "off" | "int4": verify with prepacked Linear weights, or 4-bit ones
     (`LoadedModel.pack`, `specdec.backends.torch.packed`, `specdec.backends.torch.int4`).
-    exact: "off" | "on": verify batch-invariantly (`LoadedModel.exact`, `specdec.backends.torch.invariant`).
+    exact: "auto" | "on" | "off": verify batch-invariantly (`LoadedModel.exact`, `specdec.backends.torch.invariant`);
+    auto: where that costs nothing (bf16 on specdec's attention kernel), else not.
     backend: "torch" | "compiled" | "llamacpp": which engine verifies (`LoadedModel.backend`); compiled
     needs a C++ compiler (else it warns and runs eagerly) and exact off; llamacpp needs a GGUF
     source (the bundled model, a pulled one or a .gguf file) and llama-cpp-python.

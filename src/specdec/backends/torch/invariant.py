@@ -55,10 +55,12 @@ Invariants:
 - a node whose first non-ancestor lies more than TAIL - 1 positions back cannot
   be read invariantly: a bare pass refuses it, and the engine cuts such nodes
   first (`verifiable`);
-- it is opt-in (`exact="on"`): it was shown to hold in bf16 / fp16 on CPU with
-  packed weights, and there it costs 15-20% of tokens/s (docs/benchmarks.md),
-  more than the ~10% at which it would be the default; fp32 is the exact
-  reference already and keeps its own kernels.
+- `exact="auto"` (the default) turns it on where it is free: bf16 on a CPU where
+  attention runs specdec's kernel, which is faster than the attention it replaces
+  (docs/results/2026-11-exact-kernel: exact runs at 1.17x the tokens/s of non-exact
+  verification there); `on` holds it wherever it was shown to hold (bf16 / fp16 on
+  CPU with packed weights), at a cost where the kernel does not run; fp32 is the
+  exact reference already and keeps its own kernels.
 """
 
 from __future__ import annotations
@@ -85,10 +87,13 @@ KERNEL_DIM = 64  # the head size specdec's tree-attention kernel takes
 
 def wants_invariance(exact: str, dtype: torch.dtype, device: torch.device, packed: bool) -> bool:
     """Whether verification runs batch-invariant: `on` where it was shown to hold (bf16 / fp16 on a
-    CPU, packed weights: it pads the packed products), `off` never."""
+    CPU, packed weights: it pads the packed products), `off` never, `auto` where it is free: bf16 on a
+    CPU whose attention runs specdec's kernel (`kernel_runs_here`), packed weights."""
     check_exact(exact)
     if exact == "off":
         return False
+    if exact == "auto":
+        return packed and device.type == "cpu" and dtype == torch.bfloat16 and kernel_runs_here()
     if not packed or device.type != "cpu" or dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(
             "exact=on needs bf16 (or fp16) on a CPU with oneDNN bf16 and packed weights (pack=auto); "
@@ -271,11 +276,12 @@ def uses_kernel(query: torch.Tensor, key: torch.Tensor) -> bool:
     pass of a generation (prefill, one-token steps, trees) runs the same arithmetic."""
     if query.dtype != torch.bfloat16 or query.shape[-1] != KERNEL_DIM or query.device.type != "cpu":
         return False
-    return _kernel_available()
+    return kernel_runs_here()
 
 
 @functools.cache
-def _kernel_available() -> bool:
+def kernel_runs_here() -> bool:
+    """Whether specdec's tree-attention kernel runs on this machine (AVX-512 BF16, the extension built)."""
     from specdec.backends.torch.q4_kernel import load_extension  # the one extension: built once a process
 
     return load_extension() and bool(torch.ops.specdec_attention.tree_attention_available())

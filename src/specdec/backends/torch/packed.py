@@ -61,7 +61,7 @@ from specdec.backends.torch.gguf_blocks import head_q8
 from specdec.backends.torch.int4 import can_quantize, has_invariant_int4, int4_linear
 from specdec.backends.torch.invariant import MIN_ROWS, wants_invariance
 from specdec.backends.torch.q4_kernel import unavailable_reason
-from specdec.choices import check_pack
+from specdec.choices import BACKENDS, check_pack
 from specdec.models.base import LoadedModel
 from specdec.models.state import ModelState
 
@@ -259,8 +259,12 @@ def maybe_packed(
 def is_invariant(loaded: LoadedModel) -> bool:
     """Whether the engine verifies `loaded` batch-invariantly (`specdec.backends.torch.invariant`, `loaded.exact`).
     With 4-bit weights that needs products that compute each row alone by construction (specdec's kernel)."""
+    if loaded.exact == "auto" and not BACKENDS[loaded.backend].exact:
+        return False  # a backend whose pass cannot be batch-invariant (compiled): off, as asked of auto
     invariant = wants_invariance(loaded.exact, loaded.dtype, loaded.device, wants_packing(loaded.pack, loaded.model))
     if invariant and loaded.pack == "int4" and not has_invariant_int4(loaded.dtype):
+        if loaded.exact == "auto":
+            return False
         raise ValueError("pack 'int4' and exact 'on' cannot be combined here: batch-invariant verification on 4-bit "
                          "weights needs specdec's 4-bit kernel in bf16 ("
                          + (unavailable_reason() or "the model is not bf16") + ")")
