@@ -26,7 +26,7 @@ from specdec.backends.torch.packed import is_invariant
 from specdec.choices import BACKENDS, EXACT
 from specdec.models import LoadedModel
 
-SERVE_EXACT = ("auto", *EXACT)
+SERVE_EXACT = EXACT  # auto: here, on wherever the model's path can (not only where it is free)
 
 
 def why_not_exact(loaded: LoadedModel) -> str | None:
