@@ -57,11 +57,15 @@ def test_training_lowers_the_loss_and_resume_continues_exactly(tiny, data_file, 
         before = medusa_loss(untrained, labels, features, valid, to_draft)[0]
         after = medusa_loss(heads, labels, features, valid, to_draft)[0]
     assert float(after) < float(before)
+    assert_resume_is_exact(tiny, data_file, out, summary["steps"], tmp_path, MEDUSA)
 
+
+def assert_resume_is_exact(tiny, data_file, out, steps: int, tmp_path, options: dict) -> None:  # noqa: ANN001
+    """Stopped after 7 steps and resumed on the same cache, a run ends with the heads in `out` bit for bit."""
     cache = str(out / "features")
-    train(tiny, TrainConfig(str(data_file), str(tmp_path), max_steps=7, cache=cache, **MEDUSA), log=lambda _: None)
-    train(tiny, TrainConfig(str(data_file), str(tmp_path), resume=True, cache=cache, **MEDUSA), log=lambda _: None)
-    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == summary["steps"] > 7
+    train(tiny, TrainConfig(str(data_file), str(tmp_path), max_steps=7, cache=cache, **options), log=lambda _: None)
+    train(tiny, TrainConfig(str(data_file), str(tmp_path), resume=True, cache=cache, **options), log=lambda _: None)
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == steps > 7
     a, b = load_file(str(out / "model.safetensors")), load_file(str(tmp_path / "model.safetensors"))
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=0, rtol=0)
@@ -92,7 +96,7 @@ def test_bad_heads_get_clear_errors(tiny, trained, tmp_path, default_model):  # 
     with pytest.raises(HeadError, match="no token_map"):
         load_medusa(broken, tiny.model)
     with pytest.raises(ValueError, match="--arch"):
-        TrainConfig("x", "y", arch="hydra")
+        TrainConfig("x", "y", arch="medusa2")
 
 
 def test_fasterdecoding_names_load(tiny, tmp_path):  # noqa: F811

@@ -202,6 +202,14 @@ def check(scenario: Scenario, seed: int) -> tuple[tuple[float, float], tuple[flo
     )
 
 
+def assert_check(name: str, scenario: Scenario, seed: int, *, lossless: bool) -> None:
+    """`check`, then both TVs within the bound (a lossless rule) or both beyond it (a broken one)."""
+    (tv_first, bound_first), (tv_two, bound_two) = check(scenario, seed)
+    sign = "<" if lossless else ">"
+    print(f"{name}: TV first {tv_first:.4f} {sign} {bound_first:.4f}, first two {tv_two:.4f} {sign} {bound_two:.4f}")
+    assert (tv_first < bound_first, tv_two < bound_two) == (lossless, lossless)
+
+
 # ------------------------------------------------------------------ the rules
 PLAIN = SamplingParams(temperature=1.0)
 PARAMS_A = SamplingParams(temperature=0.7, top_k=5, top_p=0.9)

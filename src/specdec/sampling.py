@@ -46,6 +46,14 @@ The rules:
   chain is the one-child case, so both rules share one walk (`_rejection_walk`).
   A deterministic guess among drawn drafts carries a point mass as its row
   (`point_mass_rows`), so retrieval and draft-model branches share one tree.
+- `accept_spectr`: the same walk, but a run of siblings drawn i.i.d. from one
+  draft row is verified at once by SpecTr's k-sequential selection (Sun et al.
+  2023, arXiv 2310.15141; `specdec.spectr`), which accepts more often where the
+  draws repeat a token the target likes less than the draft does. Siblings
+  with rows of their own stay SpecInfer's groups of one (`sibling_groups`).
+  Correct for i.i.d. siblings only: the tree invariant below (with replacement,
+  never merged) is what it rests on, as SpecInfer's rule does. After either
+  rule accepts a token, the walk descends into that token's expanded twin.
 
 Cost: every rule only needs the target rows on the path it walks, so rows are
 made on first use (`_TargetRows`): at N = 64, V = 49152 on one CPU core a full
@@ -73,11 +81,13 @@ from dataclasses import dataclass
 
 import torch
 
+from specdec.spectr import KSequential, expanded_twin, sibling_groups
 from specdec.tree import DraftTree
 from specdec.uniforms import PositionUniforms
 
 # Below this residual mass a rejection is a rounding artefact (see module docstring).
 RESIDUAL_EPS = 1e-6
+MULTI_DRAFT_RULES = ("specinfer", "spectr")  # how drawn siblings are verified (`accept`'s multi_draft)
 
 
 @dataclass(frozen=True)
@@ -237,11 +247,15 @@ def draw_next(logits: torch.Tensor, params: SamplingParams, positions: PositionU
 
 def _residual(base: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
     """norm(max(0, base - draft)) for base, draft [V] float32; `base` itself if that has ~0 mass."""
-    residual = (base - draft).clamp_(min=0)  # [V]
-    mass = float(residual.sum())
-    if mass < RESIDUAL_EPS:  # the rejection had probability < RESIDUAL_EPS: see module docstring
+    return _normalised((base - draft).clamp_(min=0), base)
+
+
+def _normalised(excess: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+    """excess [V] (>= 0) normalised; `base` itself if it has ~0 mass (see module docstring)."""
+    mass = float(excess.sum())
+    if mass < RESIDUAL_EPS:  # the rejection had probability < RESIDUAL_EPS
         return base
-    return residual.div_(mass)
+    return excess.div_(mass)
 
 
 def point_mass_rows(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -379,7 +393,26 @@ def accept_multi_draft(
     return _rejection_walk(tree, _TargetRows(target_probs), generator)
 
 
-def _rejection_walk(tree: DraftTree, rows: _TargetRows, generator: torch.Generator | None) -> Acceptance:
+def accept_spectr(
+    tree: DraftTree, target_probs: torch.Tensor, generator: torch.Generator | None
+) -> Acceptance:
+    """SpecTr's k-sequential selection over each run of siblings that share one draft row.
+
+    tree: as for `accept_multi_draft`; a run of k siblings with one row must be k i.i.d.
+    draws from it (with replacement, undeduplicated, k fixed before drawing), which is how
+    `eagle:sampled=true` draws. A run is accepted or rejected as a whole (`specdec.spectr`),
+    and what it leaves becomes the residual the next run is matched against, so mixed trees
+    (hybrid's point-mass guesses beside drawn chains) stay lossless too.
+    """
+    _check_rows(tree, target_probs, "target_probs")
+    if tree.draft_probs is None:
+        raise ValueError("accept_spectr needs draft_probs")
+    return _rejection_walk(tree, _TargetRows(target_probs), generator, "spectr")
+
+
+def _rejection_walk(
+    tree: DraftTree, rows: _TargetRows, generator: torch.Generator | None, rule: str = "specinfer"
+) -> Acceptance:
     draft_probs = tree.draft_probs  # [N, V]
     uniforms = _uniforms(tree, generator, rows.device)  # [N]
     index = tree.tokens[:, None].to(draft_probs.device)  # [N, 1]
@@ -388,14 +421,22 @@ def _rejection_walk(tree: DraftTree, rows: _TargetRows, generator: torch.Generat
     node, path = 0, [0]
     while True:
         residual = rows[node]  # [V], the target row until a child is rejected
-        for child in children[node]:
-            if uniforms[child] * draft_at[child] < float(residual[tokens[child]]):
+        for group in sibling_groups(tree, children[node], rule):
+            if len(group) == 1:  # one draft: min(1, r / q), then r = norm(max(0, r - q))
+                child = group[0]
+                if uniforms[child] * draft_at[child] < float(residual[tokens[child]]):
+                    break
+                residual = _residual(residual, draft_probs[child])
+                continue
+            selection = KSequential.solve(residual, draft_probs[group[0]], len(group))
+            child = next((c for c in group if selection.accepts(tokens[c], uniforms[c], draft_at[c])), None)
+            if child is not None:
                 break
-            residual = _residual(residual, draft_probs[child])
+            residual = _normalised(selection.excess(), residual)
         else:  # every child rejected (recovered token), or a leaf (bonus token)
             final = _draw(residual, uniforms[0])
             return Acceptance(path, [tokens[i] for i in path[1:]] + [final])
-        node = child
+        node = expanded_twin(tree, children[node], child)
         path.append(node)
 
 
@@ -405,14 +446,20 @@ def accept(
     params: SamplingParams,
     generator: torch.Generator | None,
     positions: PositionUniforms | None = None,
+    multi_draft: str = "specinfer",
 ) -> Acceptance:
     """Pick the rule: greedy; else deterministic drafts, or rejection sampling (chain or tree).
+
+    multi_draft: how drawn siblings are verified, "specinfer" (one by one) or "spectr"
+    (k-sequential selection); it changes nothing for greedy, deterministic drafts or chains.
 
     target_logits: [N, V] raw target logits, row i scores the child of node i.
     logits_to_probs runs only on the rows the walk reaches. positions: the request's
     uniforms by output position (deterministic drafts draw with them; rejection
     sampling draws from `generator` and only moves them past what it emitted).
     """
+    if multi_draft not in MULTI_DRAFT_RULES:
+        raise ValueError(f"multi_draft must be one of {', '.join(MULTI_DRAFT_RULES)}, got {multi_draft!r}")
     if params.greedy:
         acceptance = accept_greedy(tree, target_logits)
     else:
@@ -420,7 +467,7 @@ def accept(
         rows = _TargetRows(target_logits, params)
         if tree.draft_probs is None:
             return _deterministic_walk(tree, rows, generator, positions)
-        acceptance = _rejection_walk(tree, rows, generator)
+        acceptance = _rejection_walk(tree, rows, generator, multi_draft)
     if positions is not None:
         positions.advance(len(acceptance.tokens))
     return acceptance

@@ -51,6 +51,8 @@ class _Block(torch.nn.Module):
 class MedusaHeads(torch.nn.Module):
     """`num_heads` residual blocks, each with its own head over a draft vocabulary (`token_map`)."""
 
+    architecture, model_type = ARCHITECTURE, "medusa"  # what config.json names (Hydra's subclass differs)
+
     def __init__(
         self, hidden: int, vocab_size: int, draft_vocab: int, num_heads: int, layer_id: int, num_layers: int = 1
     ) -> None:
@@ -65,6 +67,9 @@ class MedusaHeads(torch.nn.Module):
     def num_heads(self) -> int:
         return len(self.blocks)
 
+    def bind(self, target: torch.nn.Module) -> None:
+        """Attach what the heads read from the target besides its state (Medusa's: nothing)."""
+
     def logits(self, hidden: torch.Tensor) -> list[torch.Tensor]:
         """hidden [..., H] -> per head, logits over the draft vocabulary [..., V_d]."""
         hidden = hidden.to(self.lm_heads[0].weight.dtype)
@@ -78,7 +83,7 @@ class MedusaHeads(torch.nn.Module):
 
     def config_dict(self) -> dict:
         return {
-            "architectures": [ARCHITECTURE], "model_type": "medusa", "hidden_size": self.hidden_size,
+            "architectures": [self.architecture], "model_type": self.model_type, "hidden_size": self.hidden_size,
             "vocab_size": self.vocab_size, "num_heads": self.num_heads, "num_hidden_layers": self.num_layers,
             "truncated_vocab_size": int(self.token_map.numel()), "medusa_fc_bias": True,
         }
@@ -93,16 +98,23 @@ def medusa_loss(
     scored against labels[t + 1 + i]: the token after the one the target's own
     head gives at t.
     """
+    return heads_loss(heads.logits(features), labels, valid, to_draft)
+
+
+def heads_loss(
+    logits: list[torch.Tensor], labels: torch.Tensor, valid: torch.Tensor, to_draft: torch.Tensor
+) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+    """logits[i] [B, T, V_d]: head i at every position, scored against labels[t + 1 + i] (see above)."""
     total, scores = 0.0, []
-    for i, logits in enumerate(heads.logits(features)):
+    for i, head_logits_i in enumerate(logits):
         shift = i + 1
         lab = torch.cat([labels[:, shift:], labels.new_zeros(labels.shape[0], shift)], dim=1)
         ok = torch.cat([valid[:, shift:], valid.new_zeros(valid.shape[0], shift)], dim=1)
         target = to_draft[lab].masked_fill(~ok, -100)  # labels outside the draft vocabulary: ignored
         scored = ok & (target >= 0)
         if scored.any():
-            total = total + STEP_DECAY**i * F.cross_entropy(logits[scored].float(), target[scored])
-        scores.append((int((logits.argmax(-1) == target)[ok].sum()), int(ok.sum())))
+            total = total + STEP_DECAY**i * F.cross_entropy(head_logits_i[scored].float(), target[scored])
+        scores.append((int((head_logits_i.argmax(-1) == target)[ok].sum()), int(ok.sum())))
     return total, scores
 
 
@@ -134,12 +146,15 @@ def save_medusa(heads: MedusaHeads, folder: str | Path, dtype: torch.dtype = tor
     return folder
 
 
-def load_medusa(folder: str | Path, target: torch.nn.Module, dtype: torch.dtype | None = None) -> MedusaHeads:
-    """Read Medusa heads for `target` (a transformers causal LM); HeadError if they cannot serve it."""
+def load_medusa(
+    folder: str | Path, target: torch.nn.Module, dtype: torch.dtype | None = None, kind: type = MedusaHeads
+) -> MedusaHeads:
+    """Read Medusa heads (or `kind`: Hydra's) for `target` (a transformers causal LM); HeadError if they
+    cannot serve it."""
     folder = Path(folder)
-    raw, weights_file = read_head_folder(folder, "a Medusa head")
-    if ARCHITECTURE not in (raw.get("architectures") or []) and raw.get("model_type") != "medusa":
-        raise HeadError(f"{folder}: config.json names {raw.get('architectures')}, not {ARCHITECTURE}")
+    raw, weights_file = read_head_folder(folder, f"a {kind.model_type.capitalize()} head")
+    if kind.architecture not in (raw.get("architectures") or []) and raw.get("model_type") != kind.model_type:
+        raise HeadError(f"{folder}: config.json names {raw.get('architectures')}, not {kind.architecture}")
     tc = target.config
     if raw.get("vocab_size") != tc.vocab_size:
         raise HeadError(f"{folder}: the heads' vocabulary has {raw.get('vocab_size')} tokens, the target's "
@@ -162,8 +177,9 @@ def load_medusa(folder: str | Path, target: torch.nn.Module, dtype: torch.dtype 
     num_heads = raw.get("num_heads") or raw.get("medusa_num_heads")  # FasterDecoding's configs name it so
     if not num_heads:
         raise HeadError(f"{folder}: config.json has no num_heads")
-    heads = MedusaHeads(tc.hidden_size, tc.vocab_size, draft_vocab, int(num_heads), tc.num_hidden_layers,
-                        int(raw.get("num_hidden_layers", 1)))
+    heads = kind(tc.hidden_size, tc.vocab_size, draft_vocab, int(num_heads), tc.num_hidden_layers,
+                 int(raw.get("num_hidden_layers", 1)))
+    heads.bind(target)
     weights = {_current_name(k): v for k, v in weights.items()}
     missing, unexpected = heads.load_state_dict(weights, strict=False)
     if missing or unexpected:

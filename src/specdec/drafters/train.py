@@ -19,7 +19,9 @@ of the rows, never trained on) is where the per-step accuracy is measured.
 
 `arch="medusa"` trains Medusa-1 heads (`specdec.drafters.medusa`) with the same
 data, cache, loop, checkpoints and held-out split: their feature is the
-target's last hidden state, and "step" k is head k.
+target's last hidden state, and "step" k is head k. `arch="hydra"` trains Hydra
+heads (`specdec.drafters.hydra`) the same way, each head also reading the text's
+tokens before its answer.
 """
 
 from __future__ import annotations
@@ -35,19 +37,21 @@ from tqdm import tqdm
 
 from specdec.drafters.eagle3 import Eagle3Head, default_layer_ids, head_config, save_head, target_fingerprint
 from specdec.drafters.features import Example, batches, build_cache, collate, load_cache, read_rows
+from specdec.drafters.hydra import HydraHeads, hydra_loss, start_as_medusa
 from specdec.drafters.medusa import MedusaHeads, medusa_loss, save_medusa
 from specdec.models import LoadedModel
 
 CHECKPOINT = "checkpoint.pt"
 STEP_DECAY = 0.8
-ARCHES = ("eagle3", "medusa")
+ARCHES = ("eagle3", "medusa", "hydra")
+HEADS_ARCHES = ("medusa", "hydra")  # heads on the target's last hidden state
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     data: str
     out: str
-    arch: str = "eagle3"  # or "medusa"
+    arch: str = "eagle3"  # or "medusa", "hydra"
     cache: str = ""  # feature shards folder ("" = <out>/features)
     draft_vocab: int = 8192
     max_len: int = 512
@@ -55,7 +59,7 @@ class TrainConfig:
     lr: float = 1e-3
     tokens_per_batch: int = 2048
     ttt_steps: int = 3  # eagle3: draft steps unrolled per position
-    heads: int = 3  # medusa: future positions, one head each
+    heads: int = 3  # medusa, hydra: future positions, one head each
     holdout: float = 0.05
     seed: int = 0
     checkpoint_every: int = 200
@@ -122,6 +126,8 @@ def batch_loss(
 ) -> tuple[torch.Tensor, list[tuple[int, int]]]:
     """The arch's loss on one batch, and per step (correct top-1, scored positions)."""
     tokens, labels, features, valid = collate(batch)
+    if config.arch == "hydra":
+        return hydra_loss(head, tokens, labels, features, valid, to_draft)
     if config.arch == "medusa":
         return medusa_loss(head, labels, features, valid, to_draft)
     return ttt_loss(head, tokens, labels, features, valid, config.ttt_steps, to_draft)
@@ -149,7 +155,7 @@ def train(loaded: LoadedModel, config: TrainConfig, log=print) -> dict:
     torch.manual_seed(config.seed)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    layer_ids = (model.config.num_hidden_layers,) if config.arch == "medusa" else default_layer_ids(
+    layer_ids = (model.config.num_hidden_layers,) if config.arch in HEADS_ARCHES else default_layer_ids(
         model.config.num_hidden_layers
     )
     rows = read_rows(config.data, loaded.tokenizer, config.max_len)
@@ -172,7 +178,7 @@ def train(loaded: LoadedModel, config: TrainConfig, log=print) -> dict:
         "target": loaded.name, "target_fingerprint": target_fingerprint(model.get_input_embeddings().weight),
         "train_seconds": seconds,
     }
-    if config.arch == "medusa":
+    if config.arch in HEADS_ARCHES:
         save_medusa(head, out, extra={"specdec": summary})
     else:
         save_head(head, out, extra={"specdec": summary})
@@ -182,10 +188,12 @@ def train(loaded: LoadedModel, config: TrainConfig, log=print) -> dict:
 
 def _make_head(model: torch.nn.Module, config: TrainConfig, layer_ids: tuple[int, ...], vocab: torch.Tensor):
     """A fresh head whose output side starts as the target's own (see `_start_from_target`)."""
-    if config.arch == "medusa":
+    if config.arch in HEADS_ARCHES:
         mc = model.config
-        head = MedusaHeads(mc.hidden_size, mc.vocab_size, vocab.numel(), config.heads, layer_ids[0])
+        kind = HydraHeads if config.arch == "hydra" else MedusaHeads
+        head = kind(mc.hidden_size, mc.vocab_size, vocab.numel(), config.heads, layer_ids[0])
         head.token_map.copy_(vocab)
+        head.bind(model)
     else:
         head = Eagle3Head(head_config(model.config, layer_ids, vocab.numel()), model.get_input_embeddings())
         head.set_vocab(vocab)
@@ -248,7 +256,14 @@ def model_card(summary: dict) -> str:
     """The head folder's README: what it was trained for, on what, how, and how well."""
     config = summary["train_config"]
     accuracy = ", ".join(f"step {i}: {a:.3f}" for i, a in enumerate(summary["heldout_accuracy"], start=1))
-    if config["arch"] == "medusa":
+    if config["arch"] == "hydra":
+        title = f"# Hydra heads for {summary['target']}\n\n"
+        design = (
+            f"Trained by `specdec train --arch hydra` ({config['heads']} heads, one residual block each; head k "
+            "reads the target's state and the embeddings of the k tokens before its guess, the target's own "
+            "next token first). Layout: Medusa's with `HydraModel` and the input layers `inputs.{k}`.\n\n"
+        )
+    elif config["arch"] == "medusa":
         title = f"# Medusa heads for {summary['target']}\n\n"
         design = (
             f"Trained by `specdec train --arch medusa` ({config['heads']} heads, one residual block each; head k "
@@ -281,6 +296,8 @@ def _start_from_target(head: torch.nn.Module, model: torch.nn.Module, vocab: tor
     from a head that already maps such states to tokens. Medusa's blocks start at zero (each block
     is then the identity), as in the Medusa paper."""
     rows = model.get_output_embeddings().weight[vocab]
+    if isinstance(head, HydraHeads):
+        start_as_medusa(head)
     if isinstance(head, MedusaHeads):
         for lm, block in zip(head.lm_heads, head.blocks, strict=True):
             lm.weight.copy_(rows)

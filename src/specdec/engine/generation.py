@@ -62,11 +62,14 @@ class Proposer(Protocol):
     bench's per-source table), or None for a proposer with one source.
     `feature_layers`: the target hidden states (`TargetModel.run`'s capture) the proposer reads from
     `ProposalContext.features`; empty for proposers that read none (no cost then).
+    `multi_draft`: the rule for drawn siblings at temperature > 0, "specinfer" or "spectr"
+    (`specdec.sampling.accept`).
     """
 
     prunable: bool
     source_stats: dict[str, dict[str, int]] | None
     feature_layers: tuple[int, ...]
+    multi_draft: str
 
     def begin(self, prompt_ids: list[int]) -> None: ...
     def propose(self, ctx: ProposalContext) -> DraftTree: ...

@@ -207,7 +207,8 @@ class Batch:
         prompt_ids = [int(t) for t in prompt_ids]
         engine.check_prompt(prompt_ids)
         generator = make_generator(config.sampling, engine.target.device)
-        draws = Draws(config.sampling, generator, PositionUniforms(generator, engine.target.device))
+        positions = PositionUniforms(generator, engine.target.device)
+        draws = Draws(config.sampling, generator, positions, proposer.multi_draft)
         emitter = Emitter(engine.tokenizer, engine.eos_token_ids, config, on_text)
         row = Row(prompt_ids, proposer, config, emitter, draws, time.perf_counter())
         row.stats.num_prompt_tokens = len(prompt_ids)

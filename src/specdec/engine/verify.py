@@ -37,6 +37,7 @@ class Draws:
     sampling: SamplingParams
     generator: torch.Generator | None
     positions: PositionUniforms  # token t of the row is drawn with the t-th uniform (`specdec.uniforms`)
+    multi_draft: str = "specinfer"  # drawn siblings: "specinfer" (one by one) or "spectr" (`specdec.spectr`)
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def verify(target: Rows, trees: Sequence[DraftTree], draws: Sequence[Draws]) -> 
     passes = target.verify_trees(trees)  # per row: logits [n_b, V], features; one forward pass
     results = []
     for tree, (target_logits, features), row in zip(trees, passes, draws, strict=True):
-        acceptance = accept(tree, target_logits, row.sampling, row.generator, row.positions)
+        acceptance = accept(tree, target_logits, row.sampling, row.generator, row.positions, row.multi_draft)
         results.append(VerifyResult(acceptance.tokens, acceptance.path, target_logits, tree, features))
     target.commit([result.path for result in results])
     return results

@@ -36,6 +36,7 @@ METHODS: dict[str, str] = {
     "hybrid": "specdec.proposers.hybrid:HybridConfig",
     "eagle": "specdec.proposers.eagle:EagleConfig",
     "medusa": "specdec.proposers.medusa:MedusaConfig",
+    "hydra": "specdec.proposers.hydra:HydraConfig",
 }
 
 

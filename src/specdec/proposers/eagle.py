@@ -38,7 +38,7 @@ from __future__ import annotations
 import heapq
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import torch
 
@@ -53,6 +53,7 @@ from specdec.proposers.eagle_retrieval import Node, Retrieval
 from specdec.proposers.eagle_sampled import HeadSteps, SampledPlan, draft_generator, draft_rows, grow_sampled
 from specdec.proposers.schema import method_config, option
 from specdec.proposers.tree_budget import as_tree, likeliest, paying_count
+from specdec.sampling import MULTI_DRAFT_RULES
 from specdec.tree import DraftTree
 
 
@@ -88,6 +89,8 @@ class EagleConfig:
     # on by default: on held-out Spec-Bench questions at temperature 1, drawn trees ran faster than the
     # top-k tree (docs/benchmarks.md), though the cost rule's proxy still sizes them small
     sampled: Annotated[bool, option(request=True)] = True
+    # drawn siblings (sampled=true, temperature > 0): SpecInfer's one-by-one rule or SpecTr's k-sequential
+    accept: Annotated[Literal[MULTI_DRAFT_RULES], option(request=True)] = "specinfer"
     costs_dir: str = ""
 
     def load(self, loaded: LoadedModel) -> Eagle3Head:
@@ -105,6 +108,7 @@ class EagleProposer(ProposerBase):
 
     def __init__(self, config: EagleConfig, head: Eagle3Head, costs: CostModel | None = None) -> None:
         self.config = config
+        self.multi_draft = config.accept
         self.head = head
         self.feature_layers = head.layer_ids
         self._draft_ids = head.draft_ids  # [V_d] target ids, made once (not per step)

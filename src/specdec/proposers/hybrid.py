@@ -55,7 +55,7 @@ from specdec.proposers.hybrid_gate import AskGate
 from specdec.proposers.logitspec.proposer import STRONG_MATCH, LogitSpecConfig, LogitSpecProposer
 from specdec.proposers.schema import method_config, option
 from specdec.proposers.universal import UniversalDraftProposer
-from specdec.sampling import point_mass_rows
+from specdec.sampling import MULTI_DRAFT_RULES, point_mass_rows
 from specdec.tree import DraftTree
 
 WHEN = ("weak", "always")
@@ -78,6 +78,8 @@ class HybridConfig:
     rate: Literal[RATES] = "overall"
     # the draft's: none | int8 | auto (int8 for large drafts on CPU; see draft.py)
     quantize: Literal[QUANTIZE] = "auto"
+    # drawn siblings at temperature > 0: SpecInfer's one-by-one rule or SpecTr's k-sequential selection
+    accept: Annotated[Literal[MULTI_DRAFT_RULES], option(request=True)] = "specinfer"
     # the draft's lookahead over the text's continuation (draft_jump); 0 = off
     jump: Annotated[int, option(ge=0, le=JUMP_MAX_NGRAM)] = 0
     cache_dir: str = ""
@@ -112,6 +114,7 @@ class HybridProposer(ProposerBase):
         vocab_size: int,
     ) -> None:
         self.config = config
+        self.multi_draft = config.accept  # its chain is one child per node: SpecTr's rule equals SpecInfer's
         self.logitspec = logitspec
         self.draft = draft
         self.vocab_size = vocab_size

@@ -71,6 +71,7 @@ class MedusaConfig:
 
 class MedusaProposer(ProposerBase):
     prunable = True  # a batch may cut the tree to its budget (the kept order is likeliest first)
+    name = "medusa"
 
     def __init__(self, config: MedusaConfig, heads: MedusaHeads, costs: CostModel | None = None) -> None:
         self.config = config
@@ -89,15 +90,19 @@ class MedusaProposer(ProposerBase):
         if ctx.features is not None and ctx.features.shape[0]:
             self.state = ctx.features[-1]  # the state whose logits gave the root
         if self.state is None:
-            raise RuntimeError("medusa: no target state for this step (the pass captured no features)")
+            raise RuntimeError(f"{self.name}: no target state for this step (the pass captured no features)")
         depth = min(self.heads.num_heads, ctx.max_depth)
         if depth <= 0:
             return DraftTree.chain(root)
-        logp = torch.log_softmax(self.heads.draft_logits(self.state).float(), dim=-1)[:depth]
-        top, ids = logp.topk(min(self.config.topk, logp.shape[-1]), dim=-1)
-        nodes = self._grow(top.tolist(), self.heads.token_map[ids].tolist())
+        nodes = self._nodes(root, self.state, depth)
         kept = likeliest(nodes, self.config.budget)
         return as_tree(root, nodes, kept[: paying_count(kept, nodes, self.costs)])
+
+    def _nodes(self, root: int, state: torch.Tensor, depth: int) -> list[Node]:
+        """The candidate nodes below `root`, each scored by its cumulative log probability."""
+        logp = torch.log_softmax(self.heads.draft_logits(state).float(), dim=-1)[:depth]
+        top, ids = logp.topk(min(self.config.topk, logp.shape[-1]), dim=-1)
+        return self._grow(top.tolist(), self.heads.token_map[ids].tolist())
 
     def _grow(self, top: list[list[float]], tokens: list[list[int]]) -> list[Node]:
         """Level d holds head d's top-k below each of the `topk` likeliest nodes of level d - 1."""

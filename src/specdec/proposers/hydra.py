@@ -1,0 +1,87 @@
+"""Hydra: Medusa's tree, each level guessed for its parent's own prefix (sequentially dependent heads).
+
+Why: Medusa's heads guess every level from the target's state alone, so every
+branch below a node gets the same children; Hydra's head d also reads the branch
+so far (`specdec.drafters.hydra`, Ankner et al. 2024, arXiv 2402.05109), so a
+node's children are guessed for that node. The tree is grown as Medusa's is
+(level by level below the `topk` likeliest nodes, scored by cumulative
+probability) and cut to the size that pays on this machine's cost curve
+(`tree_budget`); only the children differ, computed per expanded parent with one
+batched product per level.
+
+Invariants: lossless whatever the heads guess (verification decides); drafts are
+deterministic guesses (`draft_probs` None), as Medusa's; the state is the one the
+verification pass captured (no extra pass of the target); head d reads exactly
+the root and the d tokens above the node it expands.
+"""
+
+from __future__ import annotations
+
+import heapq
+from pathlib import Path
+
+import torch
+
+from specdec.drafters.hydra import ARCHITECTURE, HydraHeads
+from specdec.drafters.medusa import load_medusa
+from specdec.drafters.shipped import find_shipped_head
+from specdec.engine.costs import load_or_measure
+from specdec.models import LoadedModel
+from specdec.proposers.eagle_retrieval import Node
+from specdec.proposers.medusa import MedusaConfig, MedusaProposer
+from specdec.proposers.schema import method_config
+
+
+@method_config("hydra")
+class HydraConfig(MedusaConfig):
+    """Hydra heads drafting Medusa's cost-sized tree, each level guessed for its parent's prefix.
+
+    head: the heads' folder (Medusa's layout, `HydraModel`); "" = the heads shipped for the loaded model;
+    the other options are Medusa's (topk, min_prob, budget, adaptive, costs_dir), with its bounds.
+    """
+
+    def load(self, loaded: LoadedModel) -> HydraHeads:
+        folder = Path(self.head).expanduser() if self.head else find_shipped_head(loaded, ARCHITECTURE)
+        key = ("hydra-heads", str(folder.resolve()))
+        return loaded.state.shared(key, lambda: load_medusa(folder, loaded.model, kind=HydraHeads))
+
+    def build(self, loaded: LoadedModel) -> HydraProposer:
+        costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
+        return HydraProposer(self, self.load(loaded), costs)
+
+
+class HydraProposer(MedusaProposer):
+    name = "hydra"
+    heads: HydraHeads
+
+    def _nodes(self, root: int, state: torch.Tensor, depth: int) -> list[Node]:
+        """Level d: head d's top-k below each of the `topk` likeliest nodes of level d - 1, for its branch."""
+        heads, k = self.heads, self.config.topk
+        nodes: list[Node] = []
+        parents, branches = [-1], [[root]]
+        for d in range(depth):
+            branch = torch.tensor(branches, device=state.device)  # [c, d + 1]
+            logits = heads.head_logits(d, state.expand(len(parents), -1), branch)  # [c, V_d]
+            top, ids = torch.log_softmax(logits.float(), dim=-1).topk(min(k, logits.shape[-1]), dim=-1)
+            level = []
+            for row, (lps, tokens) in enumerate(zip(top.tolist(), heads.token_map[ids].tolist(), strict=True)):
+                parent = parents[row]
+                base = nodes[parent].score if parent >= 0 else 0.0
+                for lp, token in zip(lps, tokens, strict=True):
+                    nodes.append(Node(token, parent, base + lp, d + 1, "hydra"))
+                    level.append(len(nodes) - 1)
+            likely = (i for i in level if nodes[i].score >= self._min_score)
+            parents = heapq.nlargest(k, likely, key=lambda i: nodes[i].score)
+            if not parents:
+                break
+            branches = [branch_of(root, nodes, i) for i in parents]
+        return nodes
+
+
+def branch_of(root: int, nodes: list[Node], index: int) -> list[int]:
+    """The root, then the tokens from the top of the tree down to node `index` (included)."""
+    tokens = []
+    while index >= 0:
+        tokens.append(nodes[index].token)
+        index = nodes[index].parent
+    return [root, *reversed(tokens)]
