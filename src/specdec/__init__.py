@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "generate": "specdec.api",
+    "decoder": "specdec.integrations.transformers_generate",
     "Engine": "specdec.engine.loop",
     "GenerationConfig": "specdec.engine.loop",
     "GenerationOutput": "specdec.engine.loop",
@@ -40,6 +41,7 @@ __all__ = [
     "ModelLoadError",
     "ModelSpec",
     "SamplingParams",
+    "decoder",
     "generate",
     "load_model",
     "parse_method",
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from specdec.choices import ModelSpec
     from specdec.engine.generation import GenerationConfig, GenerationOutput
     from specdec.engine.loop import Engine
+    from specdec.integrations.transformers_generate import decoder
     from specdec.models import LoadedModel, ModelLoadError, load_model
     from specdec.proposers import METHODS, parse_method
     from specdec.sampling import SamplingParams

@@ -192,12 +192,16 @@ def _add_models(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    from specdec.models.pulled import PULLABLE, list_models, pull
+    from specdec.models.pulled import PROVENANCE, PULLABLE, list_models, pull
 
     if args.action == "list":
         for row in list_models(args.cache_dir):
             state = "pulled" if row["pulled"] else "not pulled"
             print(f"{row['name']:<22} {row['size_mb']:>6} MB  {state:<10}  {row['description']}")
+            print(f"    upstream: {row['upstream']} (licence {row['license']})")
+            print(f"    assembled from: {', '.join(row['packages'])}")
+            print(f"    size {row['size']} bytes, sha256 {row['sha256']}")
+        print(PROVENANCE)
         return 0
     if args.action == "path":
         from specdec.models import local_folder

