@@ -251,6 +251,22 @@ def fresh_recycle(default_model, config):  # noqa: ANN001, ANN201 - LoadedModel,
     return RecycleProposer(config, table, default_model.eos_token_ids)
 
 
+def assert_resume_is_exact(tiny, data_file, out, steps: int, tmp_path, options: dict) -> None:  # noqa: ANN001
+    """Stopped after 7 steps and resumed on the same cache, a run ends with the heads in `out` bit for bit
+    (the trained-head tests: Medusa's and Hydra's)."""
+    from safetensors.torch import load_file
+
+    from specdec.drafters.train import TrainConfig, train
+
+    cache = str(out / "features")
+    train(tiny, TrainConfig(str(data_file), str(tmp_path), max_steps=7, cache=cache, **options), log=lambda _: None)
+    train(tiny, TrainConfig(str(data_file), str(tmp_path), resume=True, cache=cache, **options), log=lambda _: None)
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == steps > 7
+    a, b = load_file(str(out / "model.safetensors")), load_file(str(tmp_path / "model.safetensors"))
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=0, rtol=0)
+
+
 # ------------------------------------------------------------------ the block kernels' bounds
 U_FP32, U_BF16 = 2.0**-24, 2.0**-8  # unit roundoffs
 

@@ -12,9 +12,8 @@ import json
 
 import pytest
 import torch
-from helpers import TEXTS, TRAIN
+from helpers import TEXTS, TRAIN, assert_resume_is_exact
 from safetensors.torch import load_file
-from test_medusa import assert_resume_is_exact
 
 from specdec.drafters.eagle3 import HeadError
 from specdec.drafters.features import collate, load_cache

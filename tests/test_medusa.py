@@ -11,7 +11,7 @@ import json
 
 import pytest
 import torch
-from helpers import TEXTS, TRAIN, tiny_target
+from helpers import TEXTS, TRAIN, assert_resume_is_exact, tiny_target
 from safetensors.torch import load_file, save_file
 
 from specdec.drafters.eagle3 import HeadError
@@ -58,17 +58,6 @@ def test_training_lowers_the_loss_and_resume_continues_exactly(tiny, data_file, 
         after = medusa_loss(heads, labels, features, valid, to_draft)[0]
     assert float(after) < float(before)
     assert_resume_is_exact(tiny, data_file, out, summary["steps"], tmp_path, MEDUSA)
-
-
-def assert_resume_is_exact(tiny, data_file, out, steps: int, tmp_path, options: dict) -> None:  # noqa: ANN001
-    """Stopped after 7 steps and resumed on the same cache, a run ends with the heads in `out` bit for bit."""
-    cache = str(out / "features")
-    train(tiny, TrainConfig(str(data_file), str(tmp_path), max_steps=7, cache=cache, **options), log=lambda _: None)
-    train(tiny, TrainConfig(str(data_file), str(tmp_path), resume=True, cache=cache, **options), log=lambda _: None)
-    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == steps > 7
-    a, b = load_file(str(out / "model.safetensors")), load_file(str(tmp_path / "model.safetensors"))
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=0, rtol=0)
 
 
 def test_an_eagle_feature_cache_is_refused_for_medusa(tiny, data_file, tmp_path):  # noqa: F811

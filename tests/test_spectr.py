@@ -21,7 +21,7 @@ import dataclasses
 
 import pytest
 import torch
-from test_sampling import PARAMS_A, PLAIN, SCENARIOS, TREE, Scenario, assert_check
+from distribution import PARAMS_A, PLAIN, SCENARIOS, TREE, Scenario, assert_check
 
 from specdec.engine.generation import GenerationConfig
 from specdec.proposers import make_config
