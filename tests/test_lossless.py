@@ -303,7 +303,9 @@ def test_every_method_has_a_fast_greedy_row():
     from specdec.proposers import METHODS
 
     fast = {case.name.split(":")[0].split("-")[0] for case in CASES if case.fast and case.rows[0][1] == GREEDY}
-    assert fast == set(METHODS) - {"plain"}
+    # hydra: no head ships for the default model yet; tests/test_hydra.py checks its greedy identity (single
+    # and batched) on heads trained in the test
+    assert fast == set(METHODS) - {"plain", "hydra"}
 
 
 # ------------------------------------------------------------------ eight rows in one batch

@@ -96,4 +96,4 @@ def test_serve_parses_exact_auto_by_default():
     parser = build_parser()
     assert parser.parse_args(["serve"]).exact == "auto"
     assert parser.parse_args(["serve", "--exact", "off"]).exact == "off"
-    assert parser.parse_args(["generate", "hi"]).exact == "off"  # other commands keep the model's default
+    assert parser.parse_args(["generate", "hi"]).exact == "auto"  # other commands: the model's auto (where free)
