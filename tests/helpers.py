@@ -105,11 +105,15 @@ def tiny_llama() -> torch.nn.Module:
     return LlamaForCausalLM(config).eval()
 
 
-def tiny_qwen2(sliding: bool = False) -> torch.nn.Module:
+def tiny_qwen2(sliding: bool = False, heads_of_64: bool = False) -> torch.nn.Module:
+    """heads_of_64: two query heads and one key head of 64 (specdec's attention kernel's size) instead of 4 and
+    2 of 16."""
+    sizes = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)
+    if heads_of_64:
+        sizes = dict(hidden_size=128, intermediate_size=256, num_attention_heads=2, num_key_value_heads=1)
     config = Qwen2Config(
-        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        use_sliding_window=sliding, sliding_window=16, max_window_layers=0,
+        vocab_size=512, num_hidden_layers=2, max_position_embeddings=512,
+        use_sliding_window=sliding, sliding_window=16, max_window_layers=0, **sizes,
     )  # fmt: skip
     torch.manual_seed(1)
     return Qwen2ForCausalLM(config).eval()

@@ -18,7 +18,7 @@ from specdec.backends.compiled import CompiledTarget
 from specdec.backends.contract import Rows, Target
 from specdec.backends.llamacpp import LlamaCppModel, LlamaCppTarget
 from specdec.backends.torch.attention import AttentionPlan, resolve_plan
-from specdec.backends.torch.packed import verify_model
+from specdec.backends.torch.packed import is_invariant, verify_model
 from specdec.backends.torch.rows import BatchedTarget, OneSequence
 from specdec.backends.torch.target import TargetModel
 from specdec.models import LoadedModel
@@ -66,8 +66,9 @@ def rows_of(target: Target) -> Rows:
 def timing_target(loaded: LoadedModel) -> TargetModel | OneSequence:
     """A one-sequence target of its own (prefill, forward_tree, trim) on what the engine verifies with.
     The torch pass is timed with the model's own attention (measuring the attention plan needs the
-    cost curve's sizes, not the other way round); other backends through one row of their own."""
+    cost curve's sizes, not the other way round), or, where verification is exact, on the invariant plan
+    the engine runs (it needs no measuring); other backends through one row of their own."""
     if _VERIFIERS[loaded.backend] is _torch:
-        return TargetModel(verify_model(loaded))
+        return TargetModel(verify_model(loaded), attention=AttentionPlan.invariant() if is_invariant(loaded) else None)
     target = verifier(loaded)
     return OneSequence(rows_of(target), target.config, target.device, target.max_length)

@@ -110,6 +110,21 @@ class BatchedLayer(DynamicLayer):
         self.values = self._values[:rows, :, :end]
         return self.keys, self.values
 
+    def claim(self, batch: int, kv_heads: int, head_dim: int, dtype: torch.dtype, tokens: int
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`update` for a caller that writes the entries itself (`specdec.backends.torch.fused`): room for
+        `tokens` more per row, counted in; returns the key and value buffers [rows, kv_heads, capacity,
+        head_dim] and where row b's new entries go: slots write[b] .. write[b] + tokens - 1 (the layout's starts)."""
+        if not self.is_initialized:
+            like = torch.empty(batch, kv_heads, 0, head_dim, dtype=dtype)
+            self.lazy_initialization(like, like)
+        end = self.layout.context + tokens
+        self.ensure(batch, end)
+        self.length = end
+        self.keys = self._keys[:batch, :, :end]
+        self.values = self._values[:batch, :, :end]
+        return self._keys, self._values, self.layout.starts
+
     def _write(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         """Write row b's T new entries at starts[b] .. starts[b] + T - 1."""
         rows, tokens = key_states.shape[0], key_states.shape[2]

@@ -38,7 +38,13 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
-from specdec.backends.torch.attention_plan import INVARIANT, MATERIALIZED_CHUNK, AttentionPlan
+from specdec.backends.torch.attention_plan import (
+    INVARIANT,
+    INVARIANT_PREFILL,
+    MATERIALIZED_CHUNK,
+    AttentionPlan,
+)
+from specdec.backends.torch.fused import FusedDecoder
 from specdec.backends.torch.invariant import Layout, causal_allowed
 from specdec.backends.torch.kv_cache import DEFAULT_CAPACITY, preallocated_cache
 from specdec.models import UnsupportedModelError
@@ -108,6 +114,8 @@ class TargetModel:
         self._check_cache_is_compactable()
         self._head = head_weight(model)
         self._decoder = model.get_decoder() if self._head is not None else None
+        # Exact passes on 4-bit weights run one C++ call per decoder layer where they can (`fused`).
+        self._fused = FusedDecoder.of(model) if attention is not None and attention.is_invariant else None
         self.cache: Cache | None = None
         self._num_committed = 0  # tokens whose KV entries are settled
         self._num_pending = 0  # tree entries after them, awaiting commit
@@ -241,6 +249,9 @@ class TargetModel:
             use_cache=True,
         )
         with self._attention_for(context, input_ids.numel(), prefill=last_only) as choice:
+            if self._fused is not None and choice in (INVARIANT, INVARIANT_PREFILL):  # one C++ call per layer
+                layout = None if attention_mask is None else self._layout(input_ids.shape, attention_mask, context)
+                return self._fused.run(input_ids, position_ids, layout, cache, context, last_only, capture)
             if choice == INVARIANT:  # where each row reads its keys: once per pass, not per layer
                 inputs["specdec_layout"] = self._layout(input_ids.shape, attention_mask, context)
             return self.forward_pass(inputs, last_only, capture)

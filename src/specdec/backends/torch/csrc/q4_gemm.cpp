@@ -23,6 +23,8 @@
 #include <immintrin.h>
 #include <torch/library.h>
 
+#include "kernels.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -384,8 +386,6 @@ bool path_runs_here(const std::string& path) {
   return path == "scalar" || path == best || (path == "avx2" && best == "avx512_bf16");
 }
 
-std::string q4_linear_path() { return best_path(); }
-
 std::string checked_path(std::optional<c10::string_view> path, const char* op) {
   std::string chosen = path.has_value() ? std::string(path->data(), path->size()) : best_path();
   if (chosen == "auto") chosen = best_path();
@@ -446,6 +446,12 @@ at::Tensor blocks_linear(const at::Tensor& x, const at::Tensor& qs, const at::Te
   return out;
 }
 
+}  // namespace
+
+namespace specdec {
+
+std::string q4_linear_path() { return best_path(); }
+
 at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
                      const at::Tensor& minimum, std::optional<c10::string_view> path) {
   return blocks_linear<false>(x, qs, scale, &minimum, path, "q4_linear");
@@ -456,15 +462,15 @@ at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor
   return blocks_linear<true>(x, qs, scale, nullptr, path, "q8_linear");
 }
 
-}  // namespace
+}  // namespace specdec
 
 TORCH_LIBRARY(specdec_q4, m) {
   m.def("q4_linear(Tensor x, Tensor qs, Tensor scale, Tensor minimum, str? path=None) -> Tensor");
   m.def("q8_linear(Tensor x, Tensor qs, Tensor scale, str? path=None) -> Tensor");
-  m.def("q4_linear_path() -> str", &q4_linear_path);
+  m.def("q4_linear_path() -> str", &specdec::q4_linear_path);
 }
 
 TORCH_LIBRARY_IMPL(specdec_q4, CPU, m) {
-  m.impl("q4_linear", &q4_linear);
-  m.impl("q8_linear", &q8_linear);
+  m.impl("q4_linear", &specdec::q4_linear);
+  m.impl("q8_linear", &specdec::q8_linear);
 }

@@ -21,6 +21,8 @@
 #include <immintrin.h>
 #include <torch/library.h>
 
+#include "kernels.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -29,27 +31,10 @@
 
 namespace {
 
-#define TA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define TA_AVX512 SPECDEC_AVX512
+using specdec::exp_avx512;
 
 constexpr int64_t kDim = 64;  // head size this kernel takes (SmolLM2, Llama 3.2 1B, Qwen2.5 1.5B: 64 or 128)
-
-// exp(x) for x <= 0, Cephes' single-precision polynomial: the same instructions for every lane.
-TA_AVX512 inline __m512 exp_avx512(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
-  __m512 fx = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f));
-  fx = _mm512_roundscale_ps(fx, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
-  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
-  const __m512i exponent = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
-  return _mm512_mul_ps(y, _mm512_castsi512_ps(exponent));
-}
 
 struct Job {
   const c10::BFloat16* query;   // [B, H, T, D]
@@ -122,6 +107,10 @@ bool runs_here() {
   return ok;
 }
 
+}  // namespace
+
+namespace specdec {
+
 bool tree_attention_available() { return runs_here(); }
 
 at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
@@ -158,12 +147,12 @@ at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const 
   return out;
 }
 
-}  // namespace
+}  // namespace specdec
 
 TORCH_LIBRARY(specdec_attention, m) {
   m.def("tree_attention(Tensor query, Tensor key, Tensor value, Tensor start, Tensor tail, Tensor count, "
         "float scale) -> Tensor");
-  m.def("tree_attention_available() -> bool", &tree_attention_available);
+  m.def("tree_attention_available() -> bool", &specdec::tree_attention_available);
 }
 
-TORCH_LIBRARY_IMPL(specdec_attention, CPU, m) { m.impl("tree_attention", &tree_attention); }
+TORCH_LIBRARY_IMPL(specdec_attention, CPU, m) { m.impl("tree_attention", &specdec::tree_attention); }

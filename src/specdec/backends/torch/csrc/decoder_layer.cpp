@@ -1,0 +1,196 @@
+// One Llama-family decoder layer on 4-bit weights in one call: a verification pass without per-layer Python.
+//
+// Why: with the block products (q4_gemm.cpp) and tree attention (tree_attention.cpp) at ~3 ms for a one-token
+// SmolLM2 pass, the ~40 small PyTorch ops around them in each of 30 layers (norms, rotary, cache writes,
+// SiLU, residuals, reshapes), each dispatched from Python, cost more than the products. Here one call runs
+// a whole layer over every row of the pass (transformers' LlamaDecoderLayer / Qwen2DecoderLayer, in bf16):
+//
+//   x = rms(h) * w_in;  q, k, v = x @ Wqkv (+ bias);  rotary on q and k;  k, v written to the cache
+//   h = h + attention(q, cache) @ Wo
+//   x = rms(h) * w_post;  h = h + (silu(x @ Wgate) * (x @ Wup)) @ Wdown
+//
+// Every elementwise step rounds to bf16 where transformers' bf16 modules round (the norm's product, each
+// rotary product and their sum, SiLU, the gate product, each residual sum), so the layer computes what the
+// module computes up to the order of a few fp32 sums and the exp polynomial.
+//
+// Invariant (row independence): every step is computed for each row from that row's inputs alone (the norm
+// sums a row's squares in one fixed order; the products and attention are row-independent by their own
+// invariants), so a row's bits depend only on its token, its position and its key sequence: the same for a
+// tree node as for a one-token pass at its place, whatever the batch or the tree.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <immintrin.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+
+#include "kernels.h"
+
+namespace {
+
+using bf16 = c10::BFloat16;
+constexpr int64_t kGrain = 8;     // rows per task of the row-wise steps: one-token passes stay on one thread
+constexpr int64_t kWeights = 18;  // per layer: norm, qkv (qs, scale, minimum, bias), o (3), norm, gate, up, down (3 each)
+
+inline float round_bf16(float v) { return static_cast<float>(bf16(v)); }
+
+// out[r] = bf16(w * bf16(x[r] / sqrt(mean(x[r]^2) + eps))), the squares summed in index order.
+void rms_norm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t size, float eps) {
+  at::parallel_for(0, rows, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const bf16* xr = x + r * size;
+      float sum = 0.0f;
+      for (int64_t i = 0; i < size; ++i) {
+        const float v = xr[i];
+        sum += v * v;
+      }
+      const float inverse = 1.0f / std::sqrt(sum / static_cast<float>(size) + eps);
+      for (int64_t i = 0; i < size; ++i)
+        out[r * size + i] = bf16(static_cast<float>(w[i]) * round_bf16(static_cast<float>(xr[i]) * inverse));
+    }
+  });
+}
+
+// out = bf16(a + b), elementwise over n values (out may be a or b).
+void add(const bf16* a, const bf16* b, bf16* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+}
+
+// transformers' apply_rotary_pos_emb for one head: bf16(bf16(x * cos) + bf16(rotate_half(x) * sin)).
+void rotate(const bf16* x, const bf16* cos, const bf16* sin, bf16* out, int64_t dim) {
+  const int64_t half = dim / 2;
+  for (int64_t d = 0; d < dim; ++d) {
+    const float turned = d < half ? -static_cast<float>(x[d + half]) : static_cast<float>(x[d - half]);
+    out[d] = bf16(round_bf16(static_cast<float>(x[d]) * static_cast<float>(cos[d])) +
+                  round_bf16(turned * static_cast<float>(sin[d])));
+  }
+}
+
+SPECDEC_AVX512 inline __m512 widen(const bf16* p, __mmask16 live) {
+  const __m256i raw = _mm256_maskz_loadu_epi16(live, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+SPECDEC_AVX512 inline __m512 rounded(__m512 v) {  // to bf16 (nearest even) and back
+  const __m256i b = (__m256i)_mm512_cvtneps_pbh(v);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+}
+
+// gate[i] = bf16(bf16(silu(gate[i])) * up[i]), 16 values at a time; silu(x) = x * sigmoid(x) with
+// sigmoid from e = exp(-|x|): 1 / (1 + e) for x >= 0, e / (1 + e) below (no overflow either side).
+SPECDEC_AVX512 void silu_mul(bf16* gate, const bf16* up, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 live = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __m512 x = widen(gate + i, live);
+    const __m512 e = specdec::exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
+    const __mmask16 negative = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+    const __m512 sigmoid = _mm512_div_ps(_mm512_mask_mov_ps(one, negative, e), _mm512_add_ps(one, e));
+    const __m512 product = _mm512_mul_ps(rounded(_mm512_mul_ps(x, sigmoid)), widen(up + i, live));
+    _mm256_mask_storeu_epi16(gate + i, live, (__m256i)_mm512_cvtneps_pbh(product));
+  }
+}
+
+struct Shape {
+  int64_t B, T, H, heads, kv_heads, dim;
+};
+
+// Rotary on every query and key head; queries into [B, heads, T, D] (what tree attention reads), keys and
+// values into the cache buffers at row b's slots write[b] + t.
+void place(const Shape& s, const bf16* qkv, const bf16* cos, const bf16* sin, bf16* query, const at::Tensor& keys,
+           const at::Tensor& values, const int64_t* write) {
+  const int64_t width = (s.heads + 2 * s.kv_heads) * s.dim;
+  bf16* key_base = keys.data_ptr<bf16>();
+  bf16* value_base = values.data_ptr<bf16>();
+  const int64_t batch_stride = keys.stride(0), head_stride = keys.stride(1), slot_stride = keys.stride(2);
+  at::parallel_for(0, s.B * s.T, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = r / s.T, t = r % s.T, slot = write[b] + t;
+      const bf16* row = qkv + r * width;
+      const bf16 *c = cos + r * s.dim, *n = sin + r * s.dim;
+      for (int64_t h = 0; h < s.heads; ++h) rotate(row + h * s.dim, c, n, query + ((b * s.heads + h) * s.T + t) * s.dim, s.dim);
+      for (int64_t g = 0; g < s.kv_heads; ++g) {
+        const int64_t at = b * batch_stride + g * head_stride + slot * slot_stride;
+        rotate(row + (s.heads + g) * s.dim, c, n, key_base + at, s.dim);
+        const bf16* v = row + (s.heads + s.kv_heads + g) * s.dim;
+        for (int64_t d = 0; d < s.dim; ++d) value_base[at + d] = v[d];
+      }
+    }
+  });
+}
+
+at::Tensor product(const at::Tensor& x, at::TensorList w, int64_t first) {
+  return specdec::q4_linear(x, w[first], w[first + 1], w[first + 2], std::nullopt);
+}
+
+void check(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, const at::Tensor& sin,
+           const at::Tensor& keys, const at::Tensor& values, const at::Tensor& write, int64_t heads, int64_t kv_heads) {
+  TORCH_CHECK(hidden.dim() == 3 && hidden.scalar_type() == at::kBFloat16 && hidden.is_contiguous() &&
+                  hidden.device().is_cpu(), "decoder_layer: hidden must be contiguous bf16 [B, T, H] on the CPU");
+  TORCH_CHECK(static_cast<int64_t>(w.size()) == kWeights, "decoder_layer: expected ", kWeights, " weights, got ",
+              w.size());
+  const int64_t B = hidden.size(0), T = hidden.size(1), dim = keys.size(3);
+  TORCH_CHECK(keys.dim() == 4 && keys.sizes() == values.sizes() && keys.strides() == values.strides() &&
+                  keys.scalar_type() == at::kBFloat16 && values.scalar_type() == at::kBFloat16 && keys.size(0) >= B &&
+                  keys.size(1) == kv_heads && keys.stride(3) == 1 && keys.stride(2) == dim,
+              "decoder_layer: the cache buffers must be bf16 [rows >= B, kv_heads, capacity, D] alike");
+  for (const at::Tensor* t : {&cos, &sin})
+    TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->is_contiguous() &&
+                    t->sizes() == at::IntArrayRef({B, T, dim}), "decoder_layer: cos and sin must be bf16 [B, T, D]");
+  TORCH_CHECK(write.scalar_type() == at::kLong && write.is_contiguous() && write.numel() >= B,
+              "decoder_layer: write must be int64 [B]");
+  TORCH_CHECK(heads % kv_heads == 0 && w[1].size(0) == (heads + 2 * kv_heads) * dim,
+              "decoder_layer: the qkv weight must have (heads + 2 * kv_heads) * D outputs");
+  TORCH_CHECK(w[4].numel() == 0 || (w[4].scalar_type() == at::kBFloat16 && w[4].numel() == w[1].size(0)),
+              "decoder_layer: the qkv bias must be empty or bf16 [outputs]");
+  const int64_t* slots = write.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    TORCH_CHECK(slots[b] >= 0 && slots[b] + T <= keys.size(2), "decoder_layer: row ", b, " writes past the cache");
+}
+
+at::Tensor decoder_layer(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, const at::Tensor& sin,
+                         const at::Tensor& keys, const at::Tensor& values, const at::Tensor& write,
+                         const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, int64_t heads,
+                         int64_t kv_heads, double eps, double scale) {
+  check(hidden, w, cos, sin, keys, values, write, heads, kv_heads);
+  const Shape s{hidden.size(0), hidden.size(1), hidden.size(2), heads, kv_heads, keys.size(3)};
+  const int64_t R = s.B * s.T;
+  const float e = static_cast<float>(eps);
+  const at::Tensor h = hidden.view({R, s.H});
+  at::Tensor x = at::empty({R, s.H}, hidden.options());
+  rms_norm(h.data_ptr<bf16>(), w[0].data_ptr<bf16>(), x.data_ptr<bf16>(), R, s.H, e);
+  at::Tensor qkv = product(x, w, 1);
+  if (w[4].numel()) {
+    const int64_t width = qkv.size(1);
+    for (int64_t r = 0; r < R; ++r) add(qkv.data_ptr<bf16>() + r * width, w[4].data_ptr<bf16>(), qkv.data_ptr<bf16>() + r * width, width);
+  }
+  at::Tensor query = at::empty({s.B, heads, s.T, s.dim}, hidden.options());
+  place(s, qkv.data_ptr<bf16>(), cos.data_ptr<bf16>(), sin.data_ptr<bf16>(), query.data_ptr<bf16>(), keys, values,
+        write.data_ptr<int64_t>());
+  const at::Tensor attended = specdec::tree_attention(query, keys.narrow(0, 0, s.B), values.narrow(0, 0, s.B), start,
+                                                      tail, count, scale);
+  at::Tensor mid = product(attended.view({R, heads * s.dim}), w, 5);
+  add(h.data_ptr<bf16>(), mid.data_ptr<bf16>(), mid.data_ptr<bf16>(), R * s.H);
+  rms_norm(mid.data_ptr<bf16>(), w[8].data_ptr<bf16>(), x.data_ptr<bf16>(), R, s.H, e);
+  at::Tensor gate = product(x, w, 9);
+  const at::Tensor up = product(x, w, 12);
+  const int64_t inner = gate.size(1);
+  at::parallel_for(0, R, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) silu_mul(gate.data_ptr<bf16>() + r * inner, up.data_ptr<bf16>() + r * inner, inner);
+  });
+  at::Tensor out = product(gate, w, 15);
+  add(mid.data_ptr<bf16>(), out.data_ptr<bf16>(), out.data_ptr<bf16>(), R * s.H);
+  return out.view({s.B, s.T, s.H});
+}
+
+}  // namespace
+
+TORCH_LIBRARY(specdec_layer, m) {
+  m.def("decoder_layer(Tensor hidden, Tensor[] weights, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, "
+        "Tensor write, Tensor start, Tensor tail, Tensor count, int heads, int kv_heads, float eps, float scale) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(specdec_layer, CPU, m) { m.impl("decoder_layer", &decoder_layer); }

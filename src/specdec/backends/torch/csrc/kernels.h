@@ -1,0 +1,45 @@
+// What the extension's sources call across files: the block products, tree attention and a fixed exp.
+// One header so `decoder_layer.cpp` runs the same kernels (and so the same bits) as the ops Python calls.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <immintrin.h>
+
+#include <optional>
+#include <string>
+
+#define SPECDEC_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+namespace specdec {
+
+// x [M, K] by Q4_1 blocks (q4_gemm.cpp): each output row's bits independent of M.
+at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale, const at::Tensor& minimum,
+                     std::optional<c10::string_view> path);
+at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
+                     std::optional<c10::string_view> path);
+std::string q4_linear_path();
+
+// Each query row over its own key sequence (tree_attention.cpp); [B, T, H, D].
+at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                          const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, double scale);
+bool tree_attention_available();
+
+// exp(x) for x <= 0, Cephes' single-precision polynomial: the same instructions for every lane.
+SPECDEC_AVX512 inline __m512 exp_avx512(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+  __m512 fx = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f));
+  fx = _mm512_roundscale_ps(fx, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+  const __m512i exponent = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(y, _mm512_castsi512_ps(exponent));
+}
+
+}  // namespace specdec

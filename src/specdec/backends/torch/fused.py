@@ -1,0 +1,138 @@
+"""The exact 4-bit verification pass with one C++ call per decoder layer: no per-layer Python.
+
+Why: on 4-bit weights (`pack="int4"`) the products and specdec's tree attention take a few milliseconds
+of a one-token SmolLM2 pass; transformers' modules spend more than that again around them, dispatching
+~40 small PyTorch ops per layer from Python (norms, rotary, cache writes, SiLU, residuals, reshapes).
+`csrc/decoder_layer.cpp` runs a whole Llama-family layer in one call, on the same block kernel and the
+same attention kernel (docs/benchmarks.md has the measurements).
+
+`FusedDecoder.of(model)` takes a packed int4 view (`specdec.backends.torch.packed.packed_view`) whose
+decoder layers all run on specdec's block kernel and whose attention runs specdec's tree-attention
+kernel (bf16, heads of 64, a CPU with AVX-512 BF16); anything else gets None and keeps transformers'
+forward. `TargetModel.run` uses it for exact passes (the invariant attention plan): prompt chunks,
+one-token steps, trees and batched rows alike, so every pass of a generation runs the same arithmetic.
+
+Invariants:
+- the weights are the view's own tensors (nothing copied or quantized again); the embeddings, the
+  rotary tables, the final norm and the head are the model's own modules;
+- the KV cache is the target's transformers `Cache`: each layer's entries are written in place at the
+  slots its layer's `claim` gives, and the layer's length advances as `update` would advance it;
+- a row's bits depend on its token, its position and its key sequence only (the C++ file's invariant),
+  so a tree node gets a one-token pass's logits bit for bit;
+- the arithmetic is transformers' up to the order of a few fp32 sums (not bit-identical to the unfused
+  view): plain decoding and every method run this same pass, so losslessness is untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers.cache_utils import Cache
+
+from specdec.backends.torch.invariant import KERNEL_DIM, Layout, kernel_runs_here
+from specdec.backends.torch.q4_kernel import Q4Linear
+
+MODEL_TYPES = frozenset({"llama", "mistral", "qwen2"})  # decoder layers of exactly the C++ file's form
+_NO_BIAS = torch.empty(0, dtype=torch.bfloat16)
+
+
+def why_not(model: torch.nn.Module) -> str | None:
+    """Why `model` cannot run the fused pass, or None when it can."""
+    config = getattr(model, "config", None)
+    if not hasattr(model, "get_decoder") or not hasattr(model, "get_output_embeddings"):
+        return "not a transformers causal LM"
+    if config is None or getattr(config, "model_type", None) not in MODEL_TYPES:
+        return f"model type {getattr(config, 'model_type', None)!r} is not one of {sorted(MODEL_TYPES)}"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"activation {config.hidden_act!r} is not silu"
+    if next(model.parameters()).dtype != torch.bfloat16:
+        return "the model is not bf16"
+    if not kernel_runs_here():
+        return "specdec's tree-attention kernel does not run here (AVX-512 BF16 and the extension are needed)"
+    for layer in model.get_decoder().layers:
+        attention, mlp = layer.self_attn, layer.mlp
+        if getattr(attention, "head_dim", None) != KERNEL_DIM:
+            return f"heads of {getattr(attention, 'head_dim', None)}, the attention kernel takes {KERNEL_DIM}"
+        linears = [getattr(attention, "qkv_proj", None), attention.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+        if not all(isinstance(linear, Q4Linear) for linear in linears):
+            return "not every decoder product runs on specdec's 4-bit kernel (pack='int4' in bf16)"
+        if any(linear.bias is not None for linear in linears[1:]):
+            return "a bias on o, gate, up or down"
+        if getattr(attention, "sliding_window", None) is not None:
+            return "sliding-window attention"
+    return None
+
+
+def _weights(layer: torch.nn.Module) -> list[torch.Tensor]:
+    """The 18 tensors `decoder_layer` reads, in its order."""
+    attention, mlp = layer.self_attn, layer.mlp
+    qkv = attention.qkv_proj
+    bias = _NO_BIAS if qkv.bias is None else qkv.bias.to(torch.bfloat16).contiguous()
+    blocks = [t for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj) for t in (p.qs, p.scale, p.minimum)]
+    out = attention.o_proj
+    return [layer.input_layernorm.weight, qkv.qs, qkv.scale, qkv.minimum, bias, out.qs, out.scale, out.minimum,
+            layer.post_attention_layernorm.weight, *blocks]
+
+
+class FusedDecoder:
+    """A packed int4 view's decoder and head, run one C++ call per layer (`run`)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        reason = why_not(model)
+        if reason is not None:
+            raise ValueError(f"the fused pass cannot run this model: {reason}")
+        decoder = model.get_decoder()
+        self.embed, self.rotary, self.norm = decoder.embed_tokens, decoder.rotary_emb, decoder.norm
+        self.head = model.get_output_embeddings()
+        self.layers = [_weights(layer) for layer in decoder.layers]
+        first = decoder.layers[0]
+        self.eps = float(first.input_layernorm.variance_epsilon)
+        attention = first.self_attn
+        self.dim, self.scale = attention.head_dim, float(attention.scaling)
+        self.kv_heads = model.config.num_key_value_heads
+        self.heads = model.config.num_attention_heads
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> FusedDecoder | None:
+        """The fused pass of `model`, or None where it cannot run (`why_not`)."""
+        return None if why_not(model) is not None else cls(model)
+
+    def run(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None,
+        layout: Layout | None,
+        cache: Cache,
+        context: int,
+        last_only: bool = False,
+        capture: Sequence[int] = (),
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`TargetModel.run`'s (logits [B, T, V], features) for input_ids [B, T] after `context` cached tokens.
+
+        layout: where each row reads its keys (a tree or batched pass's `Layout`); None for a causal pass,
+        whose row t reads slots [0, context + t] (position_ids then default to context + t)."""
+        batch, tokens = input_ids.shape
+        if position_ids is None:
+            position_ids = (context + torch.arange(tokens, device=input_ids.device))[None].expand(batch, -1)
+        if layout is None:
+            starts = (position_ids + 1).contiguous()
+            tail = torch.zeros(batch, tokens, 0, dtype=torch.int64)
+            counts = torch.zeros_like(starts)
+        else:
+            starts, counts = layout.starts, layout.counts
+            tail = layout.tail_slots.view(batch, tokens, -1)
+        hidden = self.embed(input_ids)
+        cos, sin = (part.expand(batch, -1, -1).contiguous() for part in self.rotary(hidden, position_ids))
+        wanted = {index % (len(self.layers) + 1) for index in capture}
+        states = {}
+        for index, (weights, layer) in enumerate(zip(self.layers, cache.layers, strict=True)):
+            if index in wanted:
+                states[index] = hidden
+            keys, values, write = layer.claim(batch, self.kv_heads, self.dim, hidden.dtype, tokens)
+            hidden = torch.ops.specdec_layer.decoder_layer(hidden, weights, cos, sin, keys, values, write, starts,
+                                                           tail, counts, self.heads, self.kv_heads, self.eps, self.scale)
+        hidden = self.norm(hidden)
+        states[len(self.layers)] = hidden
+        features = torch.cat([states[i % (len(self.layers) + 1)] for i in capture], -1) if capture else None
+        return self.head(hidden[:, -1:] if last_only else hidden), features

@@ -1,0 +1,124 @@
+"""The exact int4 pass with one C++ call per decoder layer (specdec.backends.torch.fused): which models run it,
+that it computes what transformers' layers compute on the same 4-bit weights, and that a row's bits do not
+depend on the pass around it (tree nodes, batched rows and prompt chunks against one-token passes)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import save_fixed_costs, tiny_llama, tiny_qwen2
+
+from specdec.backends.registry import timing_target, verifier
+from specdec.backends.torch import q4_kernel
+from specdec.backends.torch.attention_plan import AttentionPlan
+from specdec.backends.torch.fused import FusedDecoder, why_not
+from specdec.backends.torch.invariant import kernel_runs_here
+from specdec.backends.torch.packed import packed_view
+from specdec.backends.torch.rows import BatchedTarget
+from specdec.backends.torch.target import TargetModel
+from specdec.models import load_model
+from specdec.tree import DraftTree
+
+needs_kernel = pytest.mark.skipif(
+    not (q4_kernel.load_extension() and kernel_runs_here()),
+    reason="the fused pass needs specdec's extension and a CPU with AVX-512 BF16",
+)
+
+
+def tiny_qwen2_64() -> torch.nn.Module:
+    """A bf16 Qwen2 (q, k and v with biases, random ones: a bias read wrongly must show) with heads of 64."""
+    model = tiny_qwen2(heads_of_64=True).to(torch.bfloat16)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for projection in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                projection.bias.normal_(0, 0.5)
+    return model
+
+
+def test_only_models_it_can_run_get_the_fused_pass():
+    assert "not bf16" in why_not(tiny_llama())
+    assert why_not(torch.nn.Linear(4, 4)) == "not a transformers causal LM"
+    if not q4_kernel.load_extension() or not kernel_runs_here():
+        assert "tree-attention kernel" in why_not(packed_view(tiny_qwen2_64(), int4=True))
+        return
+    assert "heads of 16" in why_not(packed_view(tiny_llama().to(torch.bfloat16), int4=True))
+    assert "4-bit kernel" in why_not(packed_view(tiny_qwen2_64()))  # packed bf16, not int4
+    assert why_not(packed_view(tiny_qwen2_64(), int4=True)) is None
+    with pytest.raises(ValueError, match="the fused pass cannot run this model: the model is not bf16"):
+        FusedDecoder(tiny_llama())
+
+
+def _logits(target: TargetModel, prompt: torch.Tensor) -> torch.Tensor:
+    """Every position's logits [T, V] of `prompt` in one pass on a fresh cache."""
+    target.reset()
+    return target.append(prompt).float()
+
+
+@needs_kernel
+def test_fused_layers_compute_what_transformers_layers_compute():
+    """Same weights, same kernels: the fused pass and transformers' modules on the int4 view differ only by
+    the order of a few fp32 sums and SiLU's exp, so their logits agree to bf16's rounding (a wrong rotary
+    half, a lost bias or a skipped norm moves them by far more)."""
+    view = packed_view(tiny_qwen2_64(), int4=True)
+    plan = AttentionPlan.invariant()
+    fused, unfused = TargetModel(view, attention=plan), TargetModel(view, attention=plan)
+    unfused._fused = None
+    assert fused._fused is not None
+    prompt = torch.randint(0, 512, (40,), generator=torch.Generator().manual_seed(1))
+    ours, theirs = _logits(fused, prompt), _logits(unfused, prompt)
+    scale = theirs.abs().max()
+    assert (ours - theirs).abs().max() <= 0.02 * scale
+    assert (ours.argmax(-1) == theirs.argmax(-1)).float().mean() >= 0.95
+
+
+@pytest.fixture(scope="module")
+def exact_int4():
+    if not (q4_kernel.load_extension() and kernel_runs_here()):
+        pytest.skip("the fused pass needs specdec's extension and a CPU with AVX-512 BF16")
+    return save_fixed_costs(load_model("smollm2-135m", dtype="bf16", pack="int4", exact="on"))
+
+
+def _singles(target: TargetModel, first: int, steps: int) -> tuple[list[int], list[torch.Tensor]]:
+    """Greedy one-token passes from `first`: the tokens fed and each pass's logits (committed)."""
+    tokens, logits = [first], []
+    for _ in range(steps):
+        out = target.forward_tree(torch.tensor([tokens[-1]]), torch.tensor([-1]))[0].clone()
+        target.commit([0])
+        logits.append(out)
+        tokens.append(int(out.argmax()))
+    return tokens, logits
+
+
+def test_the_engine_and_its_cost_curve_run_the_fused_pass(exact_int4):
+    assert verifier(exact_int4)._fused is not None
+    assert timing_target(exact_int4)._fused is not None  # the trees are sized by the pass the engine runs
+
+
+def test_rows_get_the_bits_of_one_token_passes(exact_int4, bench_prompts):
+    """A tree's nodes, a batched row and a prompt prefilled in chunks: each row's logits equal, bit for bit,
+    those of one-token passes at its place."""
+    target = verifier(exact_int4)
+    prompt = torch.tensor(bench_prompts["summarization"][:120])
+    assert len(prompt) == 120
+    first = int(target.prefill(prompt).argmax())
+    tokens, singles = _singles(target, first, 4)
+    target.trim(len(prompt))
+    # the path t0 t1 t2 t3 with siblings beside it: nodes 0, 1, 3, 4 are the path
+    tree = DraftTree(torch.tensor([tokens[0], tokens[1], 5, tokens[2], tokens[3], 7]), torch.tensor([-1, 0, 0, 1, 3, 1]))
+    logits = target.forward_tree(tree.tokens, tree.parents)
+    for step, node in enumerate((0, 1, 3, 4)):
+        assert torch.equal(logits[node], singles[step]), node
+    target.trim(len(prompt))
+    # the same prompt prefilled in two chunks (the cache then continues as a whole prefill's would)
+    target.reset()
+    target.append(prompt[:50])
+    assert torch.equal(target.append(prompt[50:])[-1], target.prefill(prompt))
+    # two batched rows, one of them this prompt, stepping its tokens
+    rows = BatchedTarget(target)
+    other = torch.tensor(bench_prompts["math_reasoning"][:60])
+    for ids in (prompt, other):
+        rows.add(ids)
+    for step in range(3):
+        trees = [DraftTree(torch.tensor([tokens[step]]), torch.tensor([-1])), DraftTree(torch.tensor([11]), torch.tensor([-1]))]
+        assert torch.equal(rows.verify_trees(trees)[0][0][0], singles[step]), step
+        rows.commit([[0], [0]])
