@@ -143,13 +143,13 @@ def run_backend(args: argparse.Namespace, backend: str, bandwidth: float) -> lis
     from llamacpp_bench import backend_settings
 
     from specdec.backends.registry import timing_target
-    from specdec.backends.torch.packed import verify_model
+    from specdec.backends.torch.packed import pack_of, verify_model
 
     loaded = load_model(args.model, dtype=args.dtype, **backend_settings(backend))
     if loaded.backend == "llamacpp":
         floor_ms = loaded.gguf_path.stat().st_size / bandwidth * 1000
     else:  # the tensors the verified model holds: 4-bit ones under pack=int4, else the model's own
-        model = verify_model(loaded) if loaded.pack == "int4" else loaded.model
+        model = verify_model(loaded) if pack_of(loaded) == "int4" else loaded.model
         tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}.values()
         floor_ms = sum(t.numel() * t.element_size() for t in tensors) / bandwidth * 1000
     target = timing_target(loaded)

@@ -4,6 +4,8 @@ depend on the pass around it (tree nodes, batched rows and prompt chunks against
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from helpers import save_fixed_costs, tiny_llama, tiny_qwen2
@@ -13,7 +15,7 @@ from specdec.backends.torch import q4_kernel
 from specdec.backends.torch.attention_plan import AttentionPlan
 from specdec.backends.torch.fused import FusedDecoder, why_not
 from specdec.backends.torch.invariant import kernel_runs_here
-from specdec.backends.torch.packed import packed_view
+from specdec.backends.torch.packed import pack_of, packed_view
 from specdec.backends.torch.rows import BatchedTarget
 from specdec.backends.torch.target import TargetModel
 from specdec.models import load_model
@@ -122,3 +124,15 @@ def test_rows_get_the_bits_of_one_token_passes(exact_int4, bench_prompts):
         trees = [DraftTree(torch.tensor([tokens[step]]), torch.tensor([-1])), DraftTree(torch.tensor([11]), torch.tensor([-1]))]
         assert torch.equal(rows.verify_trees(trees)[0][0][0], singles[step]), step
         rows.commit([[0], [0]])
+
+
+def test_a_gguf_model_in_bf16_verifies_on_the_fused_pass_by_default(exact_int4):
+    """`pack="auto"` settles on int4 for a GGUF source in bf16 where the fused pass runs (the bundled model's
+    Q4_1 blocks come back group for group), and keeps bf16 packing for everything else."""
+    loaded = load_model("smollm2-135m", dtype="bf16")
+    assert loaded.pack == "auto" and pack_of(loaded) == "int4"
+    assert verifier(loaded)._fused is not None
+    assert pack_of(dataclasses.replace(loaded, exact="off")) == "auto"
+    assert pack_of(dataclasses.replace(loaded, pack="on")) == "on"
+    assert pack_of(dataclasses.replace(loaded, gguf_path=None)) == "auto"  # a folder or a model object
+    assert pack_of(load_model("smollm2-135m", dtype="fp32")) == "auto"

@@ -135,7 +135,7 @@ def test_a_bf16_draft_is_packed_once_like_its_target(default_model):
     from specdec.proposers.draft_module import last_row_head
 
     model = copy.deepcopy(default_model.model).to(torch.bfloat16)
-    loaded = dataclasses.replace(default_model, model=model)
+    loaded = dataclasses.replace(default_model, model=model, pack="on")  # bf16 packing (auto: int4 here)
     prepared = DraftConfig("self", quantize="none").prepare(loaded, model)
     assert prepared.module is verify_model(loaded)  # the target drafting for itself: one view
     assert any(isinstance(m, PackedLinear) for m in prepared.module.modules())

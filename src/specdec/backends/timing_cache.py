@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.backends.torch.packed import is_invariant, verify_model
+from specdec.backends.torch.packed import is_invariant, pack_of, verify_model
 from specdec.choices import BACKENDS
 from specdec.models import LoadedModel, machine_fingerprint
 
@@ -52,7 +52,7 @@ def cost_key(loaded: LoadedModel, sizes: Sequence[int], context_len: int) -> dic
         "dtype": str(loaded.dtype).removeprefix("torch."),
         # the engine times what it runs
         "packed": not gguf and verify_model(loaded) is not loaded.model,
-        "weights": loaded.pack if loaded.pack == "int4" and not gguf else "as loaded",
+        "weights": "int4" if not gguf and pack_of(loaded) == "int4" else "as loaded",
         "invariant": is_invariant(loaded) if not gguf else loaded.exact == "on",
         "backend": loaded.backend,
         "device": loaded.device.type,

@@ -37,6 +37,15 @@ MODEL_TYPES = frozenset({"llama", "mistral", "qwen2"})  # decoder layers of exac
 _NO_BIAS = torch.empty(0, dtype=torch.bfloat16)
 
 
+def fits(config: object) -> bool:
+    """Whether a model of this config has the layers the fused pass runs (its weights and the machine aside)."""
+    heads = getattr(config, "num_attention_heads", 0) or 1
+    dim = getattr(config, "head_dim", None) or getattr(config, "hidden_size", 0) // heads
+    sliding = getattr(config, "use_sliding_window", getattr(config, "sliding_window", None) is not None)
+    return (getattr(config, "model_type", None) in MODEL_TYPES and getattr(config, "hidden_act", "silu") == "silu"
+            and dim == KERNEL_DIM and not sliding)
+
+
 def why_not(model: torch.nn.Module) -> str | None:
     """Why `model` cannot run the fused pass, or None when it can."""
     config = getattr(model, "config", None)

@@ -57,9 +57,10 @@ from pathlib import Path
 
 import torch
 
+from specdec.backends.torch.fused import fits
 from specdec.backends.torch.gguf_blocks import head_q8
 from specdec.backends.torch.int4 import can_quantize, has_invariant_int4, int4_linear
-from specdec.backends.torch.invariant import MIN_ROWS, wants_invariance
+from specdec.backends.torch.invariant import MIN_ROWS, kernel_runs_here, wants_invariance
 from specdec.backends.torch.q4_kernel import unavailable_reason
 from specdec.choices import BACKENDS, check_pack
 from specdec.models.base import LoadedModel
@@ -256,13 +257,27 @@ def maybe_packed(
     return state.shared(f"packed_view:{min_rows}:{pack}", lambda: packed_view(model, min_rows, int4, gguf_path))
 
 
+def pack_of(loaded: LoadedModel) -> str:
+    """`loaded.pack` with `auto` settled: a GGUF source (the bundled model, a pulled one, a .gguf file) in bf16 on
+    the torch backend verifies on 4-bit weights where exact verification runs the fused pass
+    (`specdec.backends.torch.fused`: specdec's block and attention kernels, one C++ call per layer), its
+    fastest pass; a Q4_1 GGUF's own blocks come back group for group there (`specdec.backends.torch.int4`).
+    Elsewhere `auto` keeps its meaning (bf16 / fp16 packing)."""
+    if loaded.pack != "auto" or loaded.gguf_path is None or loaded.backend != "torch" or loaded.exact == "off":
+        return loaded.pack
+    if loaded.dtype != torch.bfloat16 or loaded.device.type != "cpu" or not fits(loaded.model.config):
+        return loaded.pack
+    return "int4" if has_invariant_int4(loaded.dtype) and kernel_runs_here() else loaded.pack
+
+
 def is_invariant(loaded: LoadedModel) -> bool:
     """Whether the engine verifies `loaded` batch-invariantly (`specdec.backends.torch.invariant`, `loaded.exact`).
     With 4-bit weights that needs products that compute each row alone by construction (specdec's kernel)."""
     if loaded.exact == "auto" and not BACKENDS[loaded.backend].exact:
         return False  # a backend whose pass cannot be batch-invariant (compiled): off, as asked of auto
-    invariant = wants_invariance(loaded.exact, loaded.dtype, loaded.device, wants_packing(loaded.pack, loaded.model))
-    if invariant and loaded.pack == "int4" and not has_invariant_int4(loaded.dtype):
+    pack = pack_of(loaded)
+    invariant = wants_invariance(loaded.exact, loaded.dtype, loaded.device, wants_packing(pack, loaded.model))
+    if invariant and pack == "int4" and not has_invariant_int4(loaded.dtype):
         if loaded.exact == "auto":
             return False
         raise ValueError("pack 'int4' and exact 'on' cannot be combined here: batch-invariant verification on 4-bit "
@@ -275,4 +290,4 @@ def verify_model(loaded: LoadedModel) -> torch.nn.Module:
     """The module the engine verifies on (and cost curves time): `loaded.model` or its packed view,
     whose products run over at least `invariant.MIN_ROWS` rows when verification is invariant."""
     min_rows = MIN_ROWS if is_invariant(loaded) else 1
-    return maybe_packed(loaded.model, loaded.pack, loaded.state, min_rows, loaded.gguf_path)
+    return maybe_packed(loaded.model, pack_of(loaded), loaded.state, min_rows, loaded.gguf_path)
