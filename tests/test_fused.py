@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 import torch
 from helpers import save_fixed_costs, tiny_llama, tiny_qwen2
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from specdec.backends.registry import timing_target, verifier
 from specdec.backends.torch import q4_kernel
@@ -56,12 +57,21 @@ def _logits(target: TargetModel, prompt: torch.Tensor) -> torch.Tensor:
     return target.append(prompt).float()
 
 
+def tiny_llama_128() -> torch.nn.Module:
+    """A bf16 Llama with two query heads and one key head of 128 (the attention kernel's other size)."""
+    config = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=128, max_position_embeddings=512)
+    torch.manual_seed(2)
+    return LlamaForCausalLM(config).to(torch.bfloat16).eval()
+
+
 @needs_kernel
-def test_fused_layers_compute_what_transformers_layers_compute():
+@pytest.mark.parametrize("make", [tiny_qwen2_64, tiny_llama_128], ids=["qwen2 heads of 64", "llama heads of 128"])
+def test_fused_layers_compute_what_transformers_layers_compute(make):
     """Same weights, same kernels: the fused pass and transformers' modules on the int4 view differ only by
     the order of a few fp32 sums and SiLU's exp, so their logits agree to bf16's rounding (a wrong rotary
     half, a lost bias or a skipped norm moves them by far more)."""
-    view = packed_view(tiny_qwen2_64(), int4=True)
+    view = packed_view(make(), int4=True)
     plan = AttentionPlan.invariant()
     fused, unfused = TargetModel(view, attention=plan), TargetModel(view, attention=plan)
     unfused._fused = None

@@ -16,8 +16,8 @@ import torch
 
 from specdec.backends.torch import invariant, q4_kernel
 
-B, H, KV, SLOTS, DIM, PAST, ROWS = 2, 9, 3, 300, 64, 200, 5
-SCALE = DIM**-0.5
+B, H, KV, SLOTS, PAST, ROWS = 2, 9, 3, 300, 200, 5
+SCALE = 64**-0.5
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +29,12 @@ def op():
     return torch.ops.specdec_attention.tree_attention
 
 
-@pytest.fixture(scope="module")
-def states():
+@pytest.fixture(scope="module", params=[64, 128], ids=["heads of 64", "heads of 128"])
+def states(request):
+    dim = request.param
     generator = torch.Generator().manual_seed(0)
-    key, value = (torch.randn(B, KV, SLOTS, DIM, generator=generator).to(torch.bfloat16) for _ in range(2))
-    query = torch.randn(B, H, ROWS, DIM, generator=generator).to(torch.bfloat16)
+    key, value = (torch.randn(B, KV, SLOTS, dim, generator=generator).to(torch.bfloat16) for _ in range(2))
+    query = torch.randn(B, H, ROWS, dim, generator=generator).to(torch.bfloat16)
     return query, key, value
 
 
@@ -58,7 +59,7 @@ def test_values_are_softmax_attention(op, states):
     query, key, value = states
     starts, tail, counts = tree_layout()
     out = op(query, key, value, starts, tail, counts, SCALE)
-    assert out.shape == (B, ROWS, H, DIM) and out.dtype == torch.bfloat16
+    assert out.shape == (B, ROWS, H, query.shape[-1]) and out.dtype == torch.bfloat16
     for b in range(B):
         for t in range(ROWS):
             slots = visible(tail, counts, b, t)
@@ -106,8 +107,9 @@ def test_a_layout_outside_the_cache_is_refused(op, states):
         op(query.float(), key, value, starts, tail, counts, SCALE)
 
 
-def test_exact_attention_uses_the_kernel_for_bf16_heads_of_64(op, states):
+def test_exact_attention_uses_the_kernel_for_bf16_heads_of_64_or_128(op, states):
     query, key, _ = states
     assert invariant.uses_kernel(query, key)
     assert not invariant.uses_kernel(query.float(), key)
-    assert not invariant.uses_kernel(torch.zeros(1, 2, 1, 128, dtype=torch.bfloat16), key)
+    assert invariant.uses_kernel(torch.zeros(1, 2, 1, 128, dtype=torch.bfloat16), key)
+    assert not invariant.uses_kernel(torch.zeros(1, 2, 1, 96, dtype=torch.bfloat16), key)

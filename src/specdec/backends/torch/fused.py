@@ -8,7 +8,7 @@ same attention kernel (docs/benchmarks.md has the measurements).
 
 `FusedDecoder.of(model)` takes a packed int4 view (`specdec.backends.torch.packed.packed_view`) whose
 decoder layers all run on specdec's block kernel and whose attention runs specdec's tree-attention
-kernel (bf16, heads of 64, a CPU with AVX-512 BF16); anything else gets None and keeps transformers'
+kernel (bf16, heads of 64 or 128, a CPU with AVX-512 BF16); anything else gets None and keeps transformers'
 forward. `TargetModel.run` uses it for exact passes (the invariant attention plan): prompt chunks,
 one-token steps, trees and batched rows alike, so every pass of a generation runs the same arithmetic.
 
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import torch
 from transformers.cache_utils import Cache
 
-from specdec.backends.torch.invariant import KERNEL_DIM, Layout, kernel_runs_here
+from specdec.backends.torch.invariant import KERNEL_DIMS, Layout, kernel_runs_here
 from specdec.backends.torch.q4_kernel import Q4Linear
 
 MODEL_TYPES = frozenset({"llama", "mistral", "qwen2"})  # decoder layers of exactly the C++ file's form
@@ -43,7 +43,7 @@ def fits(config: object) -> bool:
     dim = getattr(config, "head_dim", None) or getattr(config, "hidden_size", 0) // heads
     sliding = getattr(config, "use_sliding_window", getattr(config, "sliding_window", None) is not None)
     return (getattr(config, "model_type", None) in MODEL_TYPES and getattr(config, "hidden_act", "silu") == "silu"
-            and dim == KERNEL_DIM and not sliding)
+            and dim in KERNEL_DIMS and not sliding)
 
 
 def why_not(model: torch.nn.Module) -> str | None:
@@ -61,8 +61,8 @@ def why_not(model: torch.nn.Module) -> str | None:
         return "specdec's tree-attention kernel does not run here (AVX-512 BF16 and the extension are needed)"
     for layer in model.get_decoder().layers:
         attention, mlp = layer.self_attn, layer.mlp
-        if getattr(attention, "head_dim", None) != KERNEL_DIM:
-            return f"heads of {getattr(attention, 'head_dim', None)}, the attention kernel takes {KERNEL_DIM}"
+        if getattr(attention, "head_dim", None) not in KERNEL_DIMS:
+            return f"heads of {getattr(attention, 'head_dim', None)}, the attention kernel takes {KERNEL_DIMS}"
         linears = [getattr(attention, "qkv_proj", None), attention.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
         if not all(isinstance(linear, Q4Linear) for linear in linears):
             return "not every decoder product runs on specdec's 4-bit kernel (pack='int4' in bf16)"

@@ -31,7 +31,7 @@ whatever machine runs the suite):
 - everything else on the path (embeddings, rotary tables, RMS norms, residual
   sums, SiLU) is computed row by row and was already invariant.
 
-Where it can (bf16, heads of 64, a CPU with AVX-512 BF16, specdec's extension built), attention
+Where it can (bf16, heads of 64 or 128, a CPU with AVX-512 BF16, specdec's extension built), attention
 runs specdec's own kernel instead (`csrc/tree_attention.cpp`, `uses_kernel`): each query row reads
 its keys as one sequence in position order (the contiguous prefix, then the gathered tail) and its
 arithmetic depends on nothing else, so the split point, padding and row grouping above are not
@@ -82,7 +82,7 @@ MIN_KEYS = 1025  # past oneDNN's single-run reduction length, whose blocks start
 SAFE_KEYS = 512  # rows seeing no more keys than this sum alike in both regimes: no padding needed
 COLUMNS = 64  # softmax rows are a multiple of this wide: its vector loop then has no scalar tail
 TAIL = 32  # keys gathered per query row in position order: itself and the 31 before it
-KERNEL_DIM = 64  # the head size specdec's tree-attention kernel takes
+KERNEL_DIMS = (64, 128)  # the head sizes specdec's tree-attention kernel takes
 
 
 def wants_invariance(exact: str, dtype: torch.dtype, device: torch.device, packed: bool) -> bool:
@@ -272,9 +272,9 @@ def prefill_attention(
 
 def uses_kernel(query: torch.Tensor, key: torch.Tensor) -> bool:
     """Whether this pass's attention runs specdec's tree-attention kernel (`csrc/tree_attention.cpp`): bf16,
-    heads of 64, a CPU with AVX-512 BF16 and the extension built. Fixed for a model on a machine, so every
+    heads of 64 or 128, a CPU with AVX-512 BF16 and the extension built. Fixed for a model on a machine, so every
     pass of a generation (prefill, one-token steps, trees) runs the same arithmetic."""
-    if query.dtype != torch.bfloat16 or query.shape[-1] != KERNEL_DIM or query.device.type != "cpu":
+    if query.dtype != torch.bfloat16 or query.shape[-1] not in KERNEL_DIMS or query.device.type != "cpu":
         return False
     return kernel_runs_here()
 

@@ -34,7 +34,8 @@ namespace {
 #define TA_AVX512 SPECDEC_AVX512
 using specdec::exp_avx512;
 
-constexpr int64_t kDim = 64;  // head size this kernel takes (SmolLM2, Llama 3.2 1B, Qwen2.5 1.5B: 64 or 128)
+// Head sizes this kernel takes (SmolLM2, Llama 3.2 1B: 64; Qwen2.5 1.5B, Llama 3 8B: 128): D / 32 zmm of query.
+bool takes_dim(int64_t dim) { return dim == 64 || dim == 128; }
 
 struct Job {
   const c10::BFloat16* query;   // [B, H, T, D]
@@ -51,7 +52,9 @@ struct Job {
 
 // One query row of one query head: its n visible keys, their scores in `scores` (scratch, >= n + 16).
 // False (and nothing written) for a row whose layout points outside the cache.
+template <int64_t kDim>
 TA_AVX512 bool one_row(const Job& j, int64_t b, int64_t h, int64_t t, float* scores) {
+  constexpr int kParts = kDim / 32;  // zmm of query (32 bf16 each); 2 * kParts fp32 accumulators for the output
   const int64_t kv = h / (j.H / j.KV), row = b * j.T + t;
   const int64_t start = j.start[row], count = j.count[row], n = start + count;
   const int64_t* tail = j.tail + row * j.L;
@@ -61,12 +64,14 @@ TA_AVX512 bool one_row(const Job& j, int64_t b, int64_t h, int64_t t, float* sco
   const c10::BFloat16* keys = j.key + b * j.batch_stride + kv * j.head_stride;
   const c10::BFloat16* values = j.value + b * j.batch_stride + kv * j.head_stride;
   const c10::BFloat16* q = j.query + ((b * j.H + h) * j.T + t) * kDim;
-  const __m512i q0 = _mm512_loadu_si512(q), q1 = _mm512_loadu_si512(q + 32);
+  __m512i qv[kParts];
+  for (int part = 0; part < kParts; ++part) qv[part] = _mm512_loadu_si512(q + part * 32);
   float top = -INFINITY;
   for (int64_t i = 0; i < n; ++i) {
     const c10::BFloat16* k = keys + (i < start ? i : tail[i - start]) * kDim;
-    __m512 acc = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)q0, (__m512bh)_mm512_loadu_si512(k));
-    acc = _mm512_dpbf16_ps(acc, (__m512bh)q1, (__m512bh)_mm512_loadu_si512(k + 32));
+    __m512 acc = _mm512_setzero_ps();
+    for (int part = 0; part < kParts; ++part)  // in order of the head's elements: one accumulator, fixed lanes
+      acc = _mm512_dpbf16_ps(acc, (__m512bh)qv[part], (__m512bh)_mm512_loadu_si512(k + part * 32));
     scores[i] = _mm512_reduce_add_ps(acc) * j.scale;
     top = std::max(top, scores[i]);
   }
@@ -79,11 +84,12 @@ TA_AVX512 bool one_row(const Job& j, int64_t b, int64_t h, int64_t t, float* sco
     lanes = _mm512_add_ps(lanes, p);
   }
   const float total = _mm512_reduce_add_ps(lanes);
-  __m512 o[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 o[2 * kParts];
+  for (int part = 0; part < 2 * kParts; ++part) o[part] = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; ++i) {
     const c10::BFloat16* v = values + (i < start ? i : tail[i - start]) * kDim;
     const __m512 p = _mm512_set1_ps(scores[i]);
-    for (int part = 0; part < 4; ++part) {  // 16 bf16 -> fp32 (a left shift by 16 bits)
+    for (int part = 0; part < 2 * kParts; ++part) {  // 16 bf16 -> fp32 (a left shift by 16 bits)
       const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + part * 16));
       const __m512 vf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
       o[part] = _mm512_fmadd_ps(p, vf, o[part]);
@@ -91,7 +97,7 @@ TA_AVX512 bool one_row(const Job& j, int64_t b, int64_t h, int64_t t, float* sco
   }
   const __m512 inverse = _mm512_set1_ps(1.0f / total);
   c10::BFloat16* dst = j.out + ((b * j.T + t) * j.H + h) * kDim;
-  for (int part = 0; part < 4; ++part) {
+  for (int part = 0; part < 2 * kParts; ++part) {
     const __m256bh packed = _mm512_cvtneps_pbh(_mm512_mul_ps(o[part], inverse));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + part * 16), (__m256i)packed);
   }
@@ -116,10 +122,12 @@ bool tree_attention_available() { return runs_here(); }
 at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                           const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, double scale) {
   TORCH_CHECK(runs_here(), "tree_attention: needs a CPU with AVX-512 BF16");
+  const int64_t dim = query.dim() == 4 ? query.size(3) : 0;
+  TORCH_CHECK(takes_dim(dim), "tree_attention: heads of 64 or 128 only, got ", query.sizes());
   for (const at::Tensor* t : {&query, &key, &value})
-    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == at::kBFloat16 && t->dim() == 4 && t->size(3) == kDim &&
-                    t->stride(3) == 1 && t->stride(2) == kDim, "tree_attention: query, key and value must be bf16 "
-                "[B, heads, rows, ", kDim, "] on the CPU with contiguous rows, got ", t->scalar_type(), " ", t->sizes());
+    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == at::kBFloat16 && t->dim() == 4 && t->size(3) == dim &&
+                    t->stride(3) == 1 && t->stride(2) == dim, "tree_attention: query, key and value must be bf16 "
+                "[B, heads, rows, ", dim, "] on the CPU with contiguous rows, got ", t->scalar_type(), " ", t->sizes());
   TORCH_CHECK(query.is_contiguous(), "tree_attention: query must be contiguous");
   const int64_t B = query.size(0), H = query.size(1), T = query.size(2), KV = key.size(1), S = key.size(2);
   TORCH_CHECK(key.size(0) == B && value.sizes() == key.sizes() && value.strides() == key.strides() && KV > 0 &&
@@ -130,7 +138,7 @@ at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const 
                   count.is_contiguous() && tail.is_contiguous(),
               "tree_attention: start and count must be int64 [B, T], tail int64 [B, T, L]");
   const int64_t L = tail.size(2);
-  at::Tensor out = at::empty({B, T, H, kDim}, query.options());
+  at::Tensor out = at::empty({B, T, H, dim}, query.options());
   Job j{query.data_ptr<c10::BFloat16>(), key.data_ptr<c10::BFloat16>(), value.data_ptr<c10::BFloat16>(),
         start.data_ptr<int64_t>(), tail.data_ptr<int64_t>(), count.data_ptr<int64_t>(),
         out.data_ptr<c10::BFloat16>(), B, H, KV, T, S, L, key.stride(0), key.stride(1), static_cast<float>(scale)};
@@ -140,7 +148,7 @@ at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const 
     std::vector<float> scores(longest);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item % T, h = (item / T) % H, b = item / (T * H);
-      if (!one_row(j, b, h, t, scores.data())) bad = true;
+      if (!(dim == 64 ? one_row<64>(j, b, h, t, scores.data()) : one_row<128>(j, b, h, t, scores.data()))) bad = true;
     }
   });
   TORCH_CHECK(!bad, "tree_attention: every row must see at least one key, all of them within the cache");
