@@ -275,6 +275,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="add each request's decoding statistics (acceptance, timings, queue time) to its reply; they "
              "depend on other clients' requests, so leave this off on a server several users share",
     )  # fmt: skip
+    p.add_argument("--no-ui", dest="ui", action="store_false",
+                   help="do not serve the browser playground at / (the API alone)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=_cmd_serve)
 
@@ -293,7 +295,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         expose_stats=args.expose_stats, **({"prefill_chunk": args.prefill_chunk} if args.prefill_chunk else {}),
         max_queue=args.max_queue, max_batch=args.max_batch, max_queue_per_key=args.max_queue_per_key,
         max_rows_per_key=args.max_rows_per_key, max_tokens_limit=args.max_tokens_limit,
-        shutdown_timeout_s=args.shutdown_timeout, log_level=args.log_level,
+        shutdown_timeout_s=args.shutdown_timeout, log_level=args.log_level, ui=args.ui,
     )
     serve(config)
     return 0

@@ -22,6 +22,7 @@ from typing import Protocol
 
 import torch
 
+from specdec.engine.provenance import TARGET, Piece, Provenance
 from specdec.engine.verify import VerifyResult
 from specdec.sampling import SamplingParams
 from specdec.text import TextStream
@@ -167,20 +168,34 @@ class Emitter:
         eos_token_ids: Collection[int],
         config: GenerationConfig,
         on_text: Callable[[str], None] | None,
+        on_piece: Callable[[Piece], None] | None = None,
     ) -> None:
+        """on_piece: also hand each piece of text on with its token's source (`specdec.engine.provenance`);
+        only then are sources recorded."""
         self.stream = TextStream(tokenizer, config.stop)
         self.eos = frozenset() if config.ignore_eos else frozenset(eos_token_ids)
         self.max_new_tokens = config.max_new_tokens
         self.on_text = on_text
+        self.on_piece = on_piece
+        self.provenance = Provenance() if on_piece is not None else None
+        self._tag = (TARGET, 0)  # the source and step of the last token pushed
         self.finish_reason = "length"
 
     @property
     def remaining(self) -> int:
         return self.max_new_tokens - len(self.stream.token_ids)
 
-    def emit(self, tokens: list[int]) -> bool:
-        """Emit tokens in order; True once generation must end."""
-        for token in tokens:
+    def drafted(self, proposer: object, tree: DraftTree) -> None:
+        """The tree `proposer` just proposed: its node sources are read now (only where pieces are wanted)."""
+        if self.provenance is not None:
+            self.provenance.drafted(proposer, tree)
+
+    def emit(self, tokens: list[int], step: int = 0) -> bool:
+        """Emit the tokens of forward pass `step` (0: the prefill's) in order; True once it must end."""
+        sources = self.provenance.tag(tokens, step) if self.provenance is not None else None
+        for i, token in enumerate(tokens):
+            if sources is not None:
+                self._tag = (sources[i], step)
             self._send(self.stream.push(token))
             if token in self.eos or self.stream.stopped:
                 self.finish_reason = "stop"
@@ -198,3 +213,5 @@ class Emitter:
     def _send(self, text: str) -> None:
         if text and self.on_text is not None:
             self.on_text(text)
+        if text and self.on_piece is not None:
+            self.on_piece(Piece(text, *self._tag, len(self.stream.token_ids) - 1))

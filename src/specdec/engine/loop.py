@@ -59,6 +59,7 @@ from specdec.engine.generation import (
     StepStats,
 )
 from specdec.engine.planner import RowRates, cut, plan_width
+from specdec.engine.provenance import Piece
 from specdec.engine.verify import Draws, VerifyResult, verify
 from specdec.models import LoadedModel
 from specdec.sampling import draw_next, make_generator
@@ -196,8 +197,10 @@ class Batch:
         proposer: Proposer,
         config: GenerationConfig,
         on_text: Callable[[str], None] | None = None,
+        on_piece: Callable[[Piece], None] | None = None,
     ) -> Row:
         """Admit a sequence: prefill it alone and emit its first token. A row may finish right here.
+        on_piece: also hand on each piece of text with its token's source (`specdec.engine.provenance`).
 
         While other rows are admitted, the row waits instead (`Row.fill`): `step` prefills it a chunk
         at a time and emits its first token when its last chunk has run."""
@@ -209,7 +212,7 @@ class Batch:
         generator = make_generator(config.sampling, engine.target.device)
         positions = PositionUniforms(generator, engine.target.device)
         draws = Draws(config.sampling, generator, positions, proposer.multi_draft)
-        emitter = Emitter(engine.tokenizer, engine.eos_token_ids, config, on_text)
+        emitter = Emitter(engine.tokenizer, engine.eos_token_ids, config, on_text, on_piece)
         row = Row(prompt_ids, proposer, config, emitter, draws, time.perf_counter())
         row.stats.num_prompt_tokens = len(prompt_ids)
         try:
@@ -306,6 +309,7 @@ class Batch:
             row.features = None
             try:
                 tree = row.proposer.propose(ctx)
+                row.emitter.drafted(row.proposer, tree)
                 if len(row.tokens) + tree.max_depth >= self.engine.context_limit:
                     raise RuntimeError(f"{type(row.proposer).__name__} drafted past the model's context")
             except Exception as err:  # noqa: BLE001 - the row ends; verify its root alone this step
@@ -347,7 +351,7 @@ class Batch:
         row.logits = result.next_logits
         if result.features is not None and row.proposer.feature_layers:
             row.features = result.features[result.path]  # the committed nodes' features, root first
-        done = row.emitter.emit(result.tokens)
+        done = row.emitter.emit(result.tokens, step=len(row.stats.steps))
         return done or len(row.tokens) >= self.engine.context_limit
 
     def _finish(self, row: Row) -> None:

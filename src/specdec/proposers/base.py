@@ -4,7 +4,8 @@ Why: most proposers read no target features, count no sources and keep nothing b
 each used to say so in the same lines. A proposer states only what differs: `prunable = True` where a
 batch's node budget may cut its tree to a prefix of its node order, `feature_layers` where it reads the
 target's hidden states, `source_stats` where it counts its draft sources, `multi_draft` where its
-`accept` option picks SpecTr's rule for drawn siblings.
+`accept` option picks SpecTr's rule for drawn siblings, `draft_source` (or `node_sources()`, where a tree
+mixes sources) to name where its drafts come from (`specdec.engine.provenance`).
 
 The safe defaults: not prunable (a tree whose shape is the algorithm, as lookahead's Jacobi window,
 must not be cut), no sources, no features, nothing to reset at a new prompt, nothing learned from a
@@ -21,6 +22,11 @@ class ProposerBase:
     source_stats: dict[str, dict[str, int]] | None = None
     feature_layers: tuple[int, ...] = ()
     multi_draft: str = "specinfer"  # drawn siblings' rule; methods with an `accept` option set it
+    draft_source: str = "draft"  # what an accepted token of this proposer's trees is tagged with
+
+    def node_sources(self) -> list[str] | None:
+        """The source of each node of the tree last proposed, root first (None: `draft_source` for all)."""
+        return None
 
     def begin(self, prompt_ids: list[int]) -> None:
         """A new prompt starts (the default keeps nothing per prompt)."""

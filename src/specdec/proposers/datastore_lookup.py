@@ -83,6 +83,7 @@ class DatastoreConfig:
 
 
 class DatastoreProposer(ProposerBase):
+    draft_source = "datastore"
     prunable = True  # a batch may cut the tree to its budget
 
     def __init__(

@@ -105,6 +105,7 @@ class EagleConfig:
 
 class EagleProposer(ProposerBase):
     source_stats: dict[str, dict[str, int]] | None  # with retrieval: offered / accepted nodes per source
+    draft_source = "head"
 
     def __init__(self, config: EagleConfig, head: Eagle3Head, costs: CostModel | None = None) -> None:
         self.config = config
@@ -157,6 +158,12 @@ class EagleProposer(ProposerBase):
         if self.retrieval is not None:
             self.retrieval.add_branches(nodes, ctx.token_ids, depth)
         return self._tree(root, nodes)
+
+    def node_sources(self) -> list[str] | None:
+        """With retrieval: "head" for the head's nodes (those retrieval found too included), else "retrieval"."""
+        if self.retrieval is None:
+            return None
+        return ["", *("retrieval" if node.source == "retrieval" else "head" for node in self._kept)]
 
     def observe(self, result: VerifyResult) -> None:
         """Count and learn per source (with retrieval); the committed tokens' features reach `propose`

@@ -172,6 +172,10 @@ class HybridProposer(ProposerBase):
         self.logitspec.tag_nodes("draft", merged.num_nodes - tree.num_nodes)
         return merged
 
+    def node_sources(self) -> list[str] | None:
+        """LogitSpec's sources, and "draft" for the nodes the draft model added."""
+        return self.logitspec.node_sources()
+
     def observe(self, result: VerifyResult) -> None:
         self.logitspec.observe(result)
         if self._gated:

@@ -189,7 +189,9 @@ class LayerSkipConfig:
         view = SkipLayerModel(verify_model(loaded), skip)  # packed layers where the engine's are
         cost = cost_ratio(loaded.model, len(view.layer_ids)) + self.verify_cost
         settings = ChainSettings(self.k, self.max_k, self.adaptive, self.schedule, cost, self.verify_cost)
-        return DraftProposer(view, settings, loaded.model.config.vocab_size)
+        proposer = DraftProposer(view, settings, loaded.model.config.vocab_size)
+        proposer.draft_source = "layerskip"  # the target itself with layers skipped, not a draft model
+        return proposer
 
 
 def cost_ratio(model: torch.nn.Module, num_kept: int) -> float:

@@ -66,6 +66,7 @@ class LookaheadConfig:
 
 
 class LookaheadProposer(ProposerBase):
+    draft_source = "lookahead"
     # The Jacobi window's nodes are read back by position in `observe`: a batch must not cut the tree.
 
     def __init__(self, config: LookaheadConfig) -> None:

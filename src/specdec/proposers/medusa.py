@@ -70,6 +70,7 @@ class MedusaConfig:
 
 
 class MedusaProposer(ProposerBase):
+    draft_source = "head"
     prunable = True  # a batch may cut the tree to its budget (the kept order is likeliest first)
     name = "medusa"
 

@@ -64,6 +64,7 @@ class PLDConfig:
 
 class PLDProposer(ProposerBase):
     prunable = True  # a batch may cut the tree to its budget
+    draft_source = "pld"
 
     def __init__(self, config: PLDConfig, eos_token_ids: tuple[int, ...] = ()) -> None:
         self.config = config

@@ -226,6 +226,7 @@ class RecycleConfig:
 
 
 class RecycleProposer(ProposerBase):
+    draft_source = "recycle"
     prunable = True  # a batch may cut the tree to its budget
 
     def __init__(self, config: RecycleConfig, table: RecycleTable, eos_token_ids: Iterable[int] = ()) -> None:

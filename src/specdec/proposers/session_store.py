@@ -209,6 +209,7 @@ class SessionConfig:
 
 
 class SessionProposer(ProposerBase):
+    draft_source = "session"
     prunable = True  # a batch may cut the tree to its budget
 
     def __init__(self, config: SessionConfig, store: SessionStore, eos_token_ids: Iterable[int] = ()) -> None:

@@ -2,11 +2,14 @@
 
 Endpoints: POST /v1/chat/completions and /v1/completions (JSON or `stream: true`
 server-sent events in OpenAI's chunk format, ending with `data: [DONE]`),
-GET /v1/models, /health (also HEAD) and /metrics (Prometheus text; behind the admin key
-wherever keys are set). The speculative method
+GET /v1/models, /v1/specdec/methods (the methods and the options a request may set),
+/health (also HEAD) and /metrics (Prometheus text; behind the admin key
+wherever keys are set), and the browser playground at / (`specdec.serve.playground`;
+off with --no-ui). The speculative method
 is chosen per request with the extra field `"specdec": {"method", "options"}`
 and every reply names it under `"specdec"`, with the request's decoding stats
-when the server runs with --expose-stats.
+when the server runs with --expose-stats; with `"sources": true` a stream's text
+chunks also say where each token came from (`specdec.serve.replies`).
 
 Methods and their options: `--method SPEC` is the default for requests without
 `specdec.method`; `--method-config METHOD:opt=value,...` (repeatable) sets a
@@ -85,6 +88,7 @@ from specdec.serve.guard import PUBLIC_PATHS, Guard, tenant
 from specdec.serve.http import HeaderDeadlineProtocol
 from specdec.serve.metrics import ServerMetrics
 from specdec.serve.options import RequestRefused, Resolved
+from specdec.serve.playground import add_methods_route, add_playground
 from specdec.serve.pool import ProposerPool
 from specdec.serve.prefill import sized_prefill_chunk
 from specdec.serve.replies import APIError, Reply, error_body, event_error, install_error_handlers, sse
@@ -240,7 +244,8 @@ class Service:
         def sink(event: Any) -> None:
             loop.call_soon_threadsafe(events.put_nowait, event)
 
-        job = Job(prompt_ids, method.config, method.name, settings, endpoint, body.stream, sink, tenant(request.scope))
+        scope, sources = tenant(request.scope), bool(body.specdec and body.specdec.sources)
+        job = Job(prompt_ids, method.config, method.name, settings, endpoint, body.stream, sink, scope, sources)
         self.submit(job)
         reply = Reply(chat, self.model_name, method.name, method.visible, len(prompt_ids), self.config.expose_stats)
         if body.stream:
@@ -264,7 +269,7 @@ class Service:
                 elif isinstance(event, ErrorEvent | CancelledEvent):
                     yield sse(error_body(event_error(event)))
                 else:
-                    yield sse(reply.chunk(event.text))
+                    yield sse(reply.chunk(event.text, piece=event.piece))
                     continue
                 yield "data: [DONE]\n\n"
                 return
@@ -365,6 +370,9 @@ def create_app(config: ServerConfig, loaded: LoadedModel) -> FastAPI:
     async def metrics() -> Response:
         return Response(service.metrics.render(), media_type=service.metrics.content_type)
 
+    add_methods_route(app, service.methods, service.pool)
+    if config.ui:
+        add_playground(app)
     return app
 
 
@@ -382,7 +390,8 @@ def serve(config: ServerConfig) -> None:
     print(
         f"specdec: serving {loaded.name} (default method {config.method}) on "
         f"http://{config.host}:{config.port}; {app.state.service.exact_note}; a joining prompt is "
-        f"prefilled {app.state.service.prefill_chunk} tokens per step",
+        f"prefilled {app.state.service.prefill_chunk} tokens per step"
+        + (f"; the playground is at http://{config.host}:{config.port}/" if config.ui else ""),
         file=sys.stderr,
         flush=True,
     )

@@ -49,6 +49,7 @@ class ServerConfig:
     # a joining prompt stretches a running stream's gap at most ~3x: specdec.serve.prefill)
     prefill_chunk: int | None = None
     expose_stats: bool = False  # add each request's decoding statistics to its reply
+    ui: bool = True  # serve the browser playground at / (specdec.serve.playground); --no-ui: JSON only
     log_level: str = "info"
 
     def __post_init__(self) -> None:

@@ -5,8 +5,8 @@ the ones FastAPI answers itself (/openapi.json, /docs, 404s, 405s) included, and
 it must refuse an oversized or late body before any of it is parsed.
 
 Invariants:
-- with API keys, every path but PUBLIC_PATHS needs `Authorization: Bearer KEY`
-  for one of them (compared in constant time, each key); ADMIN_PATHS (the
+- with API keys, every path but PUBLIC_PATHS (/health and the playground's
+  static files) needs `Authorization: Bearer KEY` for one of them (compared in constant time, each key); ADMIN_PATHS (the
   server-wide /metrics) need an admin key instead wherever any key is set (a
   client key gets 403, so one client never reads the server's totals); the request's
   `state_scope` (`tenant`) names which key it was, by position, never by the key
@@ -38,10 +38,11 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specdec.serve.metrics import ServerMetrics
+from specdec.serve.playground import PAGE_PATHS
 from specdec.serve.replies import APIError, error_response
 
 log = logging.getLogger("specdec.server")
-PUBLIC_PATHS = frozenset({"/health"})
+PUBLIC_PATHS = frozenset({"/health", *PAGE_PATHS})  # the playground's files hold no data; its calls need a key
 ADMIN_PATHS = frozenset({"/metrics"})
 REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")  # a client's X-Request-Id is echoed only if it matches
 TENANT = "specdec_state_scope"  # key in the ASGI scope's "state": which API key a request came with

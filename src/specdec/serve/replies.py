@@ -11,6 +11,11 @@ Invariants:
 - streaming: chat streams start with a role-only delta; the chunk with
   `finish_reason` (or, with include_usage, the usage chunk after it) is the last
   one before `data: [DONE]` and carries the request's `specdec` field;
+- a streamed text chunk of a request that set `specdec.sources` carries
+  `"specdec": {"source", "step", "token"}` (its token's draft source or
+  "target", the forward pass that emitted it, 0 being the prefill's, and the
+  token's index: `specdec.engine.provenance`); without it a chunk is exactly
+  OpenAI's, and OpenAI clients ignore the extra field either way;
 - the `specdec` field names the method and its request options; the decoding
   statistics (acceptance, timings, queue time) are added only when the server
   exposes them (`--expose-stats`): they depend on what earlier requests left in
@@ -35,6 +40,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from specdec.engine.provenance import Piece
 from specdec.serve.scheduler import CancelledEvent, DoneEvent, ErrorEvent
 
 log = logging.getLogger("specdec.server")
@@ -179,8 +185,11 @@ class Reply:
             choice["delta"] = {"content": text} if text else {}
         return {**choice, "logprobs": None, "finish_reason": finish}
 
-    def chunk(self, text: str, first: bool = False) -> dict:
-        return self._envelope([self._choice(text, None, chunk=True, first=first)], chunk=True)
+    def chunk(self, text: str, first: bool = False, piece: Piece | None = None) -> dict:
+        body = self._envelope([self._choice(text, None, chunk=True, first=first)], chunk=True)
+        if piece is None:
+            return body
+        return {**body, "specdec": {"source": piece.source, "step": piece.step, "token": piece.token}}
 
     def usage(self, done: DoneEvent) -> dict:
         completion = len(done.output.token_ids)

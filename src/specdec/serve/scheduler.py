@@ -47,6 +47,7 @@ from typing import Any, Protocol
 from specdec.engine.costs import CostModel
 from specdec.engine.generation import GenerationConfig, GenerationOutput
 from specdec.engine.loop import DEFAULT_PREFILL_CHUNK, Batch, Engine, Row
+from specdec.engine.provenance import Piece
 from specdec.serve.fair import FairQueue
 from specdec.serve.fair import QueueFull as QueueFull  # what submit raises, defined with the queue
 from specdec.serve.metrics import ServerMetrics
@@ -61,6 +62,7 @@ class QueueClosed(Exception):
 @dataclass(frozen=True)
 class TextEvent:
     text: str
+    piece: Piece | None = None  # the text's source, step and token index, for a job that asked (Job.sources)
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ class Job:
     stream: bool
     sink: Callable[[Event], None]  # called from the worker thread; must be thread-safe
     state_scope: str = ""  # whose cross-request state its proposer may use and feed (one per API key)
+    sources: bool = False  # stream each text piece with its token's draft source (`specdec.engine.provenance`)
     cancelled: threading.Event = field(default_factory=threading.Event)
     submitted_at: float = field(default_factory=time.perf_counter)
 
@@ -245,10 +248,13 @@ class Scheduler:
         self.metrics.queue_seconds.observe(queue_time_s)
         chunks = self.metrics.text_chunks.labels(job.method_name)
 
-        def on_text(text: str) -> None:
+        def on_text(text: str, piece: Piece | None = None) -> None:
             chunks.inc()
             if job.stream and not job.cancelled.is_set():
-                self._send(job, TextEvent(text))
+                self._send(job, TextEvent(text, piece))
+
+        # only a streaming job that asked for sources pays for recording them
+        wanted = {"on_piece": lambda piece: on_text(piece.text, piece)} if job.sources and job.stream else {}
 
         try:
             proposer = self.pool.acquire(job.method_config, job.state_scope)
@@ -256,7 +262,7 @@ class Scheduler:
             self._report(job, ErrorEvent(error), "failed")
             return
         try:
-            row = batch.add(job.prompt_ids, proposer, job.settings, on_text=on_text)
+            row = batch.add(job.prompt_ids, proposer, job.settings, **(wanted or {"on_text": on_text}))
         except Exception as error:  # noqa: BLE001 - a bad prompt: this job's error only
             self.pool.release(proposer)
             self._report(job, ErrorEvent(error), "failed")

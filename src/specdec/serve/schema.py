@@ -84,6 +84,11 @@ class SpecdecRequest(_Body):
         description="the method's request options, on top of the method string's; each is bounded, and "
         "server-side options (paths, conversion, measurement, calibration) are refused with 400",
     )
+    sources: Bool = Field(
+        False,
+        description="streaming: each text chunk carries specdec.source (its token's draft source, or "
+        "'target'), specdec.step (the forward pass) and specdec.token (the token's index)",
+    )
 
 
 class StreamOptions(_Body):

@@ -351,6 +351,10 @@ class LogitSpecProposer(ProposerBase):
         floor = step.floor_ngram if step.floor_chain else 0
         return max(floor, step.retrieval.root_ngram if step.retrieval.root_branch else 0)
 
+    def node_sources(self) -> list[str] | None:
+        """This step's node sources (`SOURCES`, root ""), or None where it proposed the root alone."""
+        return None if self._last is None else self._last.sources
+
     def tag_nodes(self, source: str, count: int) -> None:
         """A caller appended `count` nodes of its own `source` to this step's tree (counted in source_stats)."""
         if self._last is not None:
