@@ -240,6 +240,9 @@ CASES = (
     Case("medusa:adaptive=false,budget=24,topk=3", method("medusa:adaptive=false,budget=24,topk=3"), greedy(*ALL),
          ran=mat_above_one),
     Case("medusa-sampled", method("medusa"), sampled(SOME, SAMPLINGS), 24, ran=accepted),
+    # the Hydra heads shipped for the default model (Medusa's tree, each level guessed for its branch)
+    Case("hydra", method("hydra"), greedy(*ALL), fast=True, ran=mat_above_one),
+    Case("hydra-sampled", method("hydra"), sampled(SOME, SAMPLINGS), 24, ran=accepted),
     # layer skipping (formerly tests/test_layerskip.py)
     Case("layerskip:k=3,adaptive=false", lambda request: LayerSkipConfig(skip=SKIP, k=3, adaptive=False).build(
         request.getfixturevalue("default_model")), greedy("translation", "mt_bench", "qa"), fast=True),
@@ -303,9 +306,7 @@ def test_every_method_has_a_fast_greedy_row():
     from specdec.proposers import METHODS
 
     fast = {case.name.split(":")[0].split("-")[0] for case in CASES if case.fast and case.rows[0][1] == GREEDY}
-    # hydra: no head ships for the default model yet; tests/test_hydra.py checks its greedy identity (single
-    # and batched) on heads trained in the test
-    assert fast == set(METHODS) - {"plain", "hydra"}
+    assert fast == set(METHODS) - {"plain"}
 
 
 # ------------------------------------------------------------------ eight rows in one batch

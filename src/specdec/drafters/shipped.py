@@ -27,7 +27,7 @@ def find_shipped_head(loaded: LoadedModel, architecture: str, heads_dir: Path = 
         theirs = (raw.get("specdec") or {}).get("target_fingerprint")
         if theirs is not None and trained_for(theirs, embedding):
             return config.parent
-    arch = "--arch medusa " if architecture == "MedusaModel" else ""
+    arch = {"MedusaModel": "--arch medusa ", "HydraModel": "--arch hydra "}.get(architecture, "")
     raise HeadError(
         f"no {architecture} head ships for {loaded.name}: train one with `specdec train {arch}--data FILE -o DIR` "
         "and pass its folder as head=DIR"
