@@ -8,7 +8,9 @@ What must hold (each test can fail):
   argmaxes flip), and the default method's greedy text is plain decoding's;
 - the start-up decision: "auto" turns exact on where the model's path can and
   leaves it off (saying why) where it cannot, as with the fp32 model; "on" there
-  fails at start-up; "off" is off.
+  fails at start-up; "off" is off;
+- the server reads the model's one `exact` option (`ModelSpec.exact`, `--exact`);
+  `ServerConfig` has none of its own.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from helpers import fixed_attention_plan, save_fixed_costs
 from starlette.testclient import TestClient
 
 from specdec.backends.torch import attention
+from specdec.choices import ModelSpec
 from specdec.models import load_model
 from specdec.serve.app import ServerConfig, create_app
 from specdec.serve.exactness import settle_exact, why_not_exact
@@ -38,9 +41,9 @@ def default_loaded():
     return load_model("smollm2-135m")
 
 
-def seed_fixed_timings(loaded) -> None:
+def seed_fixed_timings(loaded, exact: str | None = None) -> None:
     """The served variant's attention plan and cost curve fixed (one cache file per dtype), so no test times."""
-    served = dataclasses.replace(loaded, exact="on" if why_not_exact(loaded) is None else "off")
+    served = dataclasses.replace(loaded, exact=exact or ("on" if why_not_exact(loaded) is None else "off"))
     attention.save_plan(served, fixed_attention_plan())
     save_fixed_costs(served)
 
@@ -86,14 +89,24 @@ def test_auto_is_on_where_possible_and_off_where_not(default_model, default_load
     if why_not_exact(default_loaded) is None:
         loaded, note = settle_exact(default_loaded, "auto")
         assert loaded.exact == "on" and "exact verification on" in note
-    with pytest.raises(ValueError):
-        ServerConfig(exact="maybe")
+    with pytest.raises(ValueError, match="exact must be one of"):
+        settle_exact(default_loaded, "maybe")
+
+
+def test_the_server_reads_the_models_exact_option(default_model, default_loaded):
+    assert "exact" not in {field.name for field in dataclasses.fields(ServerConfig)}  # declared once, in ModelSpec
+    seed_fixed_timings(default_loaded, "off")
+    config = ServerConfig(model=ModelSpec(exact="off"), max_batch=1, log_level="warning")
+    service = create_app(config, default_loaded).state.service
+    assert service.loaded.exact == "off" and "--exact off" in service.exact_note
+    with pytest.raises(ValueError, match="--exact on is not possible"):
+        create_app(ServerConfig(model=ModelSpec(exact="on"), max_batch=1), default_model)  # fp32: cannot
 
 
 def test_serve_parses_exact_auto_by_default():
-    from specdec.cli import build_parser
+    from specdec.cli import build_parser, model_spec
 
     parser = build_parser()
-    assert parser.parse_args(["serve"]).exact == "auto"
-    assert parser.parse_args(["serve", "--exact", "off"]).exact == "off"
+    assert model_spec(parser.parse_args(["serve"])).exact == "auto"
+    assert model_spec(parser.parse_args(["serve", "--exact", "off"])).exact == "off"
     assert parser.parse_args(["generate", "hi"]).exact == "auto"  # other commands: the model's auto (where free)

@@ -31,8 +31,12 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
-    """The `ModelSpec` fields as one argument group; `model_spec(args)` reads them back."""
+EXACT_AUTO = "where it costs nothing (bf16 on a CPU with AVX-512 BF16, where attention runs specdec's kernel)"
+
+
+def add_model_options(parser: argparse.ArgumentParser, exact_auto: str = EXACT_AUTO) -> None:
+    """The `ModelSpec` fields as one argument group; `model_spec(args)` reads them back. `exact_auto`
+    says what `--exact auto` means for this command (the server reads it more strongly)."""
     group = parser.add_argument_group("model", "which model to load and how it verifies")
     group.add_argument("--model", default=DEFAULT_MODEL, help="bundled name, HF folder, .gguf file or hub id")
     group.add_argument("--dtype", default="auto", help="auto (bf16 where the CPU has AMX/avx512_bf16), fp32, bf16")
@@ -43,8 +47,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                              "quantized model; bf16 multiplies on specdec's 4-bit kernel, built at install)")
     group.add_argument("--exact", default="auto", choices=EXACT,
                        help="batch-invariant verification, so every method's greedy text equals plain decoding's "
-                       "in bf16 too and a request's text does not depend on the batch: auto (default) where it "
-                       "costs nothing (bf16 on a CPU with AVX-512 BF16, where attention runs specdec's kernel); "
+                       f"in bf16 too and a request's text does not depend on the batch: auto (default) {exact_auto}; "
                        "on: wherever it holds (bf16 / fp16 on a CPU), slower without the kernel; off: never")
     group.add_argument("--backend", default=DEFAULT_BACKEND, choices=tuple(BACKENDS),
                        help="which engine verifies: " + "; ".join(f"{name}: {b.help}" for name, b in BACKENDS.items()))
@@ -222,8 +225,7 @@ SUBCOMMANDS.append(_add_models)
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (chat and completions, streaming)")
-    add_model_options(p)
-    p.set_defaults(exact="auto")  # the server's --exact: on where the model's path supports it (serve.exactness)
+    add_model_options(p, exact_auto="wherever it holds, even where it costs tokens/s (specdec.serve.exactness)")
     p.add_argument(
         "--method", default="logitspec",
         help="default method for requests without specdec.method (name:opt=value,...); its options are "
@@ -287,8 +289,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from specdec.serve.keys import ADMIN_KEYS_ENV, API_KEYS_ENV, gather_keys
 
     config = ServerConfig(
-        model=model_spec(argparse.Namespace(**{**vars(args), "exact": "off"})), exact=args.exact,
-        method=args.method, method_configs=tuple(args.method_config), host=args.host,
+        model=model_spec(args), method=args.method, method_configs=tuple(args.method_config), host=args.host,
         port=args.port, api_keys=gather_keys(args.api_key, args.api_key_file, os.environ, API_KEYS_ENV),
         admin_keys=gather_keys(args.admin_key, args.admin_key_file, os.environ, ADMIN_KEYS_ENV),
         request_timeout_s=args.request_timeout,

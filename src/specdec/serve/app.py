@@ -129,7 +129,7 @@ class Service:
     def __init__(self, config: ServerConfig, loaded: LoadedModel) -> None:
         self.config = config
         # decided before anything measures or runs the model: cost curves time the pass that will run
-        loaded, self.exact_note = settle_exact(loaded, config.wanted_exact)
+        loaded, self.exact_note = settle_exact(loaded, config.model.exact)
         self.loaded = loaded
         self.engine = Engine(loaded)
         self.metrics = ServerMetrics()

@@ -13,19 +13,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdec.choices import ModelSpec, check_exact_backend
+from specdec.choices import ModelSpec
 from specdec.proposers import MethodError
-from specdec.serve.exactness import SERVE_EXACT
 from specdec.serve.options import MethodSettings
 from specdec.serve.pool import DEFAULT_CAPACITY
 
 
 @dataclass(frozen=True)
 class ServerConfig:
-    model: ModelSpec = ModelSpec()  # the one model this server loads, and how it verifies
-    # exact (batch-invariant) verification: "auto" = on where the model's path supports it
-    # (specdec.serve.exactness); "on" (also when model.exact is "on") fails where it cannot; "off"
-    exact: str = "auto"
+    # the one model this server loads, and how it verifies; its `exact` has the server's stronger reading
+    # of "auto": on wherever the model's path can, even where that costs tokens/s (specdec.serve.exactness)
+    model: ModelSpec = ModelSpec()
     method: str = "logitspec"  # default method spec for requests without "specdec.method"
     # "METHOD:opt=value,..." each: server-side settings of a method (paths, quantize, calibration...),
     # prepared at startup; see specdec.serve.options
@@ -69,9 +67,6 @@ class ServerConfig:
             raise ValueError(f"pool_capacity must be >= 1, got {self.pool_capacity}")
         if not isinstance(self.model, ModelSpec):
             raise ValueError(f"model must be a ModelSpec, got {type(self.model).__name__}")
-        if self.exact not in SERVE_EXACT or (self.exact == "off" and self.model.exact == "on"):
-            raise ValueError(f"exact must be one of {', '.join(SERVE_EXACT)} and agree with model.exact")
-        check_exact_backend(self.wanted_exact, self.model.backend)
         self.method_settings()  # a bad method spec fails at startup, not per request
 
     @property
@@ -80,11 +75,6 @@ class ServerConfig:
         if self.max_queue_per_key is not None:
             return self.max_queue_per_key
         return -(-self.max_queue // max(1, len(self.api_keys)))  # ceiling: the shares cover the queue
-
-    @property
-    def wanted_exact(self) -> str:
-        """The exactness asked for: model.exact "on" is as strict as exact "on"."""
-        return "on" if self.model.exact == "on" else self.exact
 
     def method_settings(self) -> MethodSettings:
         try:

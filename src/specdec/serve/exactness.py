@@ -8,10 +8,15 @@ alone and in a batch. `exact on` (`LoadedModel.exact`,
 `specdec.backends.torch.invariant`) makes each row's arithmetic independent of
 the batch, at some tokens/s, so the server turns it on unless told `off`.
 
+The option is the model's own (`ModelSpec.exact`, `--exact`), declared once;
+only its "auto" reads more strongly here. Elsewhere "auto" means on where it
+costs nothing (`specdec.choices.EXACT`); a server is on wherever it can, even
+where that costs tokens/s. This module is where that reading is applied.
+
 Invariants:
-- "auto" (the server's default) gives exact verification wherever the loaded
-  model's path supports it (a backend that can, and for torch: bf16 / fp16 on
-  a CPU with packed weights), else leaves it off; it never fails for that;
+- "auto" (the default) gives exact verification wherever the loaded model's
+  path supports it (a backend that can, and for torch: bf16 / fp16 on a CPU
+  with packed weights), else leaves it off; it never fails for that;
 - "on" fails at startup (ValueError naming why) where the path cannot;
   "off" is always off;
 - the decision is made once, before anything measures or runs the model, and
@@ -23,10 +28,8 @@ from __future__ import annotations
 import dataclasses
 
 from specdec.backends.torch.packed import is_invariant
-from specdec.choices import BACKENDS, EXACT
+from specdec.choices import BACKENDS, check_exact
 from specdec.models import LoadedModel
-
-SERVE_EXACT = EXACT  # auto: here, on wherever the model's path can (not only where it is free)
 
 
 def why_not_exact(loaded: LoadedModel) -> str | None:
@@ -44,9 +47,9 @@ def why_not_exact(loaded: LoadedModel) -> str | None:
 
 
 def settle_exact(loaded: LoadedModel, exact: str) -> tuple[LoadedModel, str]:
-    """`loaded` with the server's exactness decided (one of SERVE_EXACT), and the line that says so."""
-    if exact not in SERVE_EXACT:
-        raise ValueError(f"exact must be one of {', '.join(SERVE_EXACT)} (got {exact!r})")
+    """`loaded` with the server's exactness decided from `exact` (`ModelSpec.exact`: "auto" read as on
+    wherever the path can), and the line that says so."""
+    check_exact(exact)
     if exact == "off":
         return dataclasses.replace(loaded, exact="off"), (
             "exact verification off (--exact off): the same request may give different text alone and in a batch"
