@@ -27,6 +27,19 @@ from specdec.serve.scheduler import Job, Scheduler, TextEvent
 
 PROMPT_TOKENS = 3000
 NORMAL_STEPS = 8
+COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"  # greedy SmolLM2 counts on from here for hundreds of tokens
+
+
+def counting_prompt(tokenizer, num_tokens: int) -> list[int]:  # noqa: ANN001 - a transformers tokenizer
+    """`num_tokens` token ids of the counting text, repeated (a long prompt that costs a real prefill)."""
+    counting = tokenizer.encode(COUNTING, add_special_tokens=False)
+    return (counting * (num_tokens // len(counting) + 1))[:num_tokens]
+
+
+def largest_gap(times: list[float], start: float, end: float) -> float:
+    """The longest wait between `start`, each of `times` within [start, end], and `end`, in seconds."""
+    edges = [start, *(t for t in times if start <= t <= end), end]
+    return max(b - a for a, b in zip(edges, edges[1:], strict=False))
 
 
 def measure(engine: Engine, tokenizer, prefill_chunk: int) -> tuple[float, float]:
@@ -47,8 +60,8 @@ def measure(engine: Engine, tokenizer, prefill_chunk: int) -> tuple[float, float
             done.set()
 
     plain = make_config("plain", {})
-    counting = tokenizer.encode("1, 2, 3, 4, 5, 6, 7, 8,", add_special_tokens=False)
-    long = (counting * (PROMPT_TOKENS // len(counting) + 1))[:PROMPT_TOKENS]
+    counting = tokenizer.encode(COUNTING, add_special_tokens=False)
+    long = counting_prompt(tokenizer, PROMPT_TOKENS)
     stream = GenerationConfig(max_new_tokens=4000, ignore_eos=True)
     try:
         scheduler.submit(Job(counting, plain, "plain", stream, "completions", True, stream_sink))
@@ -61,9 +74,7 @@ def measure(engine: Engine, tokenizer, prefill_chunk: int) -> tuple[float, float
     finally:
         scheduler.close(60)
     normal = statistics.median(b - a for a, b in zip(times[:NORMAL_STEPS], times[1 : NORMAL_STEPS + 1], strict=True))
-    during = [t for t in times if submitted <= t <= joined[0]]
-    edges = [submitted, *during, joined[0]]
-    return normal, max(b - a for a, b in zip(edges, edges[1:], strict=False))
+    return normal, largest_gap(times, submitted, joined[0])
 
 
 def main() -> None:
