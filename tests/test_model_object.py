@@ -7,11 +7,15 @@ be a target. Also: `specdec-hf models list` says where pullable weights come fro
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from helpers import tiny_llama
+from helpers import fixed_attention_plan, save_fixed_costs, tiny_llama
 from transformers import BertConfig, BertForMaskedLM, T5Config, T5ForConditionalGeneration
 
 import specdec
+from specdec.backends.torch import attention
+from specdec.bench import BenchConfig, run_bench
 from specdec.cli import main
 from specdec.engine.loop import Engine
 from specdec.models import UnsupportedModelError, load_model
@@ -59,6 +63,29 @@ def test_training_mode_and_a_missing_tokenizer_are_refused(default_model):
             load_model(model, tokenizer=default_model.tokenizer)
     finally:
         model.eval()
+
+
+def test_the_bench_runs_a_model_object_as_it_is(default_model, tmp_path):
+    model, tok = default_model.model, default_model.tokenizer
+    loaded = load_model(model, tokenizer=tok)
+    attention.save_plan(loaded, fixed_attention_plan())  # its own timing key: seeded, not timed
+    save_fixed_costs(loaded)
+    data = tmp_path / "questions.jsonl"
+    data.write_text(json.dumps({"question_id": 1, "category": "qa", "turns": [PROMPT]}) + "\n")
+    methods = ("plain", "hf-greedy", "logitspec")
+    config = BenchConfig(data=str(data), methods=methods, max_new_tokens=16, warmup=0, out=str(tmp_path / "out"),
+                         progress=False)
+    summary = run_bench(config, loaded=loaded)
+    rows = [json.loads(line) for line in (tmp_path / "out" / "responses.jsonl").read_text().splitlines()]
+    tokens = {row["method"]: row["token_ids"] for row in rows}
+    assert set(tokens) == set(methods) and tokens["plain"]
+    assert tokens["logitspec"] == tokens["plain"] == tokens["hf-greedy"]  # fp32 greedy: lossless
+    assert summary.stats["logitspec"]["overall"]["exact_match_plain"] == 1.0
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["model"]["name"] == loaded.name == manifest["run_identity"]["model"]
+    # the settings' model spec was not loaded: the manifest says the caller gave the model
+    assert manifest["model"]["given_by_caller"] is True and manifest["settings"]["model"] is None
+    assert manifest["model"]["dtype"] == "float32" and manifest["model"]["backend"] == "torch"
 
 
 def test_models_list_says_where_the_weights_come_from(capsys):

@@ -4,6 +4,9 @@
     summary = run_bench(BenchConfig(methods=("plain", "hf-greedy", "pld"), per_category=1))
     print(summary.to_dict())
 
+    # your own transformers model object and tokenizer, as they are (config.model is then not loaded)
+    summary = run_bench(BenchConfig(methods=("plain", "logitspec")), loaded=specdec.load_model(model, tokenizer=tok))
+
 Modules: `config` (settings, validated before any model loads), `records` (one
 timed generation and its row), `baselines` (transformers' own generate as a
 reference), `runner` (warm-up, interleaving, the loop), `metrics` (speedup,

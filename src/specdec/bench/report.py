@@ -208,19 +208,21 @@ def source_revision(package_dir: Path | None = None) -> dict[str, Any]:
 def build_manifest(summary: BenchSummary | None, context: dict[str, Any]) -> dict[str, Any]:
     """The manifest of a run; `summary` None while it is going on (status "running")."""
     config, plan, target, assistant = context["config"], context["plan"], context["target"], context["assistant"]
-    session = context["session"]
+    session, given = context["session"], bool(context.get("model_given"))
     return {
         "status": "running" if summary is None else "complete",
         "git": session["git"],
         "run_identity": context["identity"],
         "model": {"name": target.name, "dtype": str(target.dtype).replace("torch.", ""), "device": str(target.device),
-                  "eos_token_ids": list(target.eos_token_ids)},
+                  "eos_token_ids": list(target.eos_token_ids), "pack": target.pack, "exact": target.exact,
+                  "backend": target.backend, "given_by_caller": given},
         "draft_model": assistant.name if assistant is not None else None,
         "versions": {"specdec": _version("specdec"), "torch": torch.__version__,
                      "transformers": _version("transformers"), "python": platform.python_version()},
         "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                     "platform": platform.platform()},
-        "settings": config.to_dict(),
+        # a model the caller loaded (run_bench's `loaded`) stands in for settings.model, which was not loaded
+        "settings": {**config.to_dict(), **({"model": None} if given else {})},
         "methods": [{"label": m.label, "name": m.name, "options": _options(m.config)} for m in plan.methods],
         "method_order": "rotated by one per question; turns interleaved across methods",
         "chat_template": context["chat"],

@@ -59,7 +59,7 @@ class ResumeState:
 def run_identity(config: BenchConfig, plan: BenchPlan, loaded: LoadedModel | None) -> dict[str, Any]:
     """The settings that make two runs one run (JSON values, so a manifest's copy compares equal).
 
-    With an already-loaded model its own name, dtype and device count, not the
+    With an already-loaded model its own name, dtype, device and backend count, not the
     config's; otherwise they are resolved the way `load_model` resolves them.
     """
     if loaded is not None:
@@ -79,8 +79,9 @@ def run_identity(config: BenchConfig, plan: BenchPlan, loaded: LoadedModel | Non
         "methods": sorted(plan.labels),
         "data_sha256": plan.data_sha256,
     }
-    if config.model.backend != DEFAULT_BACKEND:  # only then: folders of default runs keep resuming as before
-        identity["backend"] = config.model.backend
+    backend = loaded.backend if loaded is not None else config.model.backend
+    if backend != DEFAULT_BACKEND:  # only then: folders of default runs keep resuming as before
+        identity["backend"] = backend
     return json.loads(json.dumps(identity))
 
 

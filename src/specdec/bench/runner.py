@@ -180,7 +180,9 @@ def load_models(config: BenchConfig, plan: BenchPlan, loaded: LoadedModel | None
 def run_bench(config: BenchConfig, loaded: LoadedModel | None = None, command: str | None = None) -> BenchSummary:
     """Run the benchmark; write responses.jsonl, summary.csv/.md, plots and manifest.json; return the summary.
 
-    `loaded`: an already-loaded target model (config.model is then not loaded).
+    `loaded`: an already-loaded target model, e.g. the user's own transformers model object wrapped as it
+    is (`specdec.load_model(model, tokenizer=tok)`); config.model is then not loaded and does not apply
+    (the loaded model's own pack, exact and backend do), and the manifest says so.
     `command`: the command line to record in the manifest.
     With `config.resume`, the pairs already in that folder are skipped and the
     summary covers its old rows and the new ones (see `specdec.bench.resume`).
@@ -200,6 +202,7 @@ def run_bench(config: BenchConfig, loaded: LoadedModel | None = None, command: s
     old_ids = [str(row["question_id"]) for row in state.rows]
     context = {"config": config, "plan": plan, "target": target, "assistant": assistant, "chat": prompting.chat,
                "identity": identity, "session": session, "sessions": list(state.sessions),
+               "model_given": loaded is not None,
                "question_ids": list(dict.fromkeys([*old_ids, *(q.question_id for q in plan.questions)]))}
     write_manifest(out_dir, None, context)  # before any row: a killed run can be resumed and checked
     if config.progress:
