@@ -42,7 +42,8 @@ def add_model_options(parser: argparse.ArgumentParser, exact_auto: str = EXACT_A
     group.add_argument("--dtype", default="auto", help="auto (bf16 where the CPU has AMX/avx512_bf16), fp32, bf16")
     group.add_argument("--cache-dir", default=None, help="where converted models are kept (~/.cache/specdec)")
     group.add_argument("--pack", default="auto", choices=PACK,
-                        help="verify with prepacked Linear weights: auto (bf16 on CPU, bit-identical), on (fp32 too), off; "
+                        help="verify with prepacked Linear weights: auto (bf16 on CPU, bit-identical; a GGUF model in bf16 on "
+                             "an AVX-512 BF16 CPU: int4, on the fused exact pass), on (fp32 too), off; "
                              "int4: 4-bit weights in groups of 32 (CPU; plain decoding and every method run the "
                              "quantized model; bf16 multiplies on specdec's 4-bit kernel, built at install)")
     group.add_argument("--exact", default="auto", choices=EXACT,
