@@ -1,8 +1,8 @@
 """The exact 4-bit verification pass with one C++ call per decoder layer: no per-layer Python.
 
-Why: on 4-bit weights (`pack="int4"`) the products and specdec's tree attention take a few milliseconds
-of a one-token SmolLM2 pass; transformers' modules spend more than that again around them, dispatching
-~40 small PyTorch ops per layer from Python (norms, rotary, cache writes, SiLU, residuals, reshapes).
+Why: on 4-bit weights (`pack="int4"`) the products and specdec's tree attention are a minority of a
+one-token pass; transformers' modules spend more than that again around them, dispatching tens of small
+PyTorch ops per layer from Python (norms, rotary, cache writes, SiLU, residuals, reshapes).
 `csrc/decoder_layer.cpp` runs a whole Llama-family layer in one call, on the same block kernel and the
 same attention kernel (docs/benchmarks.md has the measurements).
 

@@ -1,8 +1,8 @@
 // One Llama-family decoder layer on 4-bit weights in one call: a verification pass without per-layer Python.
 //
-// Why: with the block products (q4_gemm.cpp) and tree attention (tree_attention.cpp) at ~3 ms for a one-token
-// SmolLM2 pass, the ~40 small PyTorch ops around them in each of 30 layers (norms, rotary, cache writes,
-// SiLU, residuals, reshapes), each dispatched from Python, cost more than the products. Here one call runs
+// Why: once the block products (q4_gemm.cpp) and tree attention (tree_attention.cpp) are fast, the small
+// PyTorch ops around them in every layer (norms, rotary, cache writes, SiLU, residuals, reshapes), each
+// dispatched from Python, cost more than the products (docs/benchmarks.md has the measurements). Here one call runs
 // a whole layer over every row of the pass (transformers' LlamaDecoderLayer / Qwen2DecoderLayer, in bf16):
 //
 //   x = rms(h) * w_in;  q, k, v = x @ Wqkv (+ bias);  rotary on q and k;  k, v written to the cache
