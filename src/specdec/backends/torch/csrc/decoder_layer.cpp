@@ -25,6 +25,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 
 #include "kernels.h"
@@ -35,38 +36,8 @@ using bf16 = c10::BFloat16;
 constexpr int64_t kGrain = 8;     // rows per task of the row-wise steps: one-token passes stay on one thread
 constexpr int64_t kWeights = 18;  // per layer: norm, qkv (qs, scale, minimum, bias), o (3), norm, gate, up, down (3 each)
 
-inline float round_bf16(float v) { return static_cast<float>(bf16(v)); }
-
-// out[r] = bf16(w * bf16(x[r] / sqrt(mean(x[r]^2) + eps))), the squares summed in index order.
-void rms_norm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t size, float eps) {
-  at::parallel_for(0, rows, kGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const bf16* xr = x + r * size;
-      float sum = 0.0f;
-      for (int64_t i = 0; i < size; ++i) {
-        const float v = xr[i];
-        sum += v * v;
-      }
-      const float inverse = 1.0f / std::sqrt(sum / static_cast<float>(size) + eps);
-      for (int64_t i = 0; i < size; ++i)
-        out[r * size + i] = bf16(static_cast<float>(w[i]) * round_bf16(static_cast<float>(xr[i]) * inverse));
-    }
-  });
-}
-
-// out = bf16(a + b), elementwise over n values (out may be a or b).
-void add(const bf16* a, const bf16* b, bf16* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = bf16(static_cast<float>(a[i]) + static_cast<float>(b[i]));
-}
-
-// transformers' apply_rotary_pos_emb for one head: bf16(bf16(x * cos) + bf16(rotate_half(x) * sin)).
-void rotate(const bf16* x, const bf16* cos, const bf16* sin, bf16* out, int64_t dim) {
-  const int64_t half = dim / 2;
-  for (int64_t d = 0; d < dim; ++d) {
-    const float turned = d < half ? -static_cast<float>(x[d + half]) : static_cast<float>(x[d - half]);
-    out[d] = bf16(round_bf16(static_cast<float>(x[d]) * static_cast<float>(cos[d])) +
-                  round_bf16(turned * static_cast<float>(sin[d])));
-  }
+SPECDEC_AVX512 inline __mmask16 first(int64_t n) {  // the lanes of the first min(n, 16) values
+  return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
 }
 
 SPECDEC_AVX512 inline __m512 widen(const bf16* p, __mmask16 live) {
@@ -74,9 +45,55 @@ SPECDEC_AVX512 inline __m512 widen(const bf16* p, __mmask16 live) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
 }
 
+SPECDEC_AVX512 inline void put(bf16* p, __mmask16 live, __m512 v) {  // rounded to bf16, nearest even
+  _mm256_mask_storeu_epi16(p, live, (__m256i)_mm512_cvtneps_pbh(v));
+}
+
 SPECDEC_AVX512 inline __m512 rounded(__m512 v) {  // to bf16 (nearest even) and back
   const __m256i b = (__m256i)_mm512_cvtneps_pbh(v);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+}
+
+// out = bf16(w * bf16(x / sqrt(mean(x^2) + eps))) for one row of `size` values; the squares are summed in
+// 16 lanes (lane l takes i = l mod 16, in order), then by one fixed tree: the same order for every row.
+SPECDEC_AVX512 void rms_norm_row(const bf16* x, const bf16* w, bf16* out, int64_t size, float eps) {
+  __m512 lanes = _mm512_setzero_ps();
+  for (int64_t i = 0; i < size; i += 16) {
+    const __m512 v = widen(x + i, first(size - i));
+    lanes = _mm512_add_ps(lanes, _mm512_mul_ps(v, v));
+  }
+  const float inverse = 1.0f / std::sqrt(_mm512_reduce_add_ps(lanes) / static_cast<float>(size) + eps);
+  const __m512 scale = _mm512_set1_ps(inverse);
+  for (int64_t i = 0; i < size; i += 16) {
+    const __mmask16 live = first(size - i);
+    put(out + i, live, _mm512_mul_ps(widen(w + i, live), rounded(_mm512_mul_ps(widen(x + i, live), scale))));
+  }
+}
+
+void rms_norm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t size, float eps) {
+  at::parallel_for(0, rows, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) rms_norm_row(x + r * size, w, out + r * size, size, eps);
+  });
+}
+
+// out = bf16(a + b), elementwise over n values (out may be a or b).
+SPECDEC_AVX512 void add(const bf16* a, const bf16* b, bf16* out, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 live = first(n - i);
+    put(out + i, live, _mm512_add_ps(widen(a + i, live), widen(b + i, live)));
+  }
+}
+
+// transformers' apply_rotary_pos_emb for one head: bf16(bf16(x * cos) + bf16(rotate_half(x) * sin)),
+// rotate_half(x) = (-x[half:], x[:half]); dim is a multiple of 32, so each run of 16 is in one half.
+SPECDEC_AVX512 void rotate(const bf16* x, const bf16* cos, const bf16* sin, bf16* out, int64_t dim) {
+  const int64_t half = dim / 2;
+  const __mmask16 all = 0xFFFF;
+  for (int64_t d = 0; d < dim; d += 16) {
+    const __m512 turned = d < half ? _mm512_sub_ps(_mm512_setzero_ps(), widen(x + d + half, all)) : widen(x + d - half, all);
+    const __m512 straight = rounded(_mm512_mul_ps(widen(x + d, all), widen(cos + d, all)));
+    put(out + d, all, _mm512_add_ps(straight, rounded(_mm512_mul_ps(turned, widen(sin + d, all)))));
+  }
 }
 
 // gate[i] = bf16(bf16(silu(gate[i])) * up[i]), 16 values at a time; silu(x) = x * sigmoid(x) with
@@ -84,13 +101,12 @@ SPECDEC_AVX512 inline __m512 rounded(__m512 v) {  // to bf16 (nearest even) and 
 SPECDEC_AVX512 void silu_mul(bf16* gate, const bf16* up, int64_t n) {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 live = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __mmask16 live = first(n - i);
     const __m512 x = widen(gate + i, live);
     const __m512 e = specdec::exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
     const __mmask16 negative = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
     const __m512 sigmoid = _mm512_div_ps(_mm512_mask_mov_ps(one, negative, e), _mm512_add_ps(one, e));
-    const __m512 product = _mm512_mul_ps(rounded(_mm512_mul_ps(x, sigmoid)), widen(up + i, live));
-    _mm256_mask_storeu_epi16(gate + i, live, (__m256i)_mm512_cvtneps_pbh(product));
+    put(gate + i, live, _mm512_mul_ps(rounded(_mm512_mul_ps(x, sigmoid)), widen(up + i, live)));
   }
 }
 
@@ -115,8 +131,7 @@ void place(const Shape& s, const bf16* qkv, const bf16* cos, const bf16* sin, bf
       for (int64_t g = 0; g < s.kv_heads; ++g) {
         const int64_t at = b * batch_stride + g * head_stride + slot * slot_stride;
         rotate(row + (s.heads + g) * s.dim, c, n, key_base + at, s.dim);
-        const bf16* v = row + (s.heads + s.kv_heads + g) * s.dim;
-        for (int64_t d = 0; d < s.dim; ++d) value_base[at + d] = v[d];
+        std::memcpy(value_base + at, row + (s.heads + s.kv_heads + g) * s.dim, s.dim * sizeof(bf16));
       }
     }
   });
@@ -135,8 +150,8 @@ void check(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, co
   const int64_t B = hidden.size(0), T = hidden.size(1), dim = keys.size(3);
   TORCH_CHECK(keys.dim() == 4 && keys.sizes() == values.sizes() && keys.strides() == values.strides() &&
                   keys.scalar_type() == at::kBFloat16 && values.scalar_type() == at::kBFloat16 && keys.size(0) >= B &&
-                  keys.size(1) == kv_heads && keys.stride(3) == 1 && keys.stride(2) == dim,
-              "decoder_layer: the cache buffers must be bf16 [rows >= B, kv_heads, capacity, D] alike");
+                  keys.size(1) == kv_heads && keys.stride(3) == 1 && keys.stride(2) == dim && dim % 32 == 0,
+              "decoder_layer: the cache buffers must be bf16 [rows >= B, kv_heads, capacity, D] alike, D a multiple of 32");
   for (const at::Tensor* t : {&cos, &sin})
     TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->is_contiguous() &&
                     t->sizes() == at::IntArrayRef({B, T, dim}), "decoder_layer: cos and sin must be bf16 [B, T, D]");
