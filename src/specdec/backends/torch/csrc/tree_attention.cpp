@@ -10,7 +10,8 @@
 // cache's length, count = its depth + 1) see the same sequence, so they compute the same bits.
 //
 // Per row and query head, over the n visible keys i = 0..n-1 (fp32 throughout):
-//   s_i = (q . k_i) * scale         one dot product per key (vdpbf16ps over D, one horizontal sum)
+//   s_i = (q . k_i) * scale         one dot product per key (vdpbf16ps over D, one horizontal sum; 16 keys'
+//                                   sums taken together by the same tree each would take alone)
 //   p_i = exp(s_i - max_j s_j)      a fixed polynomial exp, 16 keys at a time (lanes: i mod 16)
 //   o   = sum_i p_i v_i / sum_i p_i  in order of i; the sum of p over lanes i mod 16, then a fixed tree
 // The output is rounded to bf16. One thread computes one (batch, key head, query row) entirely.
@@ -50,6 +51,23 @@ struct Job {
   float scale;
 };
 
+// The sums of 16 accumulators, lane i holding accumulator i's: the same tree `_mm512_reduce_add_ps` takes
+// for each alone (lanes (l, l + 8), then (l, l + 4), (l, l + 2), (l, l + 1); a sum is a sum of the same
+// pairs whichever side each comes from), so a score's bits do not depend on the keys beside it.
+TA_AVX512 inline __m512 sum16(const __m512 (&a)[16]) {
+  __m512 c[8], e[4], g[2];
+  for (int j = 0; j < 8; ++j)  // c[j]: keys 2j, 2j + 1, eight lanes each
+    c[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0x44), _mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0xEE));
+  for (int j = 0; j < 4; ++j)  // e[j]: keys 4j .. 4j + 3, four lanes each
+    e[j] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0x88), _mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0xDD));
+  for (int j = 0; j < 2; ++j)  // g[j], block k: key 8j + k in lanes 0, 1 and key 8j + 4 + k in lanes 2, 3
+    g[j] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * j], e[2 * j + 1], 0x44), _mm512_shuffle_ps(e[2 * j], e[2 * j + 1], 0xEE));
+  // lane 4k + m: key 4m + k; put key i in lane i
+  const __m512 h = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], 0x88), _mm512_shuffle_ps(g[0], g[1], 0xDD));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, h);
+}
+
 // One query row of one query head: its n visible keys, their scores in `scores` (scratch, >= n + 16).
 // False (and nothing written) for a row whose layout points outside the cache.
 template <int64_t kDim>
@@ -66,15 +84,24 @@ TA_AVX512 bool one_row(const Job& j, int64_t b, int64_t h, int64_t t, float* sco
   const c10::BFloat16* q = j.query + ((b * j.H + h) * j.T + t) * kDim;
   __m512i qv[kParts];
   for (int part = 0; part < kParts; ++part) qv[part] = _mm512_loadu_si512(q + part * 32);
-  float top = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) {
-    const c10::BFloat16* k = keys + (i < start ? i : tail[i - start]) * kDim;
-    __m512 acc = _mm512_setzero_ps();
-    for (int part = 0; part < kParts; ++part)  // in order of the head's elements: one accumulator, fixed lanes
-      acc = _mm512_dpbf16_ps(acc, (__m512bh)qv[part], (__m512bh)_mm512_loadu_si512(k + part * 32));
-    scores[i] = _mm512_reduce_add_ps(acc) * j.scale;
-    top = std::max(top, scores[i]);
+  __m512 tops = _mm512_set1_ps(-INFINITY);
+  for (int64_t i0 = 0; i0 < n; i0 += 16) {  // 16 keys' dot products (vdpbf16ps over D), summed together
+    const int64_t live = std::min<int64_t>(16, n - i0);
+    __m512 acc[16];
+    for (int k = 0; k < 16; ++k) {
+      acc[k] = _mm512_setzero_ps();
+      if (k >= live) continue;
+      const int64_t i = i0 + k;
+      const c10::BFloat16* key = keys + (i < start ? i : tail[i - start]) * kDim;
+      for (int part = 0; part < kParts; ++part)  // in order of the head's elements: one accumulator, fixed lanes
+        acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)qv[part], (__m512bh)_mm512_loadu_si512(key + part * 32));
+    }
+    const __mmask16 mask = live == 16 ? __mmask16(0xFFFF) : __mmask16((1u << live) - 1);
+    const __m512 s = _mm512_mul_ps(sum16(acc), _mm512_set1_ps(j.scale));
+    _mm512_mask_storeu_ps(scores + i0, mask, s);
+    tops = _mm512_mask_max_ps(tops, mask, tops, s);
   }
+  const float top = _mm512_reduce_max_ps(tops);
   __m512 lanes = _mm512_setzero_ps();  // lane l sums p_i for i = l (mod 16)
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 live = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
@@ -84,22 +111,28 @@ TA_AVX512 bool one_row(const Job& j, int64_t b, int64_t h, int64_t t, float* sco
     lanes = _mm512_add_ps(lanes, p);
   }
   const float total = _mm512_reduce_add_ps(lanes);
-  __m512 o[2 * kParts];
-  for (int part = 0; part < 2 * kParts; ++part) o[part] = _mm512_setzero_ps();
+  // 32 bf16 of a value as fp32 in two zmm without a conversion: a word's bits shifted up (the even
+  // elements) or kept in place (the odd ones); even[part] and odd[part] sum those elements over i in order.
+  __m512 even[kParts], odd[kParts];
+  for (int part = 0; part < kParts; ++part) even[part] = odd[part] = _mm512_setzero_ps();
+  const __m512i high = _mm512_set1_epi32(int32_t(0xFFFF0000u));
   for (int64_t i = 0; i < n; ++i) {
     const c10::BFloat16* v = values + (i < start ? i : tail[i - start]) * kDim;
     const __m512 p = _mm512_set1_ps(scores[i]);
-    for (int part = 0; part < 2 * kParts; ++part) {  // 16 bf16 -> fp32 (a left shift by 16 bits)
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + part * 16));
-      const __m512 vf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-      o[part] = _mm512_fmadd_ps(p, vf, o[part]);
+    for (int part = 0; part < kParts; ++part) {
+      const __m512i raw = _mm512_loadu_si512(v + part * 32);
+      even[part] = _mm512_fmadd_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16)), even[part]);
+      odd[part] = _mm512_fmadd_ps(p, _mm512_castsi512_ps(_mm512_and_si512(raw, high)), odd[part]);
     }
   }
   const __m512 inverse = _mm512_set1_ps(1.0f / total);
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                                          8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
   c10::BFloat16* dst = j.out + ((b * j.T + t) * j.H + h) * kDim;
-  for (int part = 0; part < 2 * kParts; ++part) {
-    const __m256bh packed = _mm512_cvtneps_pbh(_mm512_mul_ps(o[part], inverse));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + part * 16), (__m256i)packed);
+  for (int part = 0; part < kParts; ++part) {  // words: the 16 even elements, then the 16 odd ones
+    const __m512bh packed = _mm512_cvtne2ps_pbh(_mm512_mul_ps(odd[part], inverse), _mm512_mul_ps(even[part], inverse));
+    _mm512_storeu_si512(dst + part * 32, _mm512_permutexvar_epi16(interleave, (__m512i)packed));
   }
   return true;
 }
