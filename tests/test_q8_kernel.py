@@ -1,7 +1,8 @@
 """The 8-bit block kernel (`q8_linear`, `Q8Linear`) against its pure-PyTorch reference, and a GGUF's
-Q8_0 head read from the file (`specdec.backends.torch.gguf_blocks`).
+Q8_0 or Q6_K head read from the file (`specdec.backends.torch.gguf_blocks`).
 
-The format is llama.cpp's Q8_0 (checked against gguf's own quantizer and dequantizer); the kernel
+The formats are llama.cpp's Q8_0 (checked against gguf's own quantizer and dequantizer) and Q6_K read as
+8-bit blocks with an fp32 scale per 16 weights (checked against gguf's dequantizer); the kernel
 multiplies by `dequantize_q8`'s weights bit for bit, within the fp32 summation bound of the reference,
 and gives every row the same bits whatever the rows beside it, on each C++ path this CPU runs. On the
 bundled model the int4 view's head is the GGUF's own Q8_0 blocks, equal to the bf16 model's head.
@@ -33,11 +34,34 @@ def op():
     return torch.ops.specdec_q4.q8_linear
 
 
-def random_q8(rows: int, cols: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def random_q8(rows: int, cols: int, seed: int = 0, per16: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q8_0 blocks, or (per16) q in -32..31 with an fp32 scale per 16 weights, as a Q6_K tensor reads."""
     generator = torch.Generator().manual_seed(seed)
+    if per16:
+        q = torch.randint(-32, 32, (rows, cols), generator=generator, dtype=torch.int8)
+        return q, torch.rand(rows, cols // 16, generator=generator) * 1e-3 + 1e-5
     q = torch.randint(-128, 128, (rows, cols), generator=generator)
     scale = torch.rand(rows, cols // BLOCK, generator=generator) * 1e-3 + 1e-5
     return pack_q8(q, scale)
+
+
+def random_q6_k(rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    """Random Q6_K bytes [rows, cols / 256 * 210]: any bits are valid blocks once each d is a finite fp16."""
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 256, (rows, cols // 256, gguf_blocks.Q6_K_BYTES), dtype=np.uint8)
+    data[..., 208:] = (rng.random((rows, cols // 256, 1)) * 1e-2).astype(np.float16).view(np.uint8)
+    return data.reshape(rows, -1)
+
+
+def test_q6_k_bytes_read_as_gguf_reads_them():
+    """A Q6_K tensor's blocks (q - 32 and d * scale) dequantize to gguf's own values for it, in bf16."""
+    gguf = pytest.importorskip("gguf")
+    raw = random_q6_k(6, 512)
+    qs, scale = gguf_blocks.q6_k_blocks(raw, 6, 512)
+    assert qs.dtype == torch.int8 and scale.dtype == torch.float32 and scale.shape == (6, 32)
+    assert int(qs.min()) >= -32 and int(qs.max()) <= 31
+    expected = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q6_K)
+    assert torch.equal(dequantize_q8(qs, scale), torch.from_numpy(np.ascontiguousarray(expected)).to(torch.bfloat16))
 
 
 def test_q8_0_bytes_read_as_gguf_writes_and_reads_them():
@@ -60,10 +84,11 @@ def test_pack_refuses_bad_input():
         pack_q8(torch.zeros(2, 64, dtype=torch.int64), torch.ones(2, 1))
 
 
+@pytest.mark.parametrize("per16", [False, True], ids=["q8_0", "scale per 16"])
 @pytest.mark.parametrize("shape", list(SHAPES), ids=list(SHAPES))
-def test_kernel_multiplies_by_the_reference_weights_and_rows_are_independent(op, shape):
+def test_kernel_multiplies_by_the_reference_weights_and_rows_are_independent(op, shape, per16):
     rows, cols = SHAPES[shape]
-    qs, scale = random_q8(rows, cols, seed=len(shape))
+    qs, scale = random_q8(rows, cols, seed=len(shape), per16=per16)
     weight = dequantize_q8(qs, scale)
     x = torch.randn(max(ROWS), cols, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     for path in forced_paths():
@@ -89,7 +114,9 @@ def test_bad_input_gets_a_clear_error(op):
     with pytest.raises(RuntimeError, match="qs must be int8"):
         op(x, qs.view(torch.uint8), scale)
     with pytest.raises(RuntimeError, match="float16"):
-        op(x, qs, scale.float())
+        op(x, qs, scale.float())  # fp32 scales are one per 16 weights
+    with pytest.raises(RuntimeError, match="float16"):
+        op(x, qs, scale.double())
     with pytest.raises(RuntimeError, match="need \\[N, K\\]"):
         op(torch.randn(2, 96), qs, scale)
     with pytest.raises(RuntimeError, match="path must be"):
@@ -100,10 +127,16 @@ def test_q8_linear_module(op):
     qs, scale = random_q8(48, 96)
     bias = torch.randn(48)
     layer = Q8Linear(qs, scale, bias)
-    assert "in_features=96, out_features=48" in repr(layer) and "q8_0" in repr(layer)
+    assert "in_features=96, out_features=48" in repr(layer) and "a scale per 32" in repr(layer)
     x = torch.randn(2, 5, 96)
     expected = (op(x.reshape(10, 96), qs, scale) + bias).reshape(2, 5, 48)
     assert torch.equal(layer(x), expected)
+    qs16, scale16 = random_q8(48, 96, per16=True)
+    layer16 = Q8Linear(qs16, scale16)
+    assert "a scale per 16" in repr(layer16) and layer16.scale.dtype == torch.float32
+    assert torch.equal(layer16(x), op(x.reshape(10, 96), qs16, scale16).reshape(2, 5, 48))
+    with pytest.raises(ValueError, match="scale must be"):
+        Q8Linear(qs16, scale16[:, :3])
 
 
 def test_the_bundled_models_head_is_read_from_its_gguf(op):
@@ -129,3 +162,28 @@ def q4_kernel_view(loaded):  # noqa: ANN001, ANN201 - the int4 view the engine v
     from specdec.models.state import ModelState
 
     return verify_model(dataclasses.replace(loaded, pack="int4", state=ModelState()))
+
+
+def test_a_q6_k_head_is_read_from_its_gguf(op, tmp_path):
+    """A GGUF whose head is Q6_K (Q4_K_M files' usual head): read as 8-bit blocks with a scale per 16, it
+    equals the bf16 head dequantized from the file and multiplies like it; another weight is refused."""
+    gguf = pytest.importorskip("gguf")
+    rows, cols = 40, 512
+    raw = random_q6_k(rows, cols, seed=3)
+    path = tmp_path / "q6_k_head.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("output.weight", raw, raw_dtype=gguf.GGMLQuantizationType.Q6_K)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    head = torch.nn.Linear(cols, rows, bias=False).to(torch.bfloat16)
+    values = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q6_K)
+    head.weight.data = torch.from_numpy(np.ascontiguousarray(values)).to(torch.bfloat16)
+    layer, why = gguf_blocks.head_q8(path, head)
+    assert isinstance(layer, Q8Linear) and why == "" and layer.per == 16
+    assert torch.equal(dequantize_q8(layer.qs, layer.scale), head.weight)
+    x = torch.randn(3, cols, dtype=torch.bfloat16)
+    assert_within_bound(layer(x), x, head.weight)
+    head.weight.data[0, 0] += 1.0
+    assert gguf_blocks.head_q8(path, head) == (None, "the GGUF's head blocks are not the model's head weights")

@@ -4,7 +4,9 @@ Why: a model loaded from a GGUF runs on a safetensors copy whose weights are the
 values; in bf16 each is bf16(q * scale). The block kernels (`q4_kernel`) multiply by exactly those
 weights while reading the file's few bits instead of bf16's 16. Today the output head is read this
 way: a GGUF's head (or the token embedding a tied head shares) is usually Q8_0, as the bundled
-model's is, and it is the largest single product of a small model's pass (SmolLM2-135M: 49,152 x 576).
+model's is, or Q6_K, as Q4_K_M files' are (Qwen2.5-Coder's), and it is the largest single product of a
+small model's pass (SmolLM2-135M: 49,152 x 576; Qwen2.5-Coder-1.5B: 151,936 x 1,536). A Q6_K tensor runs
+as 8-bit blocks with an fp32 scale per 16 weights: q - 32 and d * scale hold its exact values.
 
 Invariants:
 - a block layer is used only when its dequantized weights equal, bit for bit, the module it stands
@@ -35,6 +37,26 @@ def q8_0_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, to
     return qs, scale
 
 
+Q6_K_BYTES = 128 + 64 + 16 + 2  # a Q6_K super-block of 256: low 4 bits, high 2 bits, 16 int8 scales, fp16 d
+
+
+def q6_k_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Q6_K tensor's bytes [rows, cols / 256 * 210] -> (q - 32 int8 [rows, cols], d * scale fp32 [rows, cols / 16]).
+
+    Element order as ggml's dequantize_row_q6_K: each half of a super-block takes 64 bytes of low bits (the
+    low nibbles, then the high ones) and 32 bytes of high bits (four 2-bit fields each)."""
+    count = rows * (cols // 256)
+    data = np.ascontiguousarray(raw, dtype=np.uint8).reshape(count, Q6_K_BYTES)
+    low, high = data[:, :128], data[:, 128:192]
+    scales = data[:, 192:208].view(np.int8).astype(np.float32)
+    d = data[:, 208:].copy().view(np.float16).astype(np.float32)
+    low = (low.reshape(count, 2, 1, 64) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)) & 15
+    high = (high.reshape(count, 2, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)) & 3
+    q = (low.reshape(count, 8, 32) | (high.reshape(count, 8, 32) << 4)).astype(np.int8) - np.int8(32)
+    qs = torch.from_numpy(np.ascontiguousarray(q.reshape(rows, cols)))
+    return qs, torch.from_numpy(np.ascontiguousarray((d * scales).reshape(rows, cols // 16)))
+
+
 def _read_tensor(path: Path, names: tuple[str, ...]):  # noqa: ANN202 - a gguf ReaderTensor or None
     import gguf  # transformers' GGUF loading needs it too
 
@@ -43,7 +65,7 @@ def _read_tensor(path: Path, names: tuple[str, ...]):  # noqa: ANN202 - a gguf R
 
 
 def head_q8(gguf_path: Path | None, head: torch.nn.Module) -> tuple[torch.nn.Module | None, str]:
-    """The head as a `Q8Linear` over the GGUF's own Q8_0 blocks, or (None, why not)."""
+    """The head as a `Q8Linear` over the GGUF's own Q8_0 or Q6_K blocks, or (None, why not)."""
     weight = getattr(head, "weight", None)
     if gguf_path is None or weight is None or weight.dtype != torch.bfloat16:
         return None, "the head is not a bf16 weight of a GGUF model"
@@ -54,11 +76,13 @@ def head_q8(gguf_path: Path | None, head: torch.nn.Module) -> tuple[torch.nn.Mod
     except Exception as error:  # a file gguf cannot read keeps the bf16 head
         return None, f"{Path(gguf_path).name} could not be read ({type(error).__name__}: {error})"
     rows, cols = weight.shape
-    if tensor is None or tensor.tensor_type.name != "Q8_0" or cols % q4_kernel.BLOCK:
-        return None, "the GGUF's head is not Q8_0"
-    if tuple(tensor.data.shape) != (rows, cols // q4_kernel.BLOCK * Q8_0_BYTES):
+    kind = None if tensor is None else tensor.tensor_type.name
+    if kind not in ("Q8_0", "Q6_K") or cols % (256 if kind == "Q6_K" else q4_kernel.BLOCK):
+        return None, f"the GGUF's head is {kind}, not Q8_0 or Q6_K"
+    width = cols // 256 * Q6_K_BYTES if kind == "Q6_K" else cols // q4_kernel.BLOCK * Q8_0_BYTES
+    if tuple(tensor.data.shape) != (rows, width):
         return None, f"the GGUF's head is {tuple(tensor.data.shape)} bytes, the model's {rows} x {cols}"
-    qs, scale = q8_0_blocks(tensor.data, rows, cols)
+    qs, scale = (q6_k_blocks if kind == "Q6_K" else q8_0_blocks)(tensor.data, rows, cols)
     if not torch.equal(q4_kernel.dequantize_q8(qs, scale), weight):
         return None, "the GGUF's head blocks are not the model's head weights"
     return q4_kernel.Q8Linear(qs, scale, getattr(head, "bias", None)), ""

@@ -111,9 +111,11 @@ def pack_q8(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 
 def dequantize_q8(qs: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """The bf16 weight [N, K] the 8-bit kernel multiplies by: fp32 q * scale (exact), then to bf16."""
+    """The bf16 weight [N, K] the 8-bit kernel multiplies by: fp32 q * scale, then to bf16. scale: fp16
+    [N, K/32] (Q8_0: the product is exact) or fp32 [N, K/16] (a scale per 16 weights: Q6_K's sub-blocks)."""
     rows, cols = qs.shape
-    weight = qs.float().reshape(rows, cols // BLOCK, BLOCK) * scale.float()[..., None]
+    size = BLOCK // 2 if scale.dtype == torch.float32 else BLOCK
+    weight = qs.float().reshape(rows, cols // size, size) * scale.float()[..., None]
     return weight.reshape(rows, cols).to(torch.bfloat16)
 
 
@@ -241,17 +243,19 @@ class Q4Linear(torch.nn.Module):
 
 
 class Q8Linear(torch.nn.Module):
-    """y = x @ W.T + b with W held as Q8_0 blocks (`pack_q8`'s layout), multiplied by the C++ kernel."""
+    """y = x @ W.T + b with W held as 8-bit blocks of 32, multiplied by the C++ kernel: Q8_0's (`pack_q8`'s
+    layout: an fp16 scale a block) or, with an fp32 scale [N, K/16], one scale per 16 weights (Q6_K's)."""
 
     def __init__(self, qs: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         super().__init__()
         if not load_extension():
             raise RuntimeError(unavailable_reason())
         self.out_features, self.in_features = qs.shape
-        if tuple(scale.shape) != (self.out_features, self.in_features // BLOCK):
-            raise ValueError(f"scale must be [{self.out_features}, {self.in_features // BLOCK}]")
+        self.per = BLOCK // 2 if scale.dtype == torch.float32 else BLOCK
+        if tuple(scale.shape) != (self.out_features, self.in_features // self.per):
+            raise ValueError(f"scale must be [{self.out_features}, {self.in_features // self.per}]")
         self.register_buffer("qs", qs.to(torch.int8).contiguous())
-        self.register_buffer("scale", scale.to(torch.float16).contiguous())
+        self.register_buffer("scale", scale.contiguous() if self.per < BLOCK else scale.to(torch.float16).contiguous())
         self.register_buffer("bias", None if bias is None else bias.detach())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -264,7 +268,7 @@ class Q8Linear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, q8_0 blocks of {BLOCK}")
+                f"bias={self.bias is not None}, 8-bit blocks of {BLOCK}, a scale per {self.per}")
 
 
 def main() -> int:

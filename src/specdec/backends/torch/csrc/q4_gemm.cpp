@@ -1,5 +1,7 @@
 // Few-row GEMM y = x @ W.T with W in blocks of 32 along K: llama.cpp's Q4_1 layout (4-bit q, a scale
 // and a minimum a block: `q4_linear`) or its Q8_0 layout (8-bit signed q and a scale: `q8_linear`).
+// `q8_linear` also takes an fp32 scale per 16 weights: a Q6_K tensor's sub-blocks (q - 32 with
+// d * scale, both exact in fp32) multiply as 8-bit blocks with the file's exact weights.
 //
 // Why: a verification pass multiplies 1..64 rows by every weight. Each block is read and dequantized
 // ONCE per call (to bf16, exactly as the pure-PyTorch references `dequantize_q4` / `dequantize_q8` do)
@@ -52,6 +54,7 @@ struct Problem {
   const uint8_t* qs;        // [N, K/2] (Q4_1) or [N, K] int8 bits (Q8_0)
   const at::Half* scale;    // [N, K/32]
   const at::Half* minimum;  // [N, K/32]; null for Q8_0
+  const float* scale16;     // [N, K/16] fp32 instead of `scale`: Q8 blocks with a scale per half block
   int64_t M, N, K, nb;      // nb = K / 32
   int64_t row_bytes;        // bytes of qs a column holds: K/2 or K
   float* out_f;             // [M, N] when x is fp32 ...
@@ -69,10 +72,10 @@ inline void store(const Problem& p, int64_t r, int64_t n, float v) {
 // Per-thread buffers for one column tile: its scales as fp32 and, where more than one row tile reads
 // them, its dequantized blocks (left uninitialized: every line is written before it is read).
 struct Scratch {
-  std::vector<float> scale, minimum;  // [kCols][nb]
+  std::vector<float> scale, minimum;  // [kCols][nb] ([kCols][2 nb] for scales per 16)
   std::unique_ptr<Line[]> w;          // [nb][kCols]
   Scratch(int64_t nb, bool keep_blocks)
-      : scale(kCols * nb), minimum(kCols * nb), w(keep_blocks ? new Line[nb * kCols] : nullptr) {}
+      : scale(2 * kCols * nb), minimum(kCols * nb), w(keep_blocks ? new Line[nb * kCols] : nullptr) {}
 };
 
 // The weight the kernel multiplies by, as fp32 holding a bf16 value: float(q) * scale + minimum, the
@@ -87,6 +90,12 @@ inline float dequant_scalar(int q, float scale, float minimum) {
 // Q8_0's weight: float(q) * scale (exact in fp32: an 8-bit integer times an 11-bit significand), to bf16.
 inline float dequant8_scalar(int q, float scale) {
   return static_cast<float>(c10::BFloat16(static_cast<float>(q) * scale));
+}
+
+// The scale of column n's block b, its second half's where `second` (the same for Q8_0's one scale).
+inline float scale8(const Problem& p, int64_t n, int64_t b, bool second) {
+  if (p.scale16 != nullptr) return p.scale16[2 * (n * p.nb + b) + (second ? 1 : 0)];
+  return static_cast<float>(p.scale[n * p.nb + b]);
 }
 
 template <bool Q8>
@@ -109,19 +118,22 @@ Q4_AVX512 inline __m512i dequant_block_avx512(const uint8_t* q16, float scale, f
   return _mm512_permutexvar_epi16(index, (__m512i)table_bf16);
 }
 
-// 32 bf16 weights of one Q8_0 block in element order: q * scale in fp32, rounded to bf16 (nearest even).
-Q4_AVX512 inline __m512i dequant_block8_avx512(const uint8_t* q32, float scale) {
+// 32 bf16 weights of one Q8 block in element order: q * scale in fp32 (elements 0..15 by `first`, 16..31 by
+// `second`: the same scale for Q8_0), rounded to bf16 (nearest even).
+Q4_AVX512 inline __m512i dequant_block8_avx512(const uint8_t* q32, float first, float second) {
   const __m128i* src = reinterpret_cast<const __m128i*>(q32);
-  const __m512 s = _mm512_set1_ps(scale);
-  const __m512 low = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(src))), s);
-  const __m512 high = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(src + 1))), s);
+  const __m512 low = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(src))), _mm512_set1_ps(first));
+  const __m512 high = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(src + 1))),
+                                    _mm512_set1_ps(second));
   return (__m512i)_mm512_cvtne2ps_pbh(high, low);  // the second operand fills the low 16 words
 }
 
 template <bool Q8>
 Q4_AVX512 inline __m512i dequant_avx512(const Problem& p, const uint8_t* column, int64_t b, const Scratch& s,
                                         int c) {
-  if (Q8) return dequant_block8_avx512(column + b * kBlock, s.scale[c * p.nb + b]);
+  if (Q8 && p.scale16 != nullptr)
+    return dequant_block8_avx512(column + b * kBlock, s.scale[2 * (c * p.nb + b)], s.scale[2 * (c * p.nb + b) + 1]);
+  if (Q8) return dequant_block8_avx512(column + b * kBlock, s.scale[c * p.nb + b], s.scale[c * p.nb + b]);
   return dequant_block_avx512(column + b * (kBlock / 2), s.scale[c * p.nb + b], s.minimum[c * p.nb + b]);
 }
 
@@ -130,6 +142,10 @@ Q4_AVX512 inline __m512bh as_bf16(__m512i v) { return (__m512bh)v; }
 // The scales of columns [n0, n0 + C) as fp32, 16 at a time.
 template <int C>
 Q4_AVX512 void widen_scales_avx512(const Problem& p, int64_t n0, Scratch& s) {
+  if (p.scale16 != nullptr) {  // already fp32
+    std::copy(p.scale16 + n0 * 2 * p.nb, p.scale16 + (n0 + C) * 2 * p.nb, s.scale.data());
+    return;
+  }
   Q4_UNROLL for (int c = 0; c < C; ++c) {
     const at::Half* src[2] = {p.scale + (n0 + c) * p.nb, p.minimum ? p.minimum + (n0 + c) * p.nb : nullptr};
     float* dst[2] = {s.scale.data() + c * p.nb, s.minimum.data() + c * p.nb};
@@ -199,11 +215,16 @@ Q4_AVX512 void more_rows_avx512(const Problem& p, int64_t r0, int64_t n0, const 
 // Prefetches the scales and minimums of the column tile at column n: each tile reads them first thing,
 // and a tile's loop is too long for the CPU to issue those loads early by itself.
 inline void prefetch_scales(const Problem& p, int64_t n) {
-  const int64_t first = std::min(n, p.N - 1) * p.nb, last = std::min(n + kCols, p.N) * p.nb;  // halves
-  for (const at::Half* base : {p.scale, p.minimum}) {
-    if (base == nullptr) continue;
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(base + first) & ~uintptr_t(63);
-    for (uintptr_t line = begin; line < reinterpret_cast<uintptr_t>(base + last); line += 64)
+  const int64_t first = std::min(n, p.N - 1) * p.nb, last = std::min(n + kCols, p.N) * p.nb;  // blocks
+  const char* ranges[3][2] = {
+      {reinterpret_cast<const char*>(p.scale + first), reinterpret_cast<const char*>(p.scale + last)},
+      {reinterpret_cast<const char*>(p.minimum + first), reinterpret_cast<const char*>(p.minimum + last)},
+      {reinterpret_cast<const char*>(p.scale16 + 2 * first), reinterpret_cast<const char*>(p.scale16 + 2 * last)}};
+  const bool present[3] = {p.scale != nullptr, p.minimum != nullptr, p.scale16 != nullptr};
+  for (int which = 0; which < 3; ++which) {
+    if (!present[which]) continue;
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(ranges[which][0]) & ~uintptr_t(63);
+    for (uintptr_t line = begin; line < reinterpret_cast<uintptr_t>(ranges[which][1]); line += 64)
       _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
   }
 }
@@ -270,15 +291,16 @@ Q4_AVX2 void dequant_tile_avx2(const Problem& p, int64_t n0, float* w) {
   Q4_UNROLL for (int c = 0; c < C; ++c) {
     const uint8_t* q = p.qs + (n0 + c) * p.row_bytes;
     for (int64_t b = 0; b < p.nb; ++b) {
-      const __m256 s = _mm256_set1_ps(_cvtsh_ss(p.scale[(n0 + c) * p.nb + b].x));
       if (Q8) {  // four runs of 8 signed bytes: q * scale, rounded to bf16
         for (int part = 0; part < 4; ++part) {
+          const __m256 s = _mm256_set1_ps(scale8(p, n0 + c, b, part >= 2));
           const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + b * kBlock + part * 8));
           const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
           _mm256_storeu_ps(w + c * p.K + b * kBlock + part * 8, round_bf16_avx2(_mm256_mul_ps(v, s)));
         }
         continue;
       }
+      const __m256 s = _mm256_set1_ps(_cvtsh_ss(p.scale[(n0 + c) * p.nb + b].x));
       const __m256 m = _mm256_set1_ps(_cvtsh_ss(p.minimum[(n0 + c) * p.nb + b].x));
       float* out = w + c * p.K + b * kBlock;
       for (int half = 0; half < 2; ++half) {  // bytes 0..7, then 8..15
@@ -347,11 +369,12 @@ void column_tiles_scalar(const Problem& p, int64_t begin, int64_t end) {
   for (int64_t n = begin * kCols; n < std::min(end * kCols, p.N); ++n) {
     const uint8_t* q = p.qs + n * p.row_bytes;
     for (int64_t b = 0; b < p.nb; ++b) {
-      const float s = static_cast<float>(p.scale[n * p.nb + b]);
       if (Q8) {
-        for (int j = 0; j < kBlock; ++j) w[b * kBlock + j] = dequant8_scalar(static_cast<int8_t>(q[b * kBlock + j]), s);
+        for (int j = 0; j < kBlock; ++j)
+          w[b * kBlock + j] = dequant8_scalar(static_cast<int8_t>(q[b * kBlock + j]), scale8(p, n, b, j >= 16));
         continue;
       }
+      const float s = static_cast<float>(p.scale[n * p.nb + b]);
       const float m = static_cast<float>(p.minimum[n * p.nb + b]);
       for (int j = 0; j < 16; ++j) {
         w[b * kBlock + j] = dequant_scalar(q[b * 16 + j] & 15, s, m);
@@ -412,8 +435,14 @@ at::Tensor blocks_linear(const at::Tensor& x, const at::Tensor& qs, const at::Te
   const int64_t row_bytes = Q8 ? K : K / 2;
   TORCH_CHECK(qs.size(1) == row_bytes, op, ": qs is ", qs.sizes(), " but x has K = ", K, " (need ",
               Q8 ? "[N, K])" : "[N, K/2])");
+  // Q8's scales may be fp32, one per 16 weights (a Q6_K tensor's); the others are fp16, one per block.
+  const bool halves = Q8 && scale.scalar_type() == at::kFloat;
+  TORCH_CHECK(!halves || (scale.dim() == 2 && scale.size(0) == N && scale.size(1) == 2 * (K / kBlock) &&
+                          scale.is_contiguous()),
+              op, ": scales must be float16 [N, K/32] or (8-bit blocks) float32 [N, K/16] = [", N, ", ",
+              2 * (K / kBlock), "], contiguous; got float32 ", scale.sizes());
   for (const at::Tensor* t : {&scale, minimum}) {
-    if (t == nullptr) continue;
+    if (t == nullptr || halves) continue;
     TORCH_CHECK(t->scalar_type() == at::kHalf && t->dim() == 2 && t->size(0) == N && t->size(1) == K / kBlock,
                 op, ": scales must be float16 [N, K/32] = [", N, ", ", K / kBlock, "], got ", t->scalar_type(),
                 " ", t->sizes());
@@ -430,8 +459,8 @@ at::Tensor blocks_linear(const at::Tensor& x, const at::Tensor& qs, const at::Te
   const at::Tensor xf = chosen == "avx512_bf16" ? at::Tensor() : xb.to(at::kFloat);
   Problem p{reinterpret_cast<const uint16_t*>(xb.data_ptr<at::BFloat16>()),
             xf.defined() ? xf.data_ptr<float>() : nullptr,
-            reinterpret_cast<const uint8_t*>(qs.data_ptr()), scale.data_ptr<at::Half>(),
-            minimum ? minimum->data_ptr<at::Half>() : nullptr,
+            reinterpret_cast<const uint8_t*>(qs.data_ptr()), halves ? nullptr : scale.data_ptr<at::Half>(),
+            minimum ? minimum->data_ptr<at::Half>() : nullptr, halves ? scale.data_ptr<float>() : nullptr,
             M, N, K, K / kBlock, row_bytes,
             x.scalar_type() == at::kFloat ? out.data_ptr<float>() : nullptr,
             x.scalar_type() == at::kBFloat16 ? out.data_ptr<at::BFloat16>() : nullptr};
