@@ -65,6 +65,9 @@ class BatchedTarget:
         # heads read (`Proposer.feature_layers`); empty for methods that read none.
         self.capture: tuple[int, ...] = ()
         self.invariant = single.attention is not None and single.attention.is_invariant
+        # Invariant passes on transformers' modules run at least 2 rows (see `_tree_inputs`); the fused pass
+        # (`specdec.backends.torch.fused`) is row-independent at any row count, so it takes no padding.
+        self.padded = self.invariant and not single.runs_fused
 
     @property
     def num_rows(self) -> int:
@@ -138,7 +141,7 @@ class BatchedTarget:
         if self.compiled is not None:
             logits, features = self._run_compiled(trees)
         else:
-            if len(trees) == 1 and trees[0].is_chain and (trees[0].num_nodes > 1 or not self.invariant):
+            if len(trees) == 1 and trees[0].is_chain and (trees[0].num_nodes > 1 or not self.padded):
                 # One sequence, a chain: the ordinary causal case; transformers builds its own mask (none
                 # at all for one token) from the cache length, as a plain decoding step does.
                 tokens, positions, mask = trees[0].tokens[None], None, None
@@ -171,9 +174,9 @@ class BatchedTarget:
         self, trees: Sequence[DraftTree], min_width: int = 1
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """tokens [B, T], positions [B, T] and the additive mask of a pass over rows padded to width T
-        (at least 2 when invariant: a one-token step then runs the many-row kernels as a tree does,
+        (at least 2 when `padded`: a one-token step then runs the many-row kernels as a tree does,
         its padding node costing next to nothing, and no product needs padding of its own)."""
-        width = max(max(tree.num_nodes for tree in trees), 2 if self.invariant else min_width)
+        width = max(max(tree.num_nodes for tree in trees), 2 if self.padded else min_width)
         starts = self.layout.starts
         tokens = torch.zeros(len(trees), width, dtype=torch.int64)  # [B, T]
         positions = starts[:, None].repeat(1, width)  # [B, T]; padding sits at the row's next position

@@ -178,6 +178,12 @@ class TargetModel:
         self._num_pending = 0
         return logits
 
+    @property
+    def runs_fused(self) -> bool:
+        """Whether exact passes run the fused layer (`specdec.backends.torch.fused`): row-independent at any
+        row count, so a one-token pass needs no padding row."""
+        return self._fused is not None
+
     @torch.inference_mode()
     def forward_tree(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
         """One forward pass over a token tree below the cache; logits [N, V].
