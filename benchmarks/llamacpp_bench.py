@@ -133,11 +133,12 @@ class Server:
         self.process.wait(timeout=30)
 
 
-def prompts(per_category: int) -> list[tuple[str, str]]:
-    """(id, first turn) of the first `per_category` Spec-Bench questions of each category."""
+def prompts(per_category: int, categories: list[str] | None = None) -> list[tuple[str, str]]:
+    """(id, first turn) of the first `per_category` Spec-Bench questions of each category (or of `categories`)."""
     from specdec.data import load_questions
 
-    return [(f"{q.category}/{q.question_id}", q.turns[0]) for q in load_questions(per_category=per_category)]
+    questions = load_questions(categories=categories, per_category=per_category)
+    return [(f"{q.category}/{q.question_id}", q.turns[0]) for q in questions]
 
 
 def run_specdec(engine, method: str, prompt_ids: list[int], max_new_tokens: int) -> dict:
@@ -192,7 +193,10 @@ def gguf_file(model: str) -> Path:
 
 
 def backend_settings(name: str) -> dict[str, str]:
-    """`load_model` settings of a --backends entry: a backend, then -int4 (pack) and / or -exact."""
+    """`load_model` settings of a --backends entry: a backend, then -int4 (pack) and / or -exact; `default`:
+    load_model's own defaults (the settings a user gets)."""
+    if name == "default":
+        return {}
     backend, *flags = name.split("-")
     if set(flags) - {"int4", "exact"}:
         raise SystemExit(f"unknown backend entry {name!r}: a backend, then -int4 and / or -exact")
@@ -202,12 +206,14 @@ def backend_settings(name: str) -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--per-category", type=int, default=3)
+    parser.add_argument("--categories", default=None, type=lambda s: s.split(","),
+                        help="Spec-Bench categories to take (comma list; default: all)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--methods", default="plain,pld,logitspec",
                         help="specdec methods, run on every backend (name:key=value,key=value,next)")
     parser.add_argument("--backends", default="torch,llamacpp,llamacpp-exact",
                         help="torch, compiled, llamacpp; -int4: with pack=int4 (torch-int4, compiled-int4); "
-                             "-exact: with exact=on (llamacpp-exact)")
+                             "-exact: with exact=on (llamacpp-exact); default: load_model's defaults")
     parser.add_argument("--spec-types", default=",".join(SPEC_TYPES), help="llama-server --spec-type values")
     parser.add_argument("--model", default="smollm2-135m", help="a model from a GGUF file (the bundled one, a pulled one, a .gguf)")
     parser.add_argument("--draft-model", default=None,
@@ -238,7 +244,7 @@ def main() -> None:
     done = [json.loads(line) for line in out.read_text().splitlines()] if out.is_file() else []
     have = {(r["engine"], r["prompt"]) for r in done}
     base = load_model(args.model, dtype=args.dtype)
-    work = [(pid, encode_prompt(base.tokenizer, text, chat=True)) for pid, text in prompts(args.per_category)]
+    work = [(pid, encode_prompt(base.tokenizer, text, chat=True)) for pid, text in prompts(args.per_category, args.categories)]
 
     def record(row: dict) -> None:
         done.append(row)
