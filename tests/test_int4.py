@@ -9,12 +9,13 @@ single and batched; settings that cannot hold are refused with a clear error.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
 from helpers import fixed_attention_plan, save_fixed_costs, tiny_llama
 
-from specdec.backends.timing_cache import cost_key
+from specdec.backends.timing_cache import cost_file, cost_key
 from specdec.backends.torch import attention, packed, q4_kernel
 from specdec.backends.torch.int4 import (
     GROUP,
@@ -147,7 +148,10 @@ def on_int4(default_model):
     loaded = dataclasses.replace(default_model, pack="int4", state=ModelState())
     attention.save_plan(loaded, fixed_attention_plan())
     key = cost_key(loaded, costs.DEFAULT_SIZES, costs.DEFAULT_CONTEXT)
-    assert key["weights"] == "int4" and cost_key(default_model, (1,), 8)["weights"] == "as loaded"
+    plain_key = cost_key(default_model, (1,), 8)
+    assert key["weights"] == "int4" and plain_key["weights"] == "as loaded"
+    # each configuration keeps its own curve file: neither re-times over the other's
+    assert cost_file(Path("costs"), key) != cost_file(Path("costs"), plain_key)
     return save_fixed_costs(loaded)
 
 

@@ -27,7 +27,7 @@ from specdec.backends.torch.packed import is_invariant, pack_of, verify_model
 from specdec.choices import BACKENDS
 from specdec.models import LoadedModel, machine_fingerprint
 
-FORMAT_VERSION = 6  # 6: exact int4 passes run one C++ call per decoder layer, timed on the invariant plan; 5: int4 views run a GGUF's Q8_0 head on the block kernel; 4: q, k and v fused
+FORMAT_VERSION = 7  # 7: one-token steps on the fused layer run one row, Q6_K heads on the 8-bit kernel; 6: exact int4 passes run one C++ call per decoder layer, timed on the invariant plan; 5: int4 views run a GGUF's Q8_0 head on the block kernel; 4: q, k and v fused
 BUSY_CPU_SHARE = 0.85  # see `contended`
 
 
@@ -65,7 +65,10 @@ def cost_key(loaded: LoadedModel, sizes: Sequence[int], context_len: int) -> dic
 
 
 def cost_file(costs_dir: Path, key: dict) -> Path:
-    slug = "-".join(str(key[f]) for f in ("model", "dtype", "device", "threads"))
+    # The weights and the invariance are in the name too: a model timed int4 and as loaded keeps two curves
+    # instead of each configuration re-timing over the other's.
+    slug = "-".join(str(key[f]) for f in ("model", "dtype", "weights", "device", "threads"))
+    slug += "-exact" if key.get("invariant") else ""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", slug)
     return costs_dir / f"{slug}.json"
 
