@@ -44,10 +44,16 @@ def op():
     return torch.ops.specdec_q4.q4_linear
 
 
-def random_q4(rows: int, cols: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Random Q4_1 blocks spread like a small model's weights (minimum about -7.5 steps)."""
+def random_q4(rows: int, cols: int, seed: int = 0, wide: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random Q4_1 blocks spread like a small model's weights (minimum about -7.5 steps); wide: fp32 scales
+    and minimums as a Q4_K tensor's read (an fp16 times a 6-bit integer, exact in fp32)."""
     generator = torch.Generator().manual_seed(seed)
     q = torch.randint(0, 16, (rows, cols), generator=generator)
+    if wide:
+        d = (torch.rand(rows, 1, generator=generator) * 1e-3 + 1e-4).half().float()
+        step = d * torch.randint(1, 64, (rows, cols // BLOCK), generator=generator)
+        minimum = -d * torch.randint(0, 64, (rows, cols // BLOCK), generator=generator) * 8
+        return pack_q4(q, step, minimum, torch.float32)
     step = torch.rand(rows, cols // BLOCK, generator=generator) * 0.02 + 1e-3
     minimum = -step * (7.5 + torch.randn(rows, cols // BLOCK, generator=generator))
     return pack_q4(q, step, minimum)
@@ -109,9 +115,10 @@ def test_kernel_matches_reference_on_model_shapes(op, shape):
             assert_within_bound(y, x[:rows].to(dtype), weight)
 
 
-def test_kernel_multiplies_by_the_reference_weights_bit_for_bit(op):
+@pytest.mark.parametrize("wide", [False, True], ids=["fp16 scales", "fp32 scales"])
+def test_kernel_multiplies_by_the_reference_weights_bit_for_bit(op, wide):
     """One-hot rows pick single weights: every path returns dequantize_q4's values exactly."""
-    packed = random_q4(37, 128, seed=2)
+    packed = random_q4(37, 128, seed=2, wide=wide)
     weight = dequantize_q4(*packed)
     eye = torch.eye(128)
     for path in forced_paths():
@@ -120,11 +127,11 @@ def test_kernel_multiplies_by_the_reference_weights_bit_for_bit(op):
             assert torch.equal(y, weight[:, start:start + 64].float().T), path
 
 
-@pytest.mark.parametrize("shape", [(576, 576), (7, 1536)], ids=["576x576", "7x1536"])
+@pytest.mark.parametrize("shape", [(576, 576), (7, 1536), (13, 512)], ids=["576x576", "7x1536", "13x512 fp32 scales"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_rows_do_not_depend_on_the_batch(op, shape, dtype):
     """For every M in 1..64, kernel(x[:M]) == kernel(x)[:M]; a row alone, or moved, keeps its bits."""
-    packed = random_q4(*shape, seed=3)
+    packed = random_q4(*shape, seed=3, wide=shape[1] == 512)
     x = torch.randn(64, shape[1]).to(dtype)
     for path in forced_paths():
         full = op(x, *packed, path)
@@ -139,8 +146,8 @@ def test_rows_do_not_depend_on_the_batch(op, shape, dtype):
 def test_forced_paths_match_reference(op, path):
     if path not in forced_paths():
         pytest.skip(f"this CPU does not run the {path} path")
-    for shape in [(192, 576), (65, 1536)]:
-        packed = random_q4(*shape, seed=4)
+    for shape, wide in [((192, 576), False), ((65, 1536), False), ((65, 1536), True)]:
+        packed = random_q4(*shape, seed=4, wide=wide)
         x = torch.randn(9, shape[1])
         for dtype in (torch.bfloat16, torch.float32):
             assert_within_bound(op(x.to(dtype), *packed, path), x.to(dtype), dequantize_q4(*packed))
@@ -156,7 +163,7 @@ def test_bad_input_gets_a_clear_error(op):
     with pytest.raises(RuntimeError, match="qs must be uint8"):
         op(x, qs.to(torch.int32), scale, minimum)
     with pytest.raises(RuntimeError, match="float16"):
-        op(x, qs, scale.float(), minimum)
+        op(x, qs, scale.float(), minimum)  # fp32 scales come with fp32 minimums
     with pytest.raises(RuntimeError, match="need \\[N, K/2\\]"):
         op(torch.randn(2, 96), qs, scale, minimum)
     with pytest.raises(RuntimeError, match="contiguous"):
@@ -175,6 +182,11 @@ def test_q4_linear_module(op):
     assert torch.equal(layer(x), op(x.reshape(10, 96), *packed).reshape(2, 5, 48) + bias)
     assert_within_bound(layer(x).reshape(10, 48) - bias, x.reshape(10, 96), dequantize_q4(*packed))
     assert torch.equal(layer(x[:, ::2]), layer(x[:, ::2].contiguous()))  # a strided input is copied first
+    exact = Q4Linear.from_q(q, step.half().float(), minimum, bias, dtype=torch.float32)  # fp16 values: exact
+    assert exact.scale.dtype == torch.float32 and "fp32 scales" in repr(exact)
+    assert_within_bound(exact(x).reshape(10, 48) - bias, x.reshape(10, 96), dequantize_q4(exact.qs, exact.scale, exact.minimum))
+    with pytest.raises(ValueError, match="20 significant bits"):  # q * scale would round: the FMA would differ
+        Q4Linear.from_q(q, step, minimum, bias, dtype=torch.float32)
 
 
 def test_compiled_graph_gives_eager_bits(op):

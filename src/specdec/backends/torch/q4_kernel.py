@@ -11,7 +11,8 @@ kernel (`specdec.backends.torch.int4`).
 
 The format: for W [N, K], K a multiple of 32, `qs` uint8 [N, K/2] holds each block of 32 as 16 bytes,
 byte j's low nibble the q of element j and its high nibble that of element j + 16; `scale` and
-`minimum` are float16 [N, K/32]. The weight multiplied is
+`minimum` are float16 [N, K/32] (or float32, exact products such as a Q4_K tensor's d * scale). The weight
+multiplied is
     w = bf16(fp32(fp32(q) * fp32(scale)) + fp32(minimum))      (round to nearest even),
 what a bf16 model dequantized from a Q4_1 GGUF holds. The 8-bit sibling (`q8_linear`, `Q8Linear`) takes
 `qs` int8 [N, K] and `scale` float16 [N, K/32] (Q8_0: w = bf16(fp32(q) * fp32(scale))); a GGUF's output
@@ -57,9 +58,10 @@ _FALLBACK = "PyTorch's own int4 kernel (specdec.backends.torch.int4) is used ins
 
 
 def pack_q4(
-    q: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor
+    q: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, dtype: torch.dtype = torch.float16
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q [N, K] in 0..15, scale and minimum [N, K/32] -> (qs uint8 [N, K/2], scale f16, minimum f16)."""
+    """q [N, K] in 0..15, scale and minimum [N, K/32] -> (qs uint8 [N, K/2], scale, minimum in `dtype`:
+    float16 (Q4_1's), or float32 for scales that are exact products already (`exact_fp32_scales`))."""
     rows, cols = q.shape
     if cols % BLOCK:
         raise ValueError(f"K = {cols} is not a multiple of {BLOCK}")
@@ -71,7 +73,14 @@ def pack_q4(
                          f"{list(minimum.shape)}")
     halves = q.to(torch.uint8).reshape(rows, blocks, 2, BLOCK // 2)  # elements 0..15, then 16..31
     qs = (halves[:, :, 0] | (halves[:, :, 1] << 4)).reshape(rows, cols // 2)
-    return qs.contiguous(), scale.to(torch.float16).contiguous(), minimum.to(torch.float16).contiguous()
+    return qs.contiguous(), scale.to(dtype).contiguous(), minimum.to(dtype).contiguous()
+
+
+def exact_fp32_scales(scale: torch.Tensor) -> bool:
+    """Whether fp32 scales keep q * scale exact in fp32 for every 4-bit q (at most 20 significant bits: the
+    low 4 stored bits zero), so the kernel's FMA rounds as `dequantize_q4`'s two steps do. A Q4_K tensor's
+    d * scale (an fp16 times a 6-bit integer) has at most 17."""
+    return scale.dtype == torch.float32 and not bool((scale.contiguous().view(torch.int32) & 15).any())
 
 
 def unpack_q4(qs: torch.Tensor) -> torch.Tensor:
@@ -218,16 +227,21 @@ class Q4Linear(torch.nn.Module):
         blocks = (self.out_features, self.in_features // BLOCK)
         if tuple(scale.shape) != blocks or tuple(minimum.shape) != blocks:
             raise ValueError(f"scale and minimum must be {list(blocks)}")
+        # fp32 scales (a Q4_K tensor's, exact) stay fp32; any other dtype is Q4_1's fp16
+        dtype = torch.float32 if scale.dtype == torch.float32 else torch.float16
+        if dtype == torch.float32 and not exact_fp32_scales(scale):
+            raise ValueError("float32 scales must have at most 20 significant bits (q * scale exact in fp32)")
         self.register_buffer("qs", qs.to(torch.uint8).contiguous())
-        self.register_buffer("scale", scale.to(torch.float16).contiguous())
-        self.register_buffer("minimum", minimum.to(torch.float16).contiguous())
+        self.register_buffer("scale", scale.to(dtype).contiguous())
+        self.register_buffer("minimum", minimum.to(dtype).contiguous())
         self.register_buffer("bias", None if bias is None else bias.detach())
 
     @classmethod
     def from_q(cls, q: torch.Tensor, step: torch.Tensor, minimum: torch.Tensor,
-               bias: torch.Tensor | None = None) -> Q4Linear:
-        """From q [N, K] in 0..15 and each block's step and minimum [N, K/32] (w = q * step + minimum)."""
-        return cls(*pack_q4(q, step, minimum), bias)
+               bias: torch.Tensor | None = None, dtype: torch.dtype = torch.float16) -> Q4Linear:
+        """From q [N, K] in 0..15 and each block's step and minimum [N, K/32] (w = q * step + minimum), kept as
+        `dtype`: float16 (Q4_1's) or float32 (exact steps only: a Q4_K file's, `exact_fp32_scales`)."""
+        return cls(*pack_q4(q, step, minimum, dtype), bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in_features] (bf16 or fp32) -> [..., out_features] in x's dtype."""
@@ -239,7 +253,8 @@ class Q4Linear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, q4_1 blocks of {BLOCK}")
+                f"bias={self.bias is not None}, q4_1 blocks of {BLOCK}"
+                + (", fp32 scales" if self.scale.dtype == torch.float32 else ""))
 
 
 class Q8Linear(torch.nn.Module):

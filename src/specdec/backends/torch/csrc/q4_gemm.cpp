@@ -1,7 +1,9 @@
 // Few-row GEMM y = x @ W.T with W in blocks of 32 along K: llama.cpp's Q4_1 layout (4-bit q, a scale
 // and a minimum a block: `q4_linear`) or its Q8_0 layout (8-bit signed q and a scale: `q8_linear`).
 // `q8_linear` also takes an fp32 scale per 16 weights: a Q6_K tensor's sub-blocks (q - 32 with
-// d * scale, both exact in fp32) multiply as 8-bit blocks with the file's exact weights.
+// d * scale, both exact in fp32) multiply as 8-bit blocks with the file's exact weights; `q4_linear`
+// also takes fp32 scales and minimums: a Q4_K tensor's sub-blocks (d * scale and -dmin * min, exact in
+// fp32) are Q4_1 blocks with the file's exact weights.
 //
 // Why: a verification pass multiplies 1..64 rows by every weight. Each block is read and dequantized
 // ONCE per call (to bf16, exactly as the pure-PyTorch references `dequantize_q4` / `dequantize_q8` do)
@@ -55,6 +57,8 @@ struct Problem {
   const at::Half* scale;    // [N, K/32]
   const at::Half* minimum;  // [N, K/32]; null for Q8_0
   const float* scale16;     // [N, K/16] fp32 instead of `scale`: Q8 blocks with a scale per half block
+  const float* scale32;     // [N, K/32] fp32 instead of `scale` and `minimum`: Q4 blocks' own (Q4_K's)
+  const float* minimum32;
   int64_t M, N, K, nb;      // nb = K / 32
   int64_t row_bytes;        // bytes of qs a column holds: K/2 or K
   float* out_f;             // [M, N] when x is fp32 ...
@@ -96,6 +100,14 @@ inline float dequant8_scalar(int q, float scale) {
 inline float scale8(const Problem& p, int64_t n, int64_t b, bool second) {
   if (p.scale16 != nullptr) return p.scale16[2 * (n * p.nb + b) + (second ? 1 : 0)];
   return static_cast<float>(p.scale[n * p.nb + b]);
+}
+
+// Column n's block b: its Q4 scale and minimum as fp32.
+inline float scale4(const Problem& p, int64_t n, int64_t b) {
+  return p.scale32 != nullptr ? p.scale32[n * p.nb + b] : static_cast<float>(p.scale[n * p.nb + b]);
+}
+inline float minimum4(const Problem& p, int64_t n, int64_t b) {
+  return p.minimum32 != nullptr ? p.minimum32[n * p.nb + b] : static_cast<float>(p.minimum[n * p.nb + b]);
 }
 
 template <bool Q8>
@@ -142,8 +154,17 @@ Q4_AVX512 inline __m512bh as_bf16(__m512i v) { return (__m512bh)v; }
 // The scales of columns [n0, n0 + C) as fp32, 16 at a time.
 template <int C>
 Q4_AVX512 void widen_scales_avx512(const Problem& p, int64_t n0, Scratch& s) {
-  if (p.scale16 != nullptr) {  // already fp32
-    std::copy(p.scale16 + n0 * 2 * p.nb, p.scale16 + (n0 + C) * 2 * p.nb, s.scale.data());
+  // Already fp32: copied by a plain loop (std::copy's library call, measured, took longer than the
+  // rest of the tile's work for these short runs).
+  if (p.scale16 != nullptr) {
+    for (int64_t i = 0; i < 2 * C * p.nb; ++i) s.scale[i] = p.scale16[2 * n0 * p.nb + i];
+    return;
+  }
+  if (p.scale32 != nullptr) {
+    for (int64_t i = 0; i < C * p.nb; ++i) {
+      s.scale[i] = p.scale32[n0 * p.nb + i];
+      s.minimum[i] = p.minimum32[n0 * p.nb + i];
+    }
     return;
   }
   Q4_UNROLL for (int c = 0; c < C; ++c) {
@@ -216,12 +237,15 @@ Q4_AVX512 void more_rows_avx512(const Problem& p, int64_t r0, int64_t n0, const 
 // and a tile's loop is too long for the CPU to issue those loads early by itself.
 inline void prefetch_scales(const Problem& p, int64_t n) {
   const int64_t first = std::min(n, p.N - 1) * p.nb, last = std::min(n + kCols, p.N) * p.nb;  // blocks
-  const char* ranges[3][2] = {
+  const char* ranges[5][2] = {
       {reinterpret_cast<const char*>(p.scale + first), reinterpret_cast<const char*>(p.scale + last)},
       {reinterpret_cast<const char*>(p.minimum + first), reinterpret_cast<const char*>(p.minimum + last)},
-      {reinterpret_cast<const char*>(p.scale16 + 2 * first), reinterpret_cast<const char*>(p.scale16 + 2 * last)}};
-  const bool present[3] = {p.scale != nullptr, p.minimum != nullptr, p.scale16 != nullptr};
-  for (int which = 0; which < 3; ++which) {
+      {reinterpret_cast<const char*>(p.scale16 + 2 * first), reinterpret_cast<const char*>(p.scale16 + 2 * last)},
+      {reinterpret_cast<const char*>(p.scale32 + first), reinterpret_cast<const char*>(p.scale32 + last)},
+      {reinterpret_cast<const char*>(p.minimum32 + first), reinterpret_cast<const char*>(p.minimum32 + last)}};
+  const bool present[5] = {p.scale != nullptr, p.minimum != nullptr, p.scale16 != nullptr, p.scale32 != nullptr,
+                           p.minimum32 != nullptr};
+  for (int which = 0; which < 5; ++which) {
     if (!present[which]) continue;
     const uintptr_t begin = reinterpret_cast<uintptr_t>(ranges[which][0]) & ~uintptr_t(63);
     for (uintptr_t line = begin; line < reinterpret_cast<uintptr_t>(ranges[which][1]); line += 64)
@@ -300,8 +324,8 @@ Q4_AVX2 void dequant_tile_avx2(const Problem& p, int64_t n0, float* w) {
         }
         continue;
       }
-      const __m256 s = _mm256_set1_ps(_cvtsh_ss(p.scale[(n0 + c) * p.nb + b].x));
-      const __m256 m = _mm256_set1_ps(_cvtsh_ss(p.minimum[(n0 + c) * p.nb + b].x));
+      const __m256 s = _mm256_set1_ps(scale4(p, n0 + c, b));
+      const __m256 m = _mm256_set1_ps(minimum4(p, n0 + c, b));
       float* out = w + c * p.K + b * kBlock;
       for (int half = 0; half < 2; ++half) {  // bytes 0..7, then 8..15
         const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + b * 16 + half * 8));
@@ -374,8 +398,8 @@ void column_tiles_scalar(const Problem& p, int64_t begin, int64_t end) {
           w[b * kBlock + j] = dequant8_scalar(static_cast<int8_t>(q[b * kBlock + j]), scale8(p, n, b, j >= 16));
         continue;
       }
-      const float s = static_cast<float>(p.scale[n * p.nb + b]);
-      const float m = static_cast<float>(p.minimum[n * p.nb + b]);
+      const float s = scale4(p, n, b);
+      const float m = minimum4(p, n, b);
       for (int j = 0; j < 16; ++j) {
         w[b * kBlock + j] = dequant_scalar(q[b * 16 + j] & 15, s, m);
         w[b * kBlock + 16 + j] = dequant_scalar(q[b * 16 + j] >> 4, s, m);
@@ -435,14 +459,21 @@ at::Tensor blocks_linear(const at::Tensor& x, const at::Tensor& qs, const at::Te
   const int64_t row_bytes = Q8 ? K : K / 2;
   TORCH_CHECK(qs.size(1) == row_bytes, op, ": qs is ", qs.sizes(), " but x has K = ", K, " (need ",
               Q8 ? "[N, K])" : "[N, K/2])");
-  // Q8's scales may be fp32, one per 16 weights (a Q6_K tensor's); the others are fp16, one per block.
+  // Q8's scales may be fp32, one per 16 weights (a Q6_K tensor's); Q4's scales and minimums may be fp32
+  // (a Q4_K tensor's); the others are fp16, one per block.
   const bool halves = Q8 && scale.scalar_type() == at::kFloat;
+  const bool wide = !Q8 && scale.scalar_type() == at::kFloat;
+  TORCH_CHECK(!wide || (minimum->scalar_type() == at::kFloat && scale.dim() == 2 && minimum->sizes() == scale.sizes() &&
+                        scale.size(0) == N && scale.size(1) == K / kBlock && scale.is_contiguous() &&
+                        minimum->is_contiguous()),
+              op, ": scale and minimum must be float16, or both float32 (exact products), contiguous [N, K/32] = [",
+              N, ", ", K / kBlock, "]");
   TORCH_CHECK(!halves || (scale.dim() == 2 && scale.size(0) == N && scale.size(1) == 2 * (K / kBlock) &&
                           scale.is_contiguous()),
               op, ": scales must be float16 [N, K/32] or (8-bit blocks) float32 [N, K/16] = [", N, ", ",
               2 * (K / kBlock), "], contiguous; got float32 ", scale.sizes());
   for (const at::Tensor* t : {&scale, minimum}) {
-    if (t == nullptr || halves) continue;
+    if (t == nullptr || halves || wide) continue;
     TORCH_CHECK(t->scalar_type() == at::kHalf && t->dim() == 2 && t->size(0) == N && t->size(1) == K / kBlock,
                 op, ": scales must be float16 [N, K/32] = [", N, ", ", K / kBlock, "], got ", t->scalar_type(),
                 " ", t->sizes());
@@ -459,8 +490,9 @@ at::Tensor blocks_linear(const at::Tensor& x, const at::Tensor& qs, const at::Te
   const at::Tensor xf = chosen == "avx512_bf16" ? at::Tensor() : xb.to(at::kFloat);
   Problem p{reinterpret_cast<const uint16_t*>(xb.data_ptr<at::BFloat16>()),
             xf.defined() ? xf.data_ptr<float>() : nullptr,
-            reinterpret_cast<const uint8_t*>(qs.data_ptr()), halves ? nullptr : scale.data_ptr<at::Half>(),
-            minimum ? minimum->data_ptr<at::Half>() : nullptr, halves ? scale.data_ptr<float>() : nullptr,
+            reinterpret_cast<const uint8_t*>(qs.data_ptr()), halves || wide ? nullptr : scale.data_ptr<at::Half>(),
+            minimum && !wide ? minimum->data_ptr<at::Half>() : nullptr, halves ? scale.data_ptr<float>() : nullptr,
+            wide ? scale.data_ptr<float>() : nullptr, wide ? minimum->data_ptr<float>() : nullptr,
             M, N, K, K / kBlock, row_bytes,
             x.scalar_type() == at::kFloat ? out.data_ptr<float>() : nullptr,
             x.scalar_type() == at::kBFloat16 ? out.data_ptr<at::BFloat16>() : nullptr};
