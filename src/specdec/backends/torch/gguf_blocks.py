@@ -8,6 +8,10 @@ model's is, or Q6_K, as Q4_K_M files' are (Qwen2.5-Coder's), and it is the large
 small model's pass (SmolLM2-135M: 49,152 x 576; Qwen2.5-Coder-1.5B: 151,936 x 1,536). A Q6_K tensor runs
 as 8-bit blocks with an fp32 scale per 16 weights: q - 32 and d * scale hold its exact values.
 
+The decoder's layers under `pack="int4"` are Q4_1 blocks; where the file stores a layer as Q4_K (Q4_K_M
+files' usual type), `FileBlocks.q4` takes its blocks as they are (each 32 weights' d * scale and
+-dmin * min, exact in fp32) instead of re-quantizing the dequantized weights, which moves them.
+
 Invariants:
 - a block layer is used only when its dequantized weights equal, bit for bit, the module it stands
   in for (checked at load), so the model verified is the model loaded, only read in fewer bytes;
@@ -17,6 +21,8 @@ Invariants:
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +43,11 @@ def q8_0_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, to
     return qs, scale
 
 
+Q4_K_BYTES = 2 + 2 + 12 + 128  # a Q4_K super-block of 256: fp16 d and dmin, 8 six-bit scales and mins, 4-bit q
+# transformers' module names in a Llama-family decoder layer -> llama.cpp's tensor names
+LAYER_TENSORS = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                 "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+                 "mlp.down_proj": "ffn_down"}
 Q6_K_BYTES = 128 + 64 + 16 + 2  # a Q6_K super-block of 256: low 4 bits, high 2 bits, 16 int8 scales, fp16 d
 
 
@@ -55,6 +66,85 @@ def q6_k_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, to
     q = (low.reshape(count, 8, 32) | (high.reshape(count, 8, 32) << 4)).astype(np.int8) - np.int8(32)
     qs = torch.from_numpy(np.ascontiguousarray(q.reshape(rows, cols)))
     return qs, torch.from_numpy(np.ascontiguousarray((d * scales).reshape(rows, cols // 16)))
+
+
+def q4_k_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A Q4_K tensor's bytes [rows, cols / 256 * 144] -> (q uint8 [rows, cols] in 0..15, scale and minimum fp32
+    [rows, cols / 32]), w = q * scale + minimum: scale = d * sc and minimum = -(dmin * m), exact in fp32.
+
+    Element order as ggml's dequantize_row_q4_K: each 64 weights take 32 bytes, the low nibbles first."""
+    count = rows * (cols // 256)
+    data = np.ascontiguousarray(raw, dtype=np.uint8).reshape(count, Q4_K_BYTES)
+    d = data[:, 0:2].copy().view(np.float16).astype(np.float32)
+    dmin = data[:, 2:4].copy().view(np.float16).astype(np.float32)
+    packed = data[:, 4:16].reshape(count, 3, 4)
+    first, second, both = packed[:, 0], packed[:, 1], packed[:, 2]  # six-bit fields, two bits of four spread
+    sc = np.concatenate([first & 63, (both & 15) | ((first >> 2) & 48)], axis=-1).astype(np.float32)
+    mins = np.concatenate([second & 63, (both >> 4) | ((second >> 2) & 48)], axis=-1).astype(np.float32)
+    q = (data[:, 16:].reshape(count, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)) & 15
+    scale, minimum = (d * sc).reshape(rows, cols // 32), (-(dmin * mins)).reshape(rows, cols // 32)
+    return (torch.from_numpy(np.ascontiguousarray(q.reshape(rows, cols))), torch.from_numpy(scale),
+            torch.from_numpy(np.ascontiguousarray(minimum)))
+
+
+def gguf_name(module_name: str) -> str | None:
+    """A decoder module's tensor in the file: 'layers.3.mlp.up_proj' -> 'blk.3.ffn_up.weight' (else None)."""
+    match = re.fullmatch(r"layers\.(\d+)\.(.+)", module_name)
+    if match is None or match[2] not in LAYER_TENSORS:
+        return None
+    return f"blk.{match[1]}.{LAYER_TENSORS[match[2]]}.weight"
+
+
+class FileBlocks:
+    """A GGUF file's tensors, read for 4-bit views (`FileBlocks.q4`)."""
+
+    def __init__(self, path: Path) -> None:
+        import gguf
+
+        self.tensors = {tensor.name: tensor for tensor in gguf.GGUFReader(str(path)).tensors}
+
+    @classmethod
+    def of(cls, path: Path | None) -> FileBlocks | None:
+        """The file's tensors, or None without a file or where gguf cannot read it."""
+        if path is None:
+            return None
+        try:
+            return cls(Path(path))
+        except Exception:  # noqa: BLE001 - a file gguf cannot read: the layers are quantized as before
+            return None
+
+    def q4(self, names: Sequence[str | None], weight: torch.Tensor
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """weight [N, K]'s 4-bit blocks (q, scale, minimum; fp32), the named tensors' rows stacked in order: a
+        Q4_K tensor's own blocks, any other rows re-quantized by Q4_1's rule (`int4.quantize`, steps rounded
+        to fp16 as Q4_1 stores them). None where no named tensor is Q4_K, a name is missing, or the file's
+        blocks are not exactly `weight`'s values (a layer transformers reordered on load): then the caller
+        re-quantizes the whole layer."""
+        from specdec.backends.torch.int4 import quantize
+
+        tensors = [self.tensors.get(name) if name else None for name in names]
+        cols = weight.shape[1]
+        if any(t is None for t in tensors) or cols % 256 or not any(t.tensor_type.name == "Q4_K" for t in tensors):
+            return None
+        parts, start = [], 0
+        for tensor in tensors:
+            rows = int(tensor.data.shape[0])
+            part = weight[start : start + rows]
+            if tensor.tensor_type.name == "Q4_K":
+                if tuple(tensor.data.shape) != (rows, cols // 256 * Q4_K_BYTES):
+                    return None
+                q, scale, minimum = q4_k_blocks(tensor.data, rows, cols)
+                if not torch.equal(q4_kernel.dequantize_q4(q4_kernel.pack_q4(q, scale, minimum, torch.float32)[0],
+                                                           scale, minimum), part):
+                    return None
+            else:
+                q, step, low = quantize(part)
+                scale, minimum = step.half().float(), low.half().float()
+            parts.append((q.to(torch.uint8), scale, minimum))
+            start += rows
+        if start != weight.shape[0]:
+            return None
+        return tuple(torch.cat(items) for items in zip(*parts, strict=True))  # type: ignore[return-value]
 
 
 def _read_tensor(path: Path, names: tuple[str, ...]):  # noqa: ANN202 - a gguf ReaderTensor or None

@@ -58,7 +58,7 @@ from pathlib import Path
 import torch
 
 from specdec.backends.torch.fused import fits
-from specdec.backends.torch.gguf_blocks import head_q8
+from specdec.backends.torch.gguf_blocks import FileBlocks, gguf_name, head_q8
 from specdec.backends.torch.int4 import can_quantize, has_invariant_int4, int4_linear
 from specdec.backends.torch.invariant import MIN_ROWS, kernel_runs_here, wants_invariance
 from specdec.backends.torch.q4_kernel import unavailable_reason
@@ -139,8 +139,10 @@ class FusedQKVAttention(torch.nn.Module):
     attention and the attention plan apply unchanged.
     """
 
-    def __init__(self, attention: torch.nn.Module, min_rows: int = 1, int4: bool = False) -> None:
-        """int4: the fused product holds 4-bit weights (`specdec.backends.torch.int4`) instead of packed bf16 ones."""
+    def __init__(self, attention: torch.nn.Module, min_rows: int = 1, int4: bool = False,
+                 file: FileBlocks | None = None) -> None:
+        """int4: the fused product holds 4-bit weights (`specdec.backends.torch.int4`) instead of packed bf16 ones,
+        the GGUF `file`'s own Q4_K blocks where it has them."""
         super().__init__()
         module = inspect.getmodule(type(attention))
         self._rotary = module.apply_rotary_pos_emb
@@ -157,7 +159,11 @@ class FusedQKVAttention(torch.nn.Module):
             fused.weight.copy_(torch.cat([p.weight for p in projections]))
             if fused.bias is not None:
                 fused.bias.copy_(torch.cat([p.bias for p in projections]))
-        self.qkv_proj = int4_linear(fused) if int4 else PackedLinear(fused, min_rows)
+        if int4:
+            names = [gguf_name(f"layers.{self.layer_idx}.self_attn.{part}_proj") for part in "qkv"]
+            self.qkv_proj = int4_linear(fused, file.q4(names, fused.weight) if file is not None else None)
+        else:
+            self.qkv_proj = PackedLinear(fused, min_rows)
         self.o_proj = attention.o_proj
 
     def forward(self, hidden_states, position_embeddings, attention_mask, past_key_values=None, **kwargs):
@@ -216,19 +222,27 @@ def packed_view(
     """A copy of `model` sharing its tensors, with the decoder's Linear layers (and a bf16 head) packed,
     each product run over at least `min_rows` rows; int4: the decoder's Linear layers in 4-bit groups
     instead (`specdec.backends.torch.int4`; min_rows does not apply to them: their rows are computed alone),
-    and the head on the GGUF's own Q8_0 blocks where `gguf_path` (the file `model` came from) has them."""
+    where `gguf_path` (the file `model` came from) stores a layer as Q4_K its own blocks, and the head on the
+    file's own Q8_0 or Q6_K blocks where it has them."""
     tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
     view = copy.deepcopy(model, tensors)  # modules and configs copied, tensors shared
     decoder = view.get_decoder() if hasattr(view, "get_decoder") else view
     head = view.get_output_embeddings() if hasattr(view, "get_output_embeddings") else None
+    file = FileBlocks.of(gguf_path) if int4 else None  # Q4_K layers are read as the file stores them
     for parent in list(decoder.modules()):
         for name, child in list(parent.named_children()):
             if _fusable(child, int4):
-                setattr(parent, name, FusedQKVAttention(child, min_rows, int4))
+                setattr(parent, name, FusedQKVAttention(child, min_rows, int4, file))
+    paths = {id(module): path for path, module in decoder.named_modules()}
     for parent in list(decoder.modules()):
         for name, child in list(parent.named_children()):
             if child is not head and _packable(child, int4):
-                setattr(parent, name, int4_linear(child) if int4 else PackedLinear(child, min_rows))
+                if not int4:
+                    setattr(parent, name, PackedLinear(child, min_rows))
+                    continue
+                path = f"{paths[id(parent)]}.{name}".lstrip(".")
+                blocks = file.q4([gguf_name(path)], child.weight) if file is not None else None
+                setattr(parent, name, int4_linear(child, blocks))
     # The head keeps its weights' precision under int4 too: a GGUF's head is usually of more bits than its
     # layers (the bundled model's: Q8_0, which 4 bits would move by up to 5% of its largest weight).
     blocks = head_q8(gguf_path, head)[0] if int4 and head is not None else None

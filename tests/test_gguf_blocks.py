@@ -1,0 +1,121 @@
+"""A GGUF file's Q4_K layers read as the file stores them (`specdec.backends.torch.gguf_blocks`).
+
+Q4_K's blocks (checked against gguf's own dequantizer) become the 4-bit kernel's blocks of 32 with fp32
+scales and minimums, exactly; an int4 view of a model loaded from such a file multiplies by the file's
+weights instead of re-quantizing them (a Q4_K weight re-quantized by Q4_1's rule moves); a layer whose
+file tensor is of another type, or whose blocks are not the module's weights, is re-quantized as before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from specdec.backends.torch import gguf_blocks, q4_kernel
+from specdec.backends.torch.packed import packed_view
+from specdec.backends.torch.q4_kernel import Q4Linear, dequantize_q4, pack_q4
+
+gguf = pytest.importorskip("gguf")
+Q4_K = gguf.GGMLQuantizationType.Q4_K
+
+
+def random_q4_k(rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    """Random Q4_K bytes [rows, cols / 256 * 144]: any bits are valid blocks once d and dmin are finite fp16."""
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 256, (rows, cols // 256, gguf_blocks.Q4_K_BYTES), dtype=np.uint8)
+    scales = (rng.random((rows, cols // 256, 2)) * 1e-3 + 1e-4).astype(np.float16)
+    data[..., 0:4] = scales.view(np.uint8).reshape(rows, cols // 256, 4)
+    return data.reshape(rows, -1)
+
+
+def dequantized(raw: np.ndarray, kind: gguf.GGMLQuantizationType = Q4_K) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(gguf.quants.dequantize(raw, kind))).to(torch.bfloat16)
+
+
+def test_q4_k_bytes_read_as_gguf_reads_them():
+    raw = random_q4_k(6, 512)
+    q, scale, minimum = gguf_blocks.q4_k_blocks(raw, 6, 512)
+    assert q.dtype == torch.uint8 and int(q.max()) <= 15 and scale.dtype == minimum.dtype == torch.float32
+    assert q4_kernel.exact_fp32_scales(scale) and q4_kernel.exact_fp32_scales(minimum)
+    qs = pack_q4(q, scale, minimum, torch.float32)[0]
+    assert torch.equal(dequantize_q4(qs, scale, minimum), dequantized(raw))
+    # Q4_1's rule applied to the same values moves them: why the file's blocks are read, not re-quantized
+    from specdec.backends.torch.int4 import quantize
+
+    again, step, low = quantize(dequantized(raw))
+    assert not torch.equal(dequantize_q4(pack_q4(again, step, low)[0], step.half(), low.half()), dequantized(raw))
+
+
+def test_module_names_map_to_the_files_tensors():
+    assert gguf_blocks.gguf_name("layers.3.mlp.up_proj") == "blk.3.ffn_up.weight"
+    assert gguf_blocks.gguf_name("layers.0.self_attn.o_proj") == "blk.0.attn_output.weight"
+    assert gguf_blocks.gguf_name("layers.0.mlp") is None and gguf_blocks.gguf_name("lm_head") is None
+
+
+def write_gguf(path, tensors: dict[str, tuple[np.ndarray, gguf.GGMLQuantizationType]]) -> None:
+    writer = gguf.GGUFWriter(str(path), "qwen2")
+    for name, (raw, kind) in tensors.items():
+        writer.add_tensor(name, raw, raw_dtype=kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_file_blocks_stack_q4_k_parts_and_requantize_the_rest(tmp_path):
+    q_raw, k_raw = random_q4_k(16, 256, seed=1), random_q4_k(8, 256, seed=2)
+    v_values = np.random.default_rng(3).standard_normal((8, 256)).astype(np.float32) * 0.02
+    v_raw = gguf.quants.quantize(v_values, gguf.GGMLQuantizationType.Q8_0)
+    path = tmp_path / "layers.gguf"
+    write_gguf(path, {"blk.0.attn_q.weight": (q_raw, Q4_K), "blk.0.attn_k.weight": (k_raw, Q4_K),
+                      "blk.0.attn_v.weight": (v_raw, gguf.GGMLQuantizationType.Q8_0)})
+    weight = torch.cat([dequantized(q_raw), dequantized(k_raw), dequantized(v_raw, gguf.GGMLQuantizationType.Q8_0)])
+    file = gguf_blocks.FileBlocks.of(path)
+    names = ["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"]
+    q, scale, minimum = file.q4(names, weight)
+    assert q.shape == (32, 256) and scale.shape == (32, 8) and q4_kernel.exact_fp32_scales(scale)
+    layer = dequantize_q4(pack_q4(q, scale, minimum, torch.float32)[0], scale, minimum)
+    assert torch.equal(layer[:24], weight[:24])  # the Q4_K rows: the file's weights exactly
+    # the Q8_0 rows: re-quantized as an int4 view without the file does it (Q4_1's rule, fp16 steps)
+    from specdec.backends.torch.int4 import quantize
+
+    assert torch.equal(layer[24:], dequantize_q4(*pack_q4(*quantize(weight[24:]))))
+    assert file.q4(names[2:], weight[24:]) is None  # no Q4_K part: the caller quantizes as before
+    assert file.q4(["blk.0.attn_q.weight", None], weight) is None  # a module without a tensor
+    moved = weight.clone()
+    moved[0, 0] += 1
+    assert file.q4(names, moved) is None  # blocks that are not the module's weights (e.g. reordered rows)
+    assert gguf_blocks.FileBlocks.of(tmp_path / "missing.gguf") is None
+
+
+def test_an_int4_view_multiplies_by_the_files_q4_k_weights(tmp_path):
+    """A one-layer Qwen2 whose decoder weights are a Q4_K file's: its int4 view's products hold the file's
+    blocks (fp32 scales, dequantizing to the module's weights bit for bit); without the file they are
+    re-quantized (fp16 scales, moved)."""
+    if not q4_kernel.load_extension():
+        pytest.skip(q4_kernel.unavailable_reason())
+    config = Qwen2Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                         num_key_value_heads=2, num_hidden_layers=1, max_position_embeddings=256)
+    model = Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
+    layer = model.model.layers[0]
+    tensors = {}
+    for index, (module_name, tensor) in enumerate(gguf_blocks.LAYER_TENSORS.items()):
+        linear = layer.get_submodule(module_name)
+        raw = random_q4_k(linear.out_features, linear.in_features, seed=10 + index)
+        linear.weight.data = dequantized(raw)
+        tensors[f"blk.0.{tensor}.weight"] = (raw, Q4_K)
+    path = tmp_path / "model.gguf"
+    write_gguf(path, tensors)
+    view = packed_view(model, int4=True, gguf_path=path)
+    products = {name: module for name, module in view.model.layers[0].named_modules() if isinstance(module, Q4Linear)}
+    assert set(products) == {"self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}
+    qkv = torch.cat([layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight])
+    for name, product in products.items():
+        expected = qkv if name == "self_attn.qkv_proj" else layer.get_submodule(name).weight
+        assert product.scale.dtype == torch.float32, name
+        assert torch.equal(dequantize_q4(product.qs, product.scale, product.minimum), expected), name
+    plain = packed_view(model, int4=True).model.layers[0].mlp.up_proj
+    assert plain.scale.dtype == torch.float16
+    assert not torch.equal(dequantize_q4(plain.qs, plain.scale, plain.minimum), layer.mlp.up_proj.weight)
