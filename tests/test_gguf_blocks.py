@@ -1,9 +1,11 @@
 """A GGUF file's Q4_K layers read as the file stores them (`specdec.backends.torch.gguf_blocks`).
 
-Q4_K's blocks (checked against gguf's own dequantizer) become the 4-bit kernel's blocks of 32 with fp32
-scales and minimums, exactly; an int4 view of a model loaded from such a file multiplies by the file's
-weights instead of re-quantizing them (a Q4_K weight re-quantized by Q4_1's rule moves); a layer whose
-file tensor is of another type, or whose blocks are not the module's weights, is re-quantized as before.
+Q4_K's blocks (checked against gguf's own dequantizer) run on the 4-bit kernel as the file has them: q,
+each block's six-bit (scale, min) and each 8 blocks' fp16 (d, dmin), exactly (the kernel's products with
+them equal those with the expanded fp32 scales, bit for bit); an int4 view of a model loaded from such a
+file multiplies by the file's weights instead of re-quantizing them (a Q4_K weight re-quantized by Q4_1's
+rule moves); a layer whose file tensors mix Q4_K with another type holds fp32 scales (the Q4_K rows exact,
+the others re-quantized), and one whose blocks are not the module's weights is re-quantized as before.
 """
 
 from __future__ import annotations
@@ -36,16 +38,50 @@ def dequantized(raw: np.ndarray, kind: gguf.GGMLQuantizationType = Q4_K) -> torc
 
 def test_q4_k_bytes_read_as_gguf_reads_them():
     raw = random_q4_k(6, 512)
-    q, scale, minimum = gguf_blocks.q4_k_blocks(raw, 6, 512)
-    assert q.dtype == torch.uint8 and int(q.max()) <= 15 and scale.dtype == minimum.dtype == torch.float32
+    q, pairs, supers = gguf_blocks.q4_k_blocks(raw, 6, 512)
+    assert q.dtype == pairs.dtype == torch.uint8 and int(q.max()) <= 15 and int(pairs.max()) <= 63
+    assert pairs.shape == (6, 16, 2) and supers.shape == (6, 2, 2) and supers.dtype == torch.float16
+    scale, minimum = q4_kernel.q4_k_scales(pairs, supers)
     assert q4_kernel.exact_fp32_scales(scale) and q4_kernel.exact_fp32_scales(minimum)
     qs = pack_q4(q, scale, minimum, torch.float32)[0]
     assert torch.equal(dequantize_q4(qs, scale, minimum), dequantized(raw))
+    assert torch.equal(dequantize_q4(qs, pairs, supers), dequantized(raw))
     # Q4_1's rule applied to the same values moves them: why the file's blocks are read, not re-quantized
     from specdec.backends.torch.int4 import quantize
 
     again, step, low = quantize(dequantized(raw))
     assert not torch.equal(dequantize_q4(pack_q4(again, step, low)[0], step.half(), low.half()), dequantized(raw))
+
+
+def test_the_kernel_multiplies_by_the_files_q4_k_weights(op_or_skip):
+    """The pairs as the file has them: one-hot rows return the file's weights; every row equals the product
+    with the expanded fp32 scales, bit for bit, on each path; rows are independent of the batch."""
+    from helpers import assert_within_bound, forced_paths
+
+    raw = random_q4_k(37, 512, seed=5)
+    q, pairs, supers = gguf_blocks.q4_k_blocks(raw, 37, 512)
+    scale, minimum = q4_kernel.q4_k_scales(pairs, supers)
+    qs = pack_q4(q, scale, minimum, torch.float32)[0]
+    x = torch.randn(9, 512).to(torch.bfloat16)
+    for path in forced_paths():
+        assert torch.equal(op_or_skip(torch.eye(512)[:64], qs, pairs, supers, path), dequantized(raw)[:, :64].float().T)
+        full = op_or_skip(x, qs, pairs, supers, path)
+        assert torch.equal(full, op_or_skip(x, qs, scale, minimum, path)), path
+        assert torch.equal(op_or_skip(x[3:5].contiguous(), qs, pairs, supers, path), full[3:5]), path
+        assert_within_bound(full, x, dequantized(raw))
+    with pytest.raises(RuntimeError, match="Q4_K scales must be"):
+        op_or_skip(x, qs, pairs[:, :8].contiguous(), supers)
+    layer = Q4Linear(qs, pairs, supers)
+    assert "q4_k scales" in repr(layer) and torch.equal(layer(x), op_or_skip(x, qs, pairs, supers))
+    with pytest.raises(ValueError, match="Q4_K pairs must be"):
+        Q4Linear(qs, pairs, supers[:, :1])
+
+
+@pytest.fixture
+def op_or_skip():
+    if not q4_kernel.load_extension():
+        pytest.skip(q4_kernel.unavailable_reason())
+    return torch.ops.specdec_q4.q4_linear
 
 
 def test_module_names_map_to_the_files_tensors():
@@ -114,7 +150,7 @@ def test_an_int4_view_multiplies_by_the_files_q4_k_weights(tmp_path):
     qkv = torch.cat([layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight])
     for name, product in products.items():
         expected = qkv if name == "self_attn.qkv_proj" else layer.get_submodule(name).weight
-        assert product.scale.dtype == torch.float32, name
+        assert product.scale.dtype == torch.uint8, name  # every part Q4_K: the file's pairs as they are
         assert torch.equal(dequantize_q4(product.qs, product.scale, product.minimum), expected), name
     plain = packed_view(model, int4=True).model.layers[0].mlp.up_proj
     assert plain.scale.dtype == torch.float16

@@ -69,22 +69,22 @@ def q6_k_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, to
 
 
 def q4_k_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A Q4_K tensor's bytes [rows, cols / 256 * 144] -> (q uint8 [rows, cols] in 0..15, scale and minimum fp32
-    [rows, cols / 32]), w = q * scale + minimum: scale = d * sc and minimum = -(dmin * m), exact in fp32.
+    """A Q4_K tensor's bytes [rows, cols / 256 * 144] -> (q uint8 [rows, cols] in 0..15, (scale, min) uint8
+    [rows, cols / 32, 2], (d, dmin) fp16 [rows, cols / 256, 2]): w = q * (d * scale) - dmin * min, the
+    4-bit kernel's Q4_K form (`q4_kernel.q4_k_scales` gives each block's fp32 scale and minimum).
 
     Element order as ggml's dequantize_row_q4_K: each 64 weights take 32 bytes, the low nibbles first."""
     count = rows * (cols // 256)
     data = np.ascontiguousarray(raw, dtype=np.uint8).reshape(count, Q4_K_BYTES)
-    d = data[:, 0:2].copy().view(np.float16).astype(np.float32)
-    dmin = data[:, 2:4].copy().view(np.float16).astype(np.float32)
+    supers = data[:, 0:4].copy().view(np.float16).reshape(rows, cols // 256, 2)  # (d, dmin)
     packed = data[:, 4:16].reshape(count, 3, 4)
     first, second, both = packed[:, 0], packed[:, 1], packed[:, 2]  # six-bit fields, two bits of four spread
-    sc = np.concatenate([first & 63, (both & 15) | ((first >> 2) & 48)], axis=-1).astype(np.float32)
-    mins = np.concatenate([second & 63, (both >> 4) | ((second >> 2) & 48)], axis=-1).astype(np.float32)
+    sc = np.concatenate([first & 63, (both & 15) | ((first >> 2) & 48)], axis=-1)
+    mins = np.concatenate([second & 63, (both >> 4) | ((second >> 2) & 48)], axis=-1)
+    pairs = np.stack([sc, mins], axis=-1).reshape(rows, cols // 32, 2)
     q = (data[:, 16:].reshape(count, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)) & 15
-    scale, minimum = (d * sc).reshape(rows, cols // 32), (-(dmin * mins)).reshape(rows, cols // 32)
-    return (torch.from_numpy(np.ascontiguousarray(q.reshape(rows, cols))), torch.from_numpy(scale),
-            torch.from_numpy(np.ascontiguousarray(minimum)))
+    return (torch.from_numpy(np.ascontiguousarray(q.reshape(rows, cols))), torch.from_numpy(np.ascontiguousarray(pairs)),
+            torch.from_numpy(np.ascontiguousarray(supers)))
 
 
 def gguf_name(module_name: str) -> str | None:
@@ -115,11 +115,12 @@ class FileBlocks:
 
     def q4(self, names: Sequence[str | None], weight: torch.Tensor
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-        """weight [N, K]'s 4-bit blocks (q, scale, minimum; fp32), the named tensors' rows stacked in order: a
-        Q4_K tensor's own blocks, any other rows re-quantized by Q4_1's rule (`int4.quantize`, steps rounded
-        to fp16 as Q4_1 stores them). None where no named tensor is Q4_K, a name is missing, or the file's
-        blocks are not exactly `weight`'s values (a layer transformers reordered on load): then the caller
-        re-quantizes the whole layer."""
+        """weight [N, K]'s 4-bit blocks, the named tensors' rows stacked in order: all Q4_K, the file's own
+        (q, (scale, min) pairs, (d, dmin) pairs: `q4_k_blocks`); some other type among them, (q, scale,
+        minimum) in fp32 with the Q4_K rows' exact values and the others re-quantized by Q4_1's rule
+        (`int4.quantize`, steps rounded to fp16 as Q4_1 stores them). None where no named tensor is Q4_K, a
+        name is missing, or the file's blocks are not exactly `weight`'s values (a layer transformers
+        reordered on load): then the caller re-quantizes the whole layer."""
         from specdec.backends.torch.int4 import quantize
 
         tensors = [self.tensors.get(name) if name else None for name in names]
@@ -133,10 +134,13 @@ class FileBlocks:
             if tensor.tensor_type.name == "Q4_K":
                 if tuple(tensor.data.shape) != (rows, cols // 256 * Q4_K_BYTES):
                     return None
-                q, scale, minimum = q4_k_blocks(tensor.data, rows, cols)
+                q, pairs, supers = q4_k_blocks(tensor.data, rows, cols)
+                scale, minimum = q4_kernel.q4_k_scales(pairs, supers)
                 if not torch.equal(q4_kernel.dequantize_q4(q4_kernel.pack_q4(q, scale, minimum, torch.float32)[0],
                                                            scale, minimum), part):
                     return None
+                if len(tensors) == 1 or all(t.tensor_type.name == "Q4_K" for t in tensors):
+                    scale, minimum = pairs, supers  # kept as the file has them
             else:
                 q, step, low = quantize(part)
                 scale, minimum = step.half().float(), low.half().float()
@@ -145,6 +149,15 @@ class FileBlocks:
         if start != weight.shape[0]:
             return None
         return tuple(torch.cat(items) for items in zip(*parts, strict=True))  # type: ignore[return-value]
+
+
+def pack_blocks(blocks: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`FileBlocks.q4`'s blocks as `Q4Linear` takes them: q packed two to a byte, the scales as they are."""
+    q, scale, minimum = blocks
+    if scale.dtype == torch.uint8:  # Q4_K pairs: pack q against its fp32 scales, keep the pairs
+        return q4_kernel.pack_q4(q, *q4_kernel.q4_k_scales(scale, minimum), torch.float32)[0], scale, minimum
+    return q4_kernel.pack_q4(q, scale, minimum, torch.float32)
 
 
 def _read_tensor(path: Path, names: tuple[str, ...]):  # noqa: ANN202 - a gguf ReaderTensor or None

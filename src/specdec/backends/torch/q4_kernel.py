@@ -76,6 +76,14 @@ def pack_q4(
     return qs.contiguous(), scale.to(dtype).contiguous(), minimum.to(dtype).contiguous()
 
 
+def q4_k_scales(pairs: torch.Tensor, supers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Q4_K tensor's uint8 (scale, min) pairs [N, K/32, 2] and fp16 (d, dmin) pairs [N, K/256, 2] -> each
+    block's scale d * scale and minimum -(dmin * min), fp32 [N, K/32] (exact: an fp16 times a 6-bit integer)."""
+    rows, blocks = pairs.shape[:2]
+    wide = supers.float().repeat_interleave(8, dim=1)  # [N, K/32, 2]: each block's super-block (d, dmin)
+    return wide[..., 0] * pairs[..., 0].float(), -(wide[..., 1] * pairs[..., 1].float())
+
+
 def exact_fp32_scales(scale: torch.Tensor) -> bool:
     """Whether fp32 scales keep q * scale exact in fp32 for every 4-bit q (at most 20 significant bits: the
     low 4 stored bits zero), so the kernel's FMA rounds as `dequantize_q4`'s two steps do. A Q4_K tensor's
@@ -92,6 +100,8 @@ def unpack_q4(qs: torch.Tensor) -> torch.Tensor:
 
 def dequantize_q4(qs: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
     """The bf16 weight [N, K] the kernel multiplies by: fp32 q * scale, then + minimum, then to bf16."""
+    if scale.dtype == torch.uint8:  # a Q4_K tensor's pairs
+        scale, minimum = q4_k_scales(scale, minimum)
     q = unpack_q4(qs).float()
     rows, cols = q.shape
     product = q.reshape(rows, cols // BLOCK, BLOCK) * scale.float()[..., None]  # two ops: no FMA
@@ -225,9 +235,18 @@ class Q4Linear(torch.nn.Module):
             raise RuntimeError(unavailable_reason())
         self.out_features, self.in_features = qs.shape[0], qs.shape[1] * 2
         blocks = (self.out_features, self.in_features // BLOCK)
+        if scale.dtype == torch.uint8:  # a Q4_K tensor's (scale, min) and (d, dmin) pairs, as the file has them
+            if tuple(scale.shape) != (*blocks, 2) or tuple(minimum.shape) != (blocks[0], blocks[1] // 8, 2):
+                raise ValueError(f"Q4_K pairs must be [{blocks[0]}, {blocks[1]}, 2] and [{blocks[0]}, {blocks[1] // 8}, 2]")
+            scale, minimum = scale.contiguous(), minimum.to(torch.float16).contiguous()
+            self.register_buffer("qs", qs.to(torch.uint8).contiguous())
+            self.register_buffer("scale", scale)
+            self.register_buffer("minimum", minimum)
+            self.register_buffer("bias", None if bias is None else bias.detach())
+            return
         if tuple(scale.shape) != blocks or tuple(minimum.shape) != blocks:
             raise ValueError(f"scale and minimum must be {list(blocks)}")
-        # fp32 scales (a Q4_K tensor's, exact) stay fp32; any other dtype is Q4_1's fp16
+        # fp32 scales (exact products) stay fp32; any other dtype is Q4_1's fp16
         dtype = torch.float32 if scale.dtype == torch.float32 else torch.float16
         if dtype == torch.float32 and not exact_fp32_scales(scale):
             raise ValueError("float32 scales must have at most 20 significant bits (q * scale exact in fp32)")
@@ -254,7 +273,7 @@ class Q4Linear(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, q4_1 blocks of {BLOCK}"
-                + (", fp32 scales" if self.scale.dtype == torch.float32 else ""))
+                + {torch.float32: ", fp32 scales", torch.uint8: ", q4_k scales"}.get(self.scale.dtype, ""))
 
 
 class Q8Linear(torch.nn.Module):

@@ -1,9 +1,10 @@
 // Few-row GEMM y = x @ W.T with W in blocks of 32 along K: llama.cpp's Q4_1 layout (4-bit q, a scale
 // and a minimum a block: `q4_linear`) or its Q8_0 layout (8-bit signed q and a scale: `q8_linear`).
 // `q8_linear` also takes an fp32 scale per 16 weights: a Q6_K tensor's sub-blocks (q - 32 with
-// d * scale, both exact in fp32) multiply as 8-bit blocks with the file's exact weights; `q4_linear`
-// also takes fp32 scales and minimums: a Q4_K tensor's sub-blocks (d * scale and -dmin * min, exact in
-// fp32) are Q4_1 blocks with the file's exact weights.
+// d * scale, both exact in fp32) multiply as 8-bit blocks with the file's exact weights. `q4_linear`
+// also takes fp32 scales and minimums (exact products), or a Q4_K tensor's own: uint8 (scale, min)
+// pairs [N, K/32, 2] and fp16 (d, dmin) pairs [N, K/256, 2], a block's scale d * scale and its minimum
+// -(dmin * min), both exact in fp32: the file's weights in fewer bytes than Q4_1's fp16 pairs.
 //
 // Why: a verification pass multiplies 1..64 rows by every weight. Each block is read and dequantized
 // ONCE per call (to bf16, exactly as the pure-PyTorch references `dequantize_q4` / `dequantize_q8` do)
@@ -59,6 +60,8 @@ struct Problem {
   const float* scale16;     // [N, K/16] fp32 instead of `scale`: Q8 blocks with a scale per half block
   const float* scale32;     // [N, K/32] fp32 instead of `scale` and `minimum`: Q4 blocks' own (Q4_K's)
   const float* minimum32;
+  const uint8_t* k_pairs;   // [N, K/32, 2] Q4_K's six-bit (scale, min) per block, instead of `scale`, `minimum`
+  const at::Half* k_super;  // [N, K/256, 2] Q4_K's (d, dmin) per 8 blocks
   int64_t M, N, K, nb;      // nb = K / 32
   int64_t row_bytes;        // bytes of qs a column holds: K/2 or K
   float* out_f;             // [M, N] when x is fp32 ...
@@ -102,11 +105,16 @@ inline float scale8(const Problem& p, int64_t n, int64_t b, bool second) {
   return static_cast<float>(p.scale[n * p.nb + b]);
 }
 
-// Column n's block b: its Q4 scale and minimum as fp32.
+// Column n's block b: its Q4 scale and minimum as fp32 (Q4_K's: d * scale and -(dmin * min), exact).
 inline float scale4(const Problem& p, int64_t n, int64_t b) {
+  if (p.k_pairs != nullptr)
+    return static_cast<float>(p.k_super[2 * (n * (p.nb / 8) + b / 8)]) * static_cast<float>(p.k_pairs[2 * (n * p.nb + b)]);
   return p.scale32 != nullptr ? p.scale32[n * p.nb + b] : static_cast<float>(p.scale[n * p.nb + b]);
 }
 inline float minimum4(const Problem& p, int64_t n, int64_t b) {
+  if (p.k_pairs != nullptr)
+    return -(static_cast<float>(p.k_super[2 * (n * (p.nb / 8) + b / 8) + 1]) *
+             static_cast<float>(p.k_pairs[2 * (n * p.nb + b) + 1]));
   return p.minimum32 != nullptr ? p.minimum32[n * p.nb + b] : static_cast<float>(p.minimum[n * p.nb + b]);
 }
 
@@ -158,6 +166,21 @@ Q4_AVX512 void widen_scales_avx512(const Problem& p, int64_t n0, Scratch& s) {
   // rest of the tile's work for these short runs).
   if (p.scale16 != nullptr) {
     for (int64_t i = 0; i < 2 * C * p.nb; ++i) s.scale[i] = p.scale16[2 * n0 * p.nb + i];
+    return;
+  }
+  if (p.k_pairs != nullptr) {  // Q4_K: per super-block of 8 blocks, d * scale and -(dmin * min)
+    for (int64_t c = 0; c < C; ++c) {
+      const uint8_t* pairs = p.k_pairs + 2 * (n0 + c) * p.nb;
+      const at::Half* supers = p.k_super + 2 * (n0 + c) * (p.nb / 8);
+      for (int64_t j = 0; j < p.nb / 8; ++j) {  // 8 (scale, min) byte pairs as 8 words: scale low, min high
+        const __m256i words = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pairs + 16 * j)));
+        const __m256 scales = _mm256_cvtepi32_ps(_mm256_and_si256(words, _mm256_set1_epi32(255)));
+        const __m256 mins = _mm256_cvtepi32_ps(_mm256_srli_epi32(words, 8));
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(supers[2 * j].x)), dmin = _mm256_set1_ps(_cvtsh_ss(supers[2 * j + 1].x));
+        _mm256_storeu_ps(s.scale.data() + c * p.nb + 8 * j, _mm256_mul_ps(d, scales));
+        _mm256_storeu_ps(s.minimum.data() + c * p.nb + 8 * j, _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(dmin, mins)));
+      }
+    }
     return;
   }
   if (p.scale32 != nullptr) {
@@ -237,15 +260,16 @@ Q4_AVX512 void more_rows_avx512(const Problem& p, int64_t r0, int64_t n0, const 
 // and a tile's loop is too long for the CPU to issue those loads early by itself.
 inline void prefetch_scales(const Problem& p, int64_t n) {
   const int64_t first = std::min(n, p.N - 1) * p.nb, last = std::min(n + kCols, p.N) * p.nb;  // blocks
-  const char* ranges[5][2] = {
+  const char* ranges[6][2] = {
       {reinterpret_cast<const char*>(p.scale + first), reinterpret_cast<const char*>(p.scale + last)},
       {reinterpret_cast<const char*>(p.minimum + first), reinterpret_cast<const char*>(p.minimum + last)},
       {reinterpret_cast<const char*>(p.scale16 + 2 * first), reinterpret_cast<const char*>(p.scale16 + 2 * last)},
       {reinterpret_cast<const char*>(p.scale32 + first), reinterpret_cast<const char*>(p.scale32 + last)},
-      {reinterpret_cast<const char*>(p.minimum32 + first), reinterpret_cast<const char*>(p.minimum32 + last)}};
-  const bool present[5] = {p.scale != nullptr, p.minimum != nullptr, p.scale16 != nullptr, p.scale32 != nullptr,
-                           p.minimum32 != nullptr};
-  for (int which = 0; which < 5; ++which) {
+      {reinterpret_cast<const char*>(p.minimum32 + first), reinterpret_cast<const char*>(p.minimum32 + last)},
+      {reinterpret_cast<const char*>(p.k_pairs + 2 * first), reinterpret_cast<const char*>(p.k_pairs + 2 * last)}};
+  const bool present[6] = {p.scale != nullptr, p.minimum != nullptr, p.scale16 != nullptr, p.scale32 != nullptr,
+                           p.minimum32 != nullptr, p.k_pairs != nullptr};
+  for (int which = 0; which < 6; ++which) {
     if (!present[which]) continue;
     const uintptr_t begin = reinterpret_cast<uintptr_t>(ranges[which][0]) & ~uintptr_t(63);
     for (uintptr_t line = begin; line < reinterpret_cast<uintptr_t>(ranges[which][1]); line += 64)
@@ -463,6 +487,13 @@ at::Tensor blocks_linear(const at::Tensor& x, const at::Tensor& qs, const at::Te
   // (a Q4_K tensor's); the others are fp16, one per block.
   const bool halves = Q8 && scale.scalar_type() == at::kFloat;
   const bool wide = !Q8 && scale.scalar_type() == at::kFloat;
+  const bool k_blocks = !Q8 && scale.scalar_type() == at::kByte;  // Q4_K's pairs
+  TORCH_CHECK(!k_blocks || (K % 256 == 0 && scale.dim() == 3 && scale.size(0) == N && scale.size(1) == K / kBlock &&
+                            scale.size(2) == 2 && minimum->scalar_type() == at::kHalf && minimum->dim() == 3 &&
+                            minimum->size(0) == N && minimum->size(1) == K / 256 && minimum->size(2) == 2 &&
+                            scale.is_contiguous() && minimum->is_contiguous()),
+              op, ": Q4_K scales must be uint8 (scale, min) pairs [N, K/32, 2] with float16 (d, dmin) pairs ",
+              "[N, K/256, 2], contiguous, K a multiple of 256");
   TORCH_CHECK(!wide || (minimum->scalar_type() == at::kFloat && scale.dim() == 2 && minimum->sizes() == scale.sizes() &&
                         scale.size(0) == N && scale.size(1) == K / kBlock && scale.is_contiguous() &&
                         minimum->is_contiguous()),
@@ -473,7 +504,7 @@ at::Tensor blocks_linear(const at::Tensor& x, const at::Tensor& qs, const at::Te
               op, ": scales must be float16 [N, K/32] or (8-bit blocks) float32 [N, K/16] = [", N, ", ",
               2 * (K / kBlock), "], contiguous; got float32 ", scale.sizes());
   for (const at::Tensor* t : {&scale, minimum}) {
-    if (t == nullptr || halves || wide) continue;
+    if (t == nullptr || halves || wide || k_blocks) continue;
     TORCH_CHECK(t->scalar_type() == at::kHalf && t->dim() == 2 && t->size(0) == N && t->size(1) == K / kBlock,
                 op, ": scales must be float16 [N, K/32] = [", N, ", ", K / kBlock, "], got ", t->scalar_type(),
                 " ", t->sizes());
@@ -490,9 +521,12 @@ at::Tensor blocks_linear(const at::Tensor& x, const at::Tensor& qs, const at::Te
   const at::Tensor xf = chosen == "avx512_bf16" ? at::Tensor() : xb.to(at::kFloat);
   Problem p{reinterpret_cast<const uint16_t*>(xb.data_ptr<at::BFloat16>()),
             xf.defined() ? xf.data_ptr<float>() : nullptr,
-            reinterpret_cast<const uint8_t*>(qs.data_ptr()), halves || wide ? nullptr : scale.data_ptr<at::Half>(),
-            minimum && !wide ? minimum->data_ptr<at::Half>() : nullptr, halves ? scale.data_ptr<float>() : nullptr,
+            reinterpret_cast<const uint8_t*>(qs.data_ptr()),
+            halves || wide || k_blocks ? nullptr : scale.data_ptr<at::Half>(),
+            minimum && !wide && !k_blocks ? minimum->data_ptr<at::Half>() : nullptr,
+            halves ? scale.data_ptr<float>() : nullptr,
             wide ? scale.data_ptr<float>() : nullptr, wide ? minimum->data_ptr<float>() : nullptr,
+            k_blocks ? scale.data_ptr<uint8_t>() : nullptr, k_blocks ? minimum->data_ptr<at::Half>() : nullptr,
             M, N, K, K / kBlock, row_bytes,
             x.scalar_type() == at::kFloat ? out.data_ptr<float>() : nullptr,
             x.scalar_type() == at::kBFloat16 ? out.data_ptr<at::BFloat16>() : nullptr};
