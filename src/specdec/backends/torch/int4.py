@@ -16,7 +16,9 @@ The quantization is Q4_1's (llama.cpp's): groups of 32 input columns, each with 
 step, w = q * step + minimum, q in 0..15 (the kernel's form: (q - 8) * scale + zero, zero = minimum +
 8 * step). A weight that came from a Q4_1 GGUF (the bundled model) is recovered group for group:
 Q4_1 takes each group's minimum and maximum as its ends, so re-quantizing its dequantized values
-gives back the same q; only the scale and zero are rounded to the activations' dtype.
+gives back the same q; only the scale and zero are rounded to the activations' dtype. A Q4_K layer
+would move if re-quantized: its blocks are read from the file instead (`blocks`, from
+`gguf_blocks.FileBlocks.q4`), on specdec's kernel.
 
 Invariants:
 - the model verified is the quantized one: plain decoding and every method run on the same view
