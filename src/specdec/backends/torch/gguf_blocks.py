@@ -151,14 +151,6 @@ class FileBlocks:
         return tuple(torch.cat(items) for items in zip(*parts, strict=True))  # type: ignore[return-value]
 
 
-def pack_blocks(blocks: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`FileBlocks.q4`'s blocks as `Q4Linear` takes them: q packed two to a byte, the scales as they are."""
-    q, scale, minimum = blocks
-    if scale.dtype == torch.uint8:  # Q4_K pairs: pack q against its fp32 scales, keep the pairs
-        return q4_kernel.pack_q4(q, *q4_kernel.q4_k_scales(scale, minimum), torch.float32)[0], scale, minimum
-    return q4_kernel.pack_q4(q, scale, minimum, torch.float32)
-
 
 def _read_tensor(path: Path, names: tuple[str, ...]):  # noqa: ANN202 - a gguf ReaderTensor or None
     import gguf  # transformers' GGUF loading needs it too

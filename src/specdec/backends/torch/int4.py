@@ -121,9 +121,7 @@ def int4_linear(linear: torch.nn.Linear, blocks: Blocks | None = None) -> torch.
     if linear.weight.dtype == torch.bfloat16 and can_quantize(linear):
         if q4_kernel.load_extension():
             if blocks is not None:
-                from specdec.backends.torch.gguf_blocks import pack_blocks
-
-                return q4_kernel.Q4Linear(*pack_blocks(blocks), linear.bias)
+                return q4_kernel.Q4Linear(*q4_kernel.pack_blocks(*blocks), linear.bias)
             q, step, low = quantize(linear.weight)
             return q4_kernel.Q4Linear.from_q(q, step, low, linear.bias)
         warnings.warn(q4_kernel.unavailable_reason(), stacklevel=2)

@@ -84,6 +84,15 @@ def q4_k_scales(pairs: torch.Tensor, supers: torch.Tensor) -> tuple[torch.Tensor
     return wide[..., 0] * pairs[..., 0].float(), -(wide[..., 1] * pairs[..., 1].float())
 
 
+def pack_blocks(q: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A file's exact 4-bit blocks (`gguf_blocks.FileBlocks.q4`) as `Q4Linear` takes them: q packed two to
+    a byte; Q4_K's pairs kept as they are, or fp32 scales and minimums."""
+    if scale.dtype == torch.uint8:  # Q4_K pairs: q packed against their fp32 values, the pairs kept
+        return pack_q4(q, *q4_k_scales(scale, minimum), torch.float32)[0], scale, minimum
+    return pack_q4(q, scale, minimum, torch.float32)
+
+
 def exact_fp32_scales(scale: torch.Tensor) -> bool:
     """Whether fp32 scales keep q * scale exact in fp32 for every 4-bit q (at most 20 significant bits: the
     low 4 stored bits zero), so the kernel's FMA rounds as `dequantize_q4`'s two steps do. A Q4_K tensor's
