@@ -49,7 +49,8 @@ LEVELS = 15  # q in 0..LEVELS
 PATHS = ("avx512_bf16", "avx2", "scalar")  # the C++ kernel's paths, fastest first
 _SOURCE = Path(__file__).parent / "csrc" / "q4_gemm.cpp"
 # One extension: the block products, tree attention, and a decoder layer built from both (`specdec.backends.torch.fused`)
-_SOURCES = (_SOURCE, _SOURCE.with_name("tree_attention.cpp"), _SOURCE.with_name("decoder_layer.cpp"))
+_SOURCES = (_SOURCE, _SOURCE.with_name("q4_gemm_portable.cpp"), _SOURCE.with_name("tree_attention.cpp"),
+            _SOURCE.with_name("decoder_layer.cpp"))
 _EXTENSION = "specdec_q4_gemm"
 # -ffp-contract=off: no multiply-add is fused behind the kernel's back (the dequantization and the scalar
 # path round where the reference does)

@@ -16,7 +16,7 @@
 // and the tile shape that computed it. So a row's bits do not depend on which rows share the call.
 // Threads split the output columns N, never K.
 //
-// Paths (chosen at run time, one binary built without -march flags):
+// Paths (chosen at run time, one binary built without -march flags; avx2 and scalar in q4_gemm_portable.cpp):
 //   avx512_bf16: 32 bf16 weights per zmm, vdpbf16ps into one zmm accumulator per (row, column);
 //   avx2:        the same bf16-rounded weights and activations widened to fp32, fp32 FMAs;
 //   scalar:      plain C++, one accumulator per (row, column).
@@ -29,6 +29,7 @@
 #include <torch/library.h>
 
 #include "kernels.h"
+#include "q4_blocks.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -39,42 +40,11 @@
 
 namespace {
 
-// Unrolled before register allocation, so tile arrays of accumulators live in registers, not on the stack.
-#define Q4_UNROLL _Pragma("GCC unroll 8")
-
-constexpr int64_t kBlock = 32;  // weights per block: per (scale, minimum) in Q4_1, per scale in Q8_0
-constexpr int kCols = 4;        // columns dequantized together (a column tile)
-constexpr int kRows = 4;        // rows multiplied together (a row tile): kRows x kCols accumulators
-constexpr int64_t kAhead = 2;   // software prefetch distance, in column tiles
+using namespace specdec::q4;  // NOLINT: this file's own parts
 
 struct alignas(64) Line {  // one dequantized block: 32 bf16 weights, one zmm
   uint16_t bits[32];
 };
-
-struct Problem {
-  const uint16_t* x;        // [M, K] bf16 bits (avx512 path)
-  const float* xf;          // [M, K] the same values as fp32 (avx2 / scalar paths)
-  const uint8_t* qs;        // [N, K/2] (Q4_1) or [N, K] int8 bits (Q8_0)
-  const at::Half* scale;    // [N, K/32]
-  const at::Half* minimum;  // [N, K/32]; null for Q8_0
-  const float* scale16;     // [N, K/16] fp32 instead of `scale`: Q8 blocks with a scale per half block
-  const float* scale32;     // [N, K/32] fp32 instead of `scale` and `minimum`: Q4 blocks' own (Q4_K's)
-  const float* minimum32;
-  const uint8_t* k_pairs;   // [N, K/32, 2] Q4_K's six-bit (scale, min) per block, instead of `scale`, `minimum`
-  const at::Half* k_super;  // [N, K/256, 2] Q4_K's (d, dmin) per 8 blocks
-  int64_t M, N, K, nb;      // nb = K / 32
-  int64_t row_bytes;        // bytes of qs a column holds: K/2 or K
-  float* out_f;             // [M, N] when x is fp32 ...
-  at::BFloat16* out_b;      // ... or bf16 (the other is null)
-};
-
-inline void store(const Problem& p, int64_t r, int64_t n, float v) {
-  if (p.out_b != nullptr) {
-    p.out_b[r * p.N + n] = c10::BFloat16(v);  // round to nearest even
-  } else {
-    p.out_f[r * p.N + n] = v;
-  }
-}
 
 // Per-thread buffers for one column tile: its scales as fp32 and, where more than one row tile reads
 // them, its dequantized blocks (left uninitialized: every line is written before it is read).
@@ -85,41 +55,6 @@ struct Scratch {
       : scale(2 * kCols * nb), minimum(kCols * nb), w(keep_blocks ? new Line[nb * kCols] : nullptr) {}
 };
 
-// The weight the kernel multiplies by, as fp32 holding a bf16 value: float(q) * scale + minimum, the
-// multiply and the add each rounded in fp32 (the vector paths use an FMA: q * scale is exact in fp32,
-// a 4-bit integer times an 11-bit fp16 significand, so the FMA rounds the same single sum), then
-// rounded to bf16 (nearest even).
-inline float dequant_scalar(int q, float scale, float minimum) {
-  float product = static_cast<float>(q) * scale;
-  return static_cast<float>(c10::BFloat16(product + minimum));
-}
-
-// Q8_0's weight: float(q) * scale (exact in fp32: an 8-bit integer times an 11-bit significand), to bf16.
-inline float dequant8_scalar(int q, float scale) {
-  return static_cast<float>(c10::BFloat16(static_cast<float>(q) * scale));
-}
-
-// The scale of column n's block b, its second half's where `second` (the same for Q8_0's one scale).
-inline float scale8(const Problem& p, int64_t n, int64_t b, bool second) {
-  if (p.scale16 != nullptr) return p.scale16[2 * (n * p.nb + b) + (second ? 1 : 0)];
-  return static_cast<float>(p.scale[n * p.nb + b]);
-}
-
-// Column n's block b: its Q4 scale and minimum as fp32 (Q4_K's: d * scale and -(dmin * min), exact).
-inline float scale4(const Problem& p, int64_t n, int64_t b) {
-  if (p.k_pairs != nullptr)
-    return static_cast<float>(p.k_super[2 * (n * (p.nb / 8) + b / 8)]) * static_cast<float>(p.k_pairs[2 * (n * p.nb + b)]);
-  return p.scale32 != nullptr ? p.scale32[n * p.nb + b] : static_cast<float>(p.scale[n * p.nb + b]);
-}
-inline float minimum4(const Problem& p, int64_t n, int64_t b) {
-  if (p.k_pairs != nullptr)
-    return -(static_cast<float>(p.k_super[2 * (n * (p.nb / 8) + b / 8) + 1]) *
-             static_cast<float>(p.k_pairs[2 * (n * p.nb + b) + 1]));
-  return p.minimum32 != nullptr ? p.minimum32[n * p.nb + b] : static_cast<float>(p.minimum[n * p.nb + b]);
-}
-
-template <bool Q8>
-constexpr int64_t block_bytes() { return Q8 ? kBlock : kBlock / 2; }
 
 // ---------------------------------------------------------------- avx512_bf16
 #define Q4_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,f16c")))
@@ -318,121 +253,6 @@ Q4_AVX512 void column_tiles_avx512(const Problem& p, int64_t begin, int64_t end)
       case 2: column_tile_avx512<Q8, 2>(p, n0, s); break;
       case 3: column_tile_avx512<Q8, 3>(p, n0, s); break;
       default: column_tile_avx512<Q8, kCols>(p, n0, s);
-    }
-  }
-}
-
-// ---------------------------------------------------------------- avx2
-#define Q4_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-// Round fp32 lanes to bf16 (nearest even) and back: the weights the other paths multiply by.
-Q4_AVX2 inline __m256 round_bf16_avx2(__m256 v) {
-  const __m256i bits = _mm256_castps_si256(v);
-  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF)));
-  return _mm256_castsi256_ps(_mm256_and_si256(rounded, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
-}
-
-// Dequantizes columns [n0, n0 + C) into `w` as fp32, column c's K weights at w + c * K, element order.
-template <bool Q8, int C>
-Q4_AVX2 void dequant_tile_avx2(const Problem& p, int64_t n0, float* w) {
-  Q4_UNROLL for (int c = 0; c < C; ++c) {
-    const uint8_t* q = p.qs + (n0 + c) * p.row_bytes;
-    for (int64_t b = 0; b < p.nb; ++b) {
-      if (Q8) {  // four runs of 8 signed bytes: q * scale, rounded to bf16
-        for (int part = 0; part < 4; ++part) {
-          const __m256 s = _mm256_set1_ps(scale8(p, n0 + c, b, part >= 2));
-          const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + b * kBlock + part * 8));
-          const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
-          _mm256_storeu_ps(w + c * p.K + b * kBlock + part * 8, round_bf16_avx2(_mm256_mul_ps(v, s)));
-        }
-        continue;
-      }
-      const __m256 s = _mm256_set1_ps(scale4(p, n0 + c, b));
-      const __m256 m = _mm256_set1_ps(minimum4(p, n0 + c, b));
-      float* out = w + c * p.K + b * kBlock;
-      for (int half = 0; half < 2; ++half) {  // bytes 0..7, then 8..15
-        const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + b * 16 + half * 8));
-        const __m256i bytes = _mm256_cvtepu8_epi32(raw);
-        const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(bytes, _mm256_set1_epi32(15)));
-        const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(bytes, 4));
-        _mm256_storeu_ps(out + half * 8, round_bf16_avx2(_mm256_fmadd_ps(lo, s, m)));
-        _mm256_storeu_ps(out + 16 + half * 8, round_bf16_avx2(_mm256_fmadd_ps(hi, s, m)));
-      }
-    }
-  }
-}
-
-Q4_AVX2 inline float hsum_avx2(__m256 v) {  // a fixed tree: lanes (i, i+4), then (i, i+2), then (0, 1)
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
-}
-
-// Rows [r0, r0 + R) x columns [n0, n0 + C): lane l of an accumulator sums elements k = l (mod 8) in order.
-template <int R, int C>
-Q4_AVX2 void rows_avx2(const Problem& p, int64_t r0, int64_t n0, const float* w) {
-  __m256 acc[R][C];
-  Q4_UNROLL for (int r = 0; r < R; ++r)
-    Q4_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < p.K; k += 8) {
-    __m256 wv[C];
-    Q4_UNROLL for (int c = 0; c < C; ++c) wv[c] = _mm256_loadu_ps(w + c * p.K + k);
-    Q4_UNROLL for (int r = 0; r < R; ++r) {
-      const __m256 xv = _mm256_loadu_ps(p.xf + (r0 + r) * p.K + k);
-      Q4_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
-    }
-  }
-  Q4_UNROLL for (int r = 0; r < R; ++r)
-    Q4_UNROLL for (int c = 0; c < C; ++c) store(p, r0 + r, n0 + c, hsum_avx2(acc[r][c]));
-}
-
-template <bool Q8, int C>
-Q4_AVX2 void column_tile_avx2(const Problem& p, int64_t n0, float* w) {
-  dequant_tile_avx2<Q8, C>(p, n0, w);
-  for (int64_t r0 = 0; r0 < p.M; r0 += 2) {  // 2 rows x 4 columns: 8 of the 16 ymm registers
-    if (p.M - r0 >= 2) rows_avx2<2, C>(p, r0, n0, w);
-    else rows_avx2<1, C>(p, r0, n0, w);
-  }
-}
-
-template <bool Q8>
-Q4_AVX2 void column_tiles_avx2(const Problem& p, int64_t begin, int64_t end) {
-  std::vector<float> w(kCols * p.K);
-  for (int64_t t = begin; t < end; ++t) {
-    const int64_t n0 = t * kCols;
-    switch (std::min<int64_t>(p.N - n0, kCols)) {
-      case 1: column_tile_avx2<Q8, 1>(p, n0, w.data()); break;
-      case 2: column_tile_avx2<Q8, 2>(p, n0, w.data()); break;
-      case 3: column_tile_avx2<Q8, 3>(p, n0, w.data()); break;
-      default: column_tile_avx2<Q8, kCols>(p, n0, w.data());
-    }
-  }
-}
-
-// ---------------------------------------------------------------- scalar
-template <bool Q8>
-void column_tiles_scalar(const Problem& p, int64_t begin, int64_t end) {
-  std::vector<float> w(p.K);
-  for (int64_t n = begin * kCols; n < std::min(end * kCols, p.N); ++n) {
-    const uint8_t* q = p.qs + n * p.row_bytes;
-    for (int64_t b = 0; b < p.nb; ++b) {
-      if (Q8) {
-        for (int j = 0; j < kBlock; ++j)
-          w[b * kBlock + j] = dequant8_scalar(static_cast<int8_t>(q[b * kBlock + j]), scale8(p, n, b, j >= 16));
-        continue;
-      }
-      const float s = scale4(p, n, b);
-      const float m = minimum4(p, n, b);
-      for (int j = 0; j < 16; ++j) {
-        w[b * kBlock + j] = dequant_scalar(q[b * 16 + j] & 15, s, m);
-        w[b * kBlock + 16 + j] = dequant_scalar(q[b * 16 + j] >> 4, s, m);
-      }
-    }
-    for (int64_t r = 0; r < p.M; ++r) {
-      float acc = 0.0f;
-      for (int64_t k = 0; k < p.K; ++k) acc += p.xf[r * p.K + k] * w[k];
-      store(p, r, n, acc);
     }
   }
 }
