@@ -110,9 +110,9 @@ def test_file_blocks_stack_q4_k_parts_and_requantize_the_rest(tmp_path):
     weight = torch.cat([dequantized(q_raw), dequantized(k_raw), dequantized(v_raw, gguf.GGMLQuantizationType.Q8_0)])
     file = gguf_blocks.FileBlocks.of(path)
     names = ["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"]
-    q, scale, minimum = file.q4(names, weight)
-    assert q.shape == (32, 256) and scale.shape == (32, 8) and q4_kernel.exact_fp32_scales(scale)
-    layer = dequantize_q4(pack_q4(q, scale, minimum, torch.float32)[0], scale, minimum)
+    qs, scale, minimum = file.q4(names, weight)
+    assert qs.shape == (32, 128) and scale.shape == (32, 8) and q4_kernel.exact_fp32_scales(scale)
+    layer = dequantize_q4(qs, scale, minimum)
     assert torch.equal(layer[:24], weight[:24])  # the Q4_K rows: the file's weights exactly
     # the Q8_0 rows: re-quantized as an int4 view without the file does it (Q4_1's rule, fp16 steps)
     from specdec.backends.torch.int4 import quantize

@@ -182,11 +182,11 @@ def test_q4_linear_module(op):
     assert torch.equal(layer(x), op(x.reshape(10, 96), *packed).reshape(2, 5, 48) + bias)
     assert_within_bound(layer(x).reshape(10, 48) - bias, x.reshape(10, 96), dequantize_q4(*packed))
     assert torch.equal(layer(x[:, ::2]), layer(x[:, ::2].contiguous()))  # a strided input is copied first
-    exact = Q4Linear.from_q(q, step.half().float(), minimum, bias, dtype=torch.float32)  # fp16 values: exact
+    exact = Q4Linear(*pack_q4(q, step.half().float(), minimum, torch.float32), bias)  # fp16 values: exact
     assert exact.scale.dtype == torch.float32 and "fp32 scales" in repr(exact)
     assert_within_bound(exact(x).reshape(10, 48) - bias, x.reshape(10, 96), dequantize_q4(exact.qs, exact.scale, exact.minimum))
     with pytest.raises(ValueError, match="20 significant bits"):  # q * scale would round: the FMA would differ
-        Q4Linear.from_q(q, step, minimum, bias, dtype=torch.float32)
+        Q4Linear(*pack_q4(q, step, minimum, torch.float32), bias)
 
 
 def test_compiled_graph_gives_eager_bits(op):

@@ -32,6 +32,12 @@ from specdec.backends.torch import q4_kernel
 
 HEAD_NAMES = ("output.weight", "token_embd.weight")  # the head, else the embedding a tied head shares
 Q8_0_BYTES = 2 + q4_kernel.BLOCK  # a Q8_0 block: its fp16 scale, then 32 int8
+Q4_K_BYTES = 2 + 2 + 12 + 128  # a Q4_K super-block of 256: fp16 d and dmin, 8 six-bit scales and mins, 4-bit q
+Q6_K_BYTES = 128 + 64 + 16 + 2  # a Q6_K super-block of 256: low 4 bits, high 2 bits, 16 int8 scales, fp16 d
+# transformers' module names in a Llama-family decoder layer -> llama.cpp's tensor names
+LAYER_TENSORS = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                 "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+                 "mlp.down_proj": "ffn_down"}
 
 
 def q8_0_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,14 +47,6 @@ def q8_0_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, to
     scale = torch.from_numpy(data[..., :2].copy().view(np.float16).reshape(rows, blocks))
     qs = torch.from_numpy(data[..., 2:].copy().view(np.int8).reshape(rows, cols))
     return qs, scale
-
-
-Q4_K_BYTES = 2 + 2 + 12 + 128  # a Q4_K super-block of 256: fp16 d and dmin, 8 six-bit scales and mins, 4-bit q
-# transformers' module names in a Llama-family decoder layer -> llama.cpp's tensor names
-LAYER_TENSORS = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-                 "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-                 "mlp.down_proj": "ffn_down"}
-Q6_K_BYTES = 128 + 64 + 16 + 2  # a Q6_K super-block of 256: low 4 bits, high 2 bits, 16 int8 scales, fp16 d
 
 
 def q6_k_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,18 +113,19 @@ class FileBlocks:
 
     def q4(self, names: Sequence[str | None], weight: torch.Tensor
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-        """weight [N, K]'s 4-bit blocks, the named tensors' rows stacked in order: all Q4_K, the file's own
-        (q, (scale, min) pairs, (d, dmin) pairs: `q4_k_blocks`); some other type among them, (q, scale,
-        minimum) in fp32 with the Q4_K rows' exact values and the others re-quantized by Q4_1's rule
-        (`int4.quantize`, steps rounded to fp16 as Q4_1 stores them). None where no named tensor is Q4_K, a
-        name is missing, or the file's blocks are not exactly `weight`'s values (a layer transformers
-        reordered on load): then the caller re-quantizes the whole layer."""
+        """weight [N, K]'s 4-bit blocks as `Q4Linear` takes them (qs packed two to a byte, scale, minimum),
+        the named tensors' rows stacked in order: all Q4_K, the file's own (scale, min) and (d, dmin) pairs
+        (`q4_k_blocks`); some other type among them, fp32 scales and minimums, the Q4_K rows' exact values
+        and the others re-quantized by Q4_1's rule (`int4.quantize`, steps rounded to fp16 as Q4_1 stores
+        them). None where no named tensor is Q4_K, a name is missing, or the file's blocks are not exactly
+        `weight`'s values (a layer transformers reordered on load): then the caller re-quantizes the layer."""
         from specdec.backends.torch.int4 import quantize
 
         tensors = [self.tensors.get(name) if name else None for name in names]
         cols = weight.shape[1]
         if any(t is None for t in tensors) or cols % 256 or not any(t.tensor_type.name == "Q4_K" for t in tensors):
             return None
+        every_q4_k = all(t.tensor_type.name == "Q4_K" for t in tensors)
         parts, start = [], 0
         for tensor in tensors:
             rows = int(tensor.data.shape[0])
@@ -135,27 +134,23 @@ class FileBlocks:
                 if tuple(tensor.data.shape) != (rows, cols // 256 * Q4_K_BYTES):
                     return None
                 q, pairs, supers = q4_k_blocks(tensor.data, rows, cols)
-                scale, minimum = q4_kernel.q4_k_scales(pairs, supers)
-                if not torch.equal(q4_kernel.dequantize_q4(q4_kernel.pack_q4(q, scale, minimum, torch.float32)[0],
-                                                           scale, minimum), part):
+                qs, scale, minimum = q4_kernel.pack_q4(q, *q4_kernel.q4_k_scales(pairs, supers), torch.float32)
+                if not torch.equal(q4_kernel.dequantize_q4(qs, scale, minimum), part):
                     return None
-                if len(tensors) == 1 or all(t.tensor_type.name == "Q4_K" for t in tensors):
+                if every_q4_k:
                     scale, minimum = pairs, supers  # kept as the file has them
             else:
                 q, step, low = quantize(part)
-                scale, minimum = step.half().float(), low.half().float()
-            parts.append((q.to(torch.uint8), scale, minimum))
+                qs, scale, minimum = q4_kernel.pack_q4(q, step.half().float(), low.half().float(), torch.float32)
+            parts.append((qs, scale, minimum))
             start += rows
         if start != weight.shape[0]:
             return None
         return tuple(torch.cat(items) for items in zip(*parts, strict=True))  # type: ignore[return-value]
 
 
-
 def _read_tensor(path: Path, names: tuple[str, ...]):  # noqa: ANN202 - a gguf ReaderTensor or None
-    import gguf  # transformers' GGUF loading needs it too
-
-    tensors = {tensor.name: tensor for tensor in gguf.GGUFReader(str(path)).tensors}
+    tensors = FileBlocks(path).tensors
     return next((tensors[name] for name in names if name in tensors), None)
 
 

@@ -40,7 +40,7 @@ import torch
 
 from specdec.backends.torch import q4_kernel
 
-Blocks = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # q [N, K] in 0..15, scale and minimum [N, K / GROUP]
+Blocks = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # qs, scale, minimum as `q4_kernel.Q4Linear` takes them
 GROUP = 32  # input columns per scale and zero (Q4_1's block)
 LEVELS = 15  # q in 0..LEVELS
 _INNER_K_TILES = 2  # the packing's inner tiling (the kernel's choice for K a multiple of 64 or 32)
@@ -116,12 +116,12 @@ class Int4Linear(torch.nn.Module):
 def int4_linear(linear: torch.nn.Linear, blocks: Blocks | None = None) -> torch.nn.Module:
     """`linear` with its weight quantized to 4-bit groups (Q4_1's rule, `quantize`): on specdec's
     few-row kernel for bf16 layers where it builds, else on PyTorch's (`Int4Linear`). blocks: the weight's
-    own 4-bit blocks (q, scale, minimum; exact fp32 scales: a GGUF file's, `gguf_blocks.FileBlocks.q4`),
-    taken as they are on specdec's kernel instead of quantizing."""
+    own 4-bit blocks (a GGUF file's, `gguf_blocks.FileBlocks.q4`), taken as they are on specdec's kernel
+    instead of quantizing."""
     if linear.weight.dtype == torch.bfloat16 and can_quantize(linear):
         if q4_kernel.load_extension():
             if blocks is not None:
-                return q4_kernel.Q4Linear(*q4_kernel.pack_blocks(*blocks), linear.bias)
+                return q4_kernel.Q4Linear(*blocks, linear.bias)
             q, step, low = quantize(linear.weight)
             return q4_kernel.Q4Linear.from_q(q, step, low, linear.bias)
         warnings.warn(q4_kernel.unavailable_reason(), stacklevel=2)

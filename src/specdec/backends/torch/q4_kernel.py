@@ -11,8 +11,8 @@ kernel (`specdec.backends.torch.int4`).
 
 The format: for W [N, K], K a multiple of 32, `qs` uint8 [N, K/2] holds each block of 32 as 16 bytes,
 byte j's low nibble the q of element j and its high nibble that of element j + 16; `scale` and
-`minimum` are float16 [N, K/32] (or float32, exact products such as a Q4_K tensor's d * scale). The weight
-multiplied is
+`minimum` are float16 [N, K/32] (or float32, exact products; or a Q4_K tensor's own uint8 (scale, min) pairs
+[N, K/32, 2] and fp16 (d, dmin) pairs [N, K/256, 2], `q4_k_scales`). The weight multiplied is
     w = bf16(fp32(fp32(q) * fp32(scale)) + fp32(minimum))      (round to nearest even),
 what a bf16 model dequantized from a Q4_1 GGUF holds. The 8-bit sibling (`q8_linear`, `Q8Linear`) takes
 `qs` int8 [N, K] and `scale` float16 [N, K/32] (Q8_0: w = bf16(fp32(q) * fp32(scale))); a GGUF's output
@@ -80,18 +80,8 @@ def pack_q4(
 def q4_k_scales(pairs: torch.Tensor, supers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A Q4_K tensor's uint8 (scale, min) pairs [N, K/32, 2] and fp16 (d, dmin) pairs [N, K/256, 2] -> each
     block's scale d * scale and minimum -(dmin * min), fp32 [N, K/32] (exact: an fp16 times a 6-bit integer)."""
-    rows, blocks = pairs.shape[:2]
     wide = supers.float().repeat_interleave(8, dim=1)  # [N, K/32, 2]: each block's super-block (d, dmin)
     return wide[..., 0] * pairs[..., 0].float(), -(wide[..., 1] * pairs[..., 1].float())
-
-
-def pack_blocks(q: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A file's exact 4-bit blocks (`gguf_blocks.FileBlocks.q4`) as `Q4Linear` takes them: q packed two to
-    a byte; Q4_K's pairs kept as they are, or fp32 scales and minimums."""
-    if scale.dtype == torch.uint8:  # Q4_K pairs: q packed against their fp32 values, the pairs kept
-        return pack_q4(q, *q4_k_scales(scale, minimum), torch.float32)[0], scale, minimum
-    return pack_q4(q, scale, minimum, torch.float32)
 
 
 def exact_fp32_scales(scale: torch.Tensor) -> bool:
@@ -248,29 +238,25 @@ class Q4Linear(torch.nn.Module):
         if scale.dtype == torch.uint8:  # a Q4_K tensor's (scale, min) and (d, dmin) pairs, as the file has them
             if tuple(scale.shape) != (*blocks, 2) or tuple(minimum.shape) != (blocks[0], blocks[1] // 8, 2):
                 raise ValueError(f"Q4_K pairs must be [{blocks[0]}, {blocks[1]}, 2] and [{blocks[0]}, {blocks[1] // 8}, 2]")
-            scale, minimum = scale.contiguous(), minimum.to(torch.float16).contiguous()
-            self.register_buffer("qs", qs.to(torch.uint8).contiguous())
-            self.register_buffer("scale", scale)
-            self.register_buffer("minimum", minimum)
-            self.register_buffer("bias", None if bias is None else bias.detach())
-            return
-        if tuple(scale.shape) != blocks or tuple(minimum.shape) != blocks:
+            dtypes = (torch.uint8, torch.float16)
+        elif tuple(scale.shape) != blocks or tuple(minimum.shape) != blocks:
             raise ValueError(f"scale and minimum must be {list(blocks)}")
-        # fp32 scales (exact products) stay fp32; any other dtype is Q4_1's fp16
-        dtype = torch.float32 if scale.dtype == torch.float32 else torch.float16
-        if dtype == torch.float32 and not exact_fp32_scales(scale):
-            raise ValueError("float32 scales must have at most 20 significant bits (q * scale exact in fp32)")
+        elif scale.dtype == torch.float32:  # exact products stay fp32; any other dtype is Q4_1's fp16
+            if not exact_fp32_scales(scale):
+                raise ValueError("float32 scales must have at most 20 significant bits (q * scale exact in fp32)")
+            dtypes = (torch.float32, torch.float32)
+        else:
+            dtypes = (torch.float16, torch.float16)
         self.register_buffer("qs", qs.to(torch.uint8).contiguous())
-        self.register_buffer("scale", scale.to(dtype).contiguous())
-        self.register_buffer("minimum", minimum.to(dtype).contiguous())
+        self.register_buffer("scale", scale.to(dtypes[0]).contiguous())
+        self.register_buffer("minimum", minimum.to(dtypes[1]).contiguous())
         self.register_buffer("bias", None if bias is None else bias.detach())
 
     @classmethod
     def from_q(cls, q: torch.Tensor, step: torch.Tensor, minimum: torch.Tensor,
-               bias: torch.Tensor | None = None, dtype: torch.dtype = torch.float16) -> Q4Linear:
-        """From q [N, K] in 0..15 and each block's step and minimum [N, K/32] (w = q * step + minimum), kept as
-        `dtype`: float16 (Q4_1's) or float32 (exact steps only: a Q4_K file's, `exact_fp32_scales`)."""
-        return cls(*pack_q4(q, step, minimum, dtype), bias)
+               bias: torch.Tensor | None = None) -> Q4Linear:
+        """From q [N, K] in 0..15 and each block's step and minimum [N, K/32] (w = q * step + minimum)."""
+        return cls(*pack_q4(q, step, minimum), bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in_features] (bf16 or fp32) -> [..., out_features] in x's dtype."""

@@ -191,25 +191,25 @@ Q4_AVX512 void more_rows_avx512(const Problem& p, int64_t r0, int64_t n0, const 
   finish_avx512<R, C>(p, r0, n0, acc);
 }
 
-// Prefetches the scales and minimums of the column tile at column n: each tile reads them first thing,
-// and a tile's loop is too long for the CPU to issue those loads early by itself.
+// Prefetches bytes [begin, end) of `base` (nothing for a null base: a scale form the call does not use).
+inline void prefetch_bytes(const void* base, int64_t begin, int64_t end) {
+  if (base == nullptr) return;
+  const char* bytes = static_cast<const char*>(base);
+  const uintptr_t first = reinterpret_cast<uintptr_t>(bytes + begin) & ~uintptr_t(63);
+  for (uintptr_t line = first; line < reinterpret_cast<uintptr_t>(bytes + end); line += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+}
+
+// Prefetches the scales and minimums of the column tile at column n, in whichever form the call has: each
+// tile reads them first thing, and a tile's loop is too long for the CPU to issue those loads early by itself.
 inline void prefetch_scales(const Problem& p, int64_t n) {
   const int64_t first = std::min(n, p.N - 1) * p.nb, last = std::min(n + kCols, p.N) * p.nb;  // blocks
-  const char* ranges[6][2] = {
-      {reinterpret_cast<const char*>(p.scale + first), reinterpret_cast<const char*>(p.scale + last)},
-      {reinterpret_cast<const char*>(p.minimum + first), reinterpret_cast<const char*>(p.minimum + last)},
-      {reinterpret_cast<const char*>(p.scale16 + 2 * first), reinterpret_cast<const char*>(p.scale16 + 2 * last)},
-      {reinterpret_cast<const char*>(p.scale32 + first), reinterpret_cast<const char*>(p.scale32 + last)},
-      {reinterpret_cast<const char*>(p.minimum32 + first), reinterpret_cast<const char*>(p.minimum32 + last)},
-      {reinterpret_cast<const char*>(p.k_pairs + 2 * first), reinterpret_cast<const char*>(p.k_pairs + 2 * last)}};
-  const bool present[6] = {p.scale != nullptr, p.minimum != nullptr, p.scale16 != nullptr, p.scale32 != nullptr,
-                           p.minimum32 != nullptr, p.k_pairs != nullptr};
-  for (int which = 0; which < 6; ++which) {
-    if (!present[which]) continue;
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(ranges[which][0]) & ~uintptr_t(63);
-    for (uintptr_t line = begin; line < reinterpret_cast<uintptr_t>(ranges[which][1]); line += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
-  }
+  prefetch_bytes(p.scale, 2 * first, 2 * last);            // fp16, one a block
+  prefetch_bytes(p.minimum, 2 * first, 2 * last);
+  prefetch_bytes(p.scale16, 8 * first, 8 * last);          // fp32, two a block
+  prefetch_bytes(p.scale32, 4 * first, 4 * last);          // fp32, one a block
+  prefetch_bytes(p.minimum32, 4 * first, 4 * last);
+  prefetch_bytes(p.k_pairs, 2 * first, 2 * last);          // a byte pair a block
 }
 
 // Before a thread's first tile: its first kAhead tiles, which no earlier tile prefetched.
