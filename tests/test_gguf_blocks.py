@@ -71,7 +71,7 @@ def test_the_kernel_multiplies_by_the_files_q4_k_weights(op_or_skip):
         assert_within_bound(full, x, dequantized(raw))
     with pytest.raises(RuntimeError, match="Q4_K scales must be"):
         op_or_skip(x, qs, pairs[:, :8].contiguous(), supers)
-    layer = Q4Linear(qs, pairs, supers)
+    layer = Q4Linear(qs, pairs, supers, activations="bf16")
     assert "q4_k scales" in repr(layer) and torch.equal(layer(x), op_or_skip(x, qs, pairs, supers))
     with pytest.raises(ValueError, match="Q4_K pairs must be"):
         Q4Linear(qs, pairs, supers[:, :1])
@@ -151,7 +151,7 @@ def test_an_int4_view_multiplies_by_the_files_q4_k_weights(tmp_path):
     for name, product in products.items():
         expected = qkv if name == "self_attn.qkv_proj" else layer.get_submodule(name).weight
         assert product.scale.dtype == torch.uint8, name  # every part Q4_K: the file's pairs as they are
-        assert torch.equal(dequantize_q4(product.qs, product.scale, product.minimum), expected), name
+        assert torch.equal(dequantize_q4(*product.blocks()), expected), name
     plain = packed_view(model, int4=True).model.layers[0].mlp.up_proj
     assert plain.scale.dtype == torch.float16
-    assert not torch.equal(dequantize_q4(plain.qs, plain.scale, plain.minimum), layer.mlp.up_proj.weight)
+    assert not torch.equal(dequantize_q4(*plain.blocks()), layer.mlp.up_proj.weight)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import fixed_attention_plan, save_fixed_costs, tiny_llama
+from helpers import assert_i8_within_bound, fixed_attention_plan, save_fixed_costs, tiny_llama
 
 from specdec.backends.timing_cache import cost_file, cost_key
 from specdec.backends.torch import attention, packed, q4_kernel
@@ -116,11 +116,16 @@ def test_bf16_layers_run_the_few_row_kernel_on_the_same_grid():
     assert type(layer) is q4_kernel.Q4Linear and type(int4_linear(linear.float())) is Int4Linear
     q, step, low = quantize(linear.weight)
     grid = (q.reshape(48, -1, GROUP).float() * step.half().float()[..., None] + low.half().float()[..., None])
-    weight = q4_kernel.dequantize_q4(layer.qs, layer.scale, layer.minimum)
+    assert layer.activations == q4_kernel.default_activations()
+    weight = q4_kernel.dequantize_q4(*layer.blocks())
     assert torch.equal(weight, grid.reshape(48, 96).to(torch.bfloat16))
     x = torch.randn(16, 96).to(torch.bfloat16)
-    expected = (x.float() @ weight.float().T + linear.bias.float()).to(torch.bfloat16)
-    torch.testing.assert_close(layer(x), expected, atol=2e-2, rtol=2e-2)
+    if layer.activations == "int8":  # the product before the bias
+        y = torch.ops.specdec_q4.q4_linear(x, layer.qs, layer.scale, layer.minimum)
+        assert_i8_within_bound(y, x, q, step.half().float(), low.half().float())
+    else:
+        expected = (x.float() @ weight.float().T + linear.bias.float()).to(torch.bfloat16)
+        torch.testing.assert_close(layer(x), expected, atol=2e-2, rtol=2e-2)
     for rows in (1, 2, 3, 5, 8):  # each row computed alone
         assert torch.equal(layer(x[:rows]), layer(x)[:rows])
 

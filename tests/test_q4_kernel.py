@@ -175,14 +175,14 @@ def test_bad_input_gets_a_clear_error(op):
 def test_q4_linear_module(op):
     q = torch.randint(0, 16, (48, 96))
     step, minimum, bias = torch.rand(48, 3) * 0.1, -torch.rand(48, 3), torch.randn(48)
-    layer = Q4Linear.from_q(q, step, minimum, bias)
-    assert "in_features=96, out_features=48" in repr(layer)
+    layer = Q4Linear.from_q(q, step, minimum, bias, activations="bf16")  # the 8-bit form: test_q4_i8.py
+    assert "in_features=96, out_features=48" in repr(layer) and "bf16 activations" in repr(layer)
     x = torch.randn(2, 5, 96)
     packed = (layer.qs, layer.scale, layer.minimum)
     assert torch.equal(layer(x), op(x.reshape(10, 96), *packed).reshape(2, 5, 48) + bias)
     assert_within_bound(layer(x).reshape(10, 48) - bias, x.reshape(10, 96), dequantize_q4(*packed))
     assert torch.equal(layer(x[:, ::2]), layer(x[:, ::2].contiguous()))  # a strided input is copied first
-    exact = Q4Linear(*pack_q4(q, step.half().float(), minimum, torch.float32), bias)  # fp16 values: exact
+    exact = Q4Linear(*pack_q4(q, step.half().float(), minimum, torch.float32), bias, "bf16")  # fp16 values: exact
     assert exact.scale.dtype == torch.float32 and "fp32 scales" in repr(exact)
     assert_within_bound(exact(x).reshape(10, 48) - bias, x.reshape(10, 96), dequantize_q4(exact.qs, exact.scale, exact.minimum))
     with pytest.raises(ValueError, match="20 significant bits"):  # q * scale would round: the FMA would differ
@@ -192,8 +192,9 @@ def test_q4_linear_module(op):
 def test_compiled_graph_gives_eager_bits(op):
     """A torch.compile'd function calling Q4Linear traces the op (its fake implementation) and runs it."""
     torch.manual_seed(0)
-    first = Q4Linear.from_q(torch.randint(0, 16, (64, 96)), torch.rand(64, 3) * 0.1, -torch.rand(64, 3) * 0.8)
-    second = Q4Linear(*random_q4(32, 64, seed=5), torch.randn(32))
+    first = Q4Linear.from_q(torch.randint(0, 16, (64, 96)), torch.rand(64, 3) * 0.1, -torch.rand(64, 3) * 0.8,
+                            activations="int8")
+    second = Q4Linear(*random_q4(32, 64, seed=5), torch.randn(32), "bf16")
 
     def block(x: torch.Tensor) -> torch.Tensor:
         return second(torch.nn.functional.silu(first(x)))

@@ -126,7 +126,7 @@ def test_bad_input_gets_a_clear_error(op):
 def test_q8_linear_module(op):
     qs, scale = random_q8(48, 96)
     bias = torch.randn(48)
-    layer = Q8Linear(qs, scale, bias)
+    layer = Q8Linear(qs, scale, bias, activations="bf16")  # the 8-bit-activation form: test_q4_i8.py
     assert "in_features=96, out_features=48" in repr(layer) and "a scale per 32" in repr(layer)
     x = torch.randn(2, 5, 96)
     expected = (op(x.reshape(10, 96), qs, scale) + bias).reshape(2, 5, 48)
@@ -148,7 +148,7 @@ def test_the_bundled_models_head_is_read_from_its_gguf(op):
     head = loaded.model.get_output_embeddings()
     layer, why = gguf_blocks.head_q8(loaded.gguf_path, head)
     assert isinstance(layer, Q8Linear) and why == ""
-    assert torch.equal(dequantize_q8(layer.qs, layer.scale), head.weight)
+    assert torch.equal(dequantize_q8(*layer.blocks()), head.weight)
     other = torch.nn.Linear(576, 49152, bias=False).to(torch.bfloat16)
     assert gguf_blocks.head_q8(loaded.gguf_path, other) == (None, "the GGUF's head blocks are not the model's head weights")
     assert gguf_blocks.head_q8(None, head)[0] is None
@@ -182,7 +182,7 @@ def test_a_q6_k_head_is_read_from_its_gguf(op, tmp_path):
     head.weight.data = torch.from_numpy(np.ascontiguousarray(values)).to(torch.bfloat16)
     layer, why = gguf_blocks.head_q8(path, head)
     assert isinstance(layer, Q8Linear) and why == "" and layer.per == 16
-    assert torch.equal(dequantize_q8(layer.qs, layer.scale), head.weight)
+    assert torch.equal(dequantize_q8(*layer.blocks()), head.weight)
     x = torch.randn(3, cols, dtype=torch.bfloat16)
     assert_within_bound(layer(x), x, head.weight)
     head.weight.data[0, 0] += 1.0

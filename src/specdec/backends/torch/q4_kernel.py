@@ -42,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from specdec.backends.torch import q4_i8
 from specdec.models.base import default_cache_dir
 
 BLOCK = 32  # weights per (scale, minimum): Q4_1's block
@@ -49,7 +50,8 @@ LEVELS = 15  # q in 0..LEVELS
 PATHS = ("avx512_bf16", "avx2", "scalar")  # the C++ kernel's paths, fastest first
 _SOURCE = Path(__file__).parent / "csrc" / "q4_gemm.cpp"
 # One extension: the block products, tree attention, and a decoder layer built from both (`specdec.backends.torch.fused`)
-_SOURCES = (_SOURCE, _SOURCE.with_name("q4_gemm_portable.cpp"), _SOURCE.with_name("tree_attention.cpp"),
+_SOURCES = (_SOURCE, _SOURCE.with_name("q4_gemm_portable.cpp"), _SOURCE.with_name("q4_gemm_i8.cpp"),
+            _SOURCE.with_name("tree_attention.cpp"),
             _SOURCE.with_name("decoder_layer.cpp"))
 _EXTENSION = "specdec_q4_gemm"
 # -ffp-contract=off: no multiply-add is fused behind the kernel's back (the dequantization and the scalar
@@ -72,9 +74,14 @@ def pack_q4(
     if tuple(scale.shape) != (rows, blocks) or tuple(minimum.shape) != (rows, blocks):
         raise ValueError(f"scale and minimum must be [{rows}, {blocks}], got {list(scale.shape)}, "
                          f"{list(minimum.shape)}")
-    halves = q.to(torch.uint8).reshape(rows, blocks, 2, BLOCK // 2)  # elements 0..15, then 16..31
-    qs = (halves[:, :, 0] | (halves[:, :, 1] << 4)).reshape(rows, cols // 2)
-    return qs.contiguous(), scale.to(dtype).contiguous(), minimum.to(dtype).contiguous()
+    return _nibbles(q), scale.to(dtype).contiguous(), minimum.to(dtype).contiguous()
+
+
+def _nibbles(q: torch.Tensor) -> torch.Tensor:
+    """q [N, K] in 0..15 -> qs uint8 [N, K/2], two to a byte in Q4_1's order."""
+    rows, cols = q.shape
+    halves = q.to(torch.uint8).reshape(rows, cols // BLOCK, 2, BLOCK // 2)  # elements 0..15, then 16..31
+    return (halves[:, :, 0] | (halves[:, :, 1] << 4)).reshape(rows, cols // 2).contiguous()
 
 
 def q4_k_scales(pairs: torch.Tensor, supers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,12 +185,18 @@ def _register_fake() -> None:
     @torch.library.register_fake("specdec_q4::q4_linear")
     def _q4_linear_shape(x: torch.Tensor, qs: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor,
                          path: str | None = None) -> torch.Tensor:
+        if qs.dim() == 3:  # the interleaved form (`q4_i8`): [N/16, K/32, 256]
+            torch._check(x.shape[1] == q4_i8.BLOCK * qs.shape[1], lambda: "q4_linear: x's K must be 32 x qs's blocks")
+            return x.new_empty(x.shape[0], q4_i8.GROUP * qs.shape[0])
         torch._check(x.shape[1] == 2 * qs.shape[1], lambda: "q4_linear: x's K must be twice qs's columns")
         return x.new_empty(x.shape[0], qs.shape[0])
 
     @torch.library.register_fake("specdec_q4::q8_linear")
     def _q8_linear_shape(x: torch.Tensor, qs: torch.Tensor, scale: torch.Tensor,
                          path: str | None = None) -> torch.Tensor:
+        if qs.dim() == 3:  # the interleaved form (`q4_i8.interleave8`): [N/16, K/32, 512]
+            torch._check(x.shape[1] == q4_i8.BLOCK * qs.shape[1], lambda: "q8_linear: x's K must be 32 x qs's blocks")
+            return x.new_empty(x.shape[0], q4_i8.GROUP * qs.shape[0])
         torch._check(x.shape[1] == qs.shape[1], lambda: "q8_linear: x's K must equal qs's columns")
         return x.new_empty(x.shape[0], qs.shape[0])
 
@@ -225,15 +238,30 @@ def kernel_path() -> str | None:
     return str(torch.ops.specdec_q4.q4_linear_path()) if load_extension() else None
 
 
+ACTIVATIONS = ("bf16", "int8")  # what Q4Linear multiplies its 4-bit blocks by
+
+
+def default_activations() -> str:
+    """"int8" where the CPU runs the 8-bit-activation kernel (`q4_i8`; AVX-512 VNNI and BF16), else "bf16"."""
+    return "int8" if load_extension() and bool(torch.ops.specdec_q4.q4_linear_i8_fast()) else "bf16"
+
+
 class Q4Linear(torch.nn.Module):
-    """y = x @ W.T + b with W held as Q4_1 blocks (`pack_q4`'s layout), multiplied by the C++ kernel."""
+    """y = x @ W.T + b with W held as Q4_1 blocks (`pack_q4`'s layout), multiplied by the C++ kernel.
+
+    activations: "bf16" (x rounded to bf16, the blocks dequantized to bf16) or "int8" (x quantized per
+    row and block of 32, the blocks held interleaved: `q4_i8`); None: `default_activations()`."""
 
     def __init__(self, qs: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor,
-                 bias: torch.Tensor | None = None) -> None:
+                 bias: torch.Tensor | None = None, activations: str | None = None) -> None:
         super().__init__()
         if not load_extension():
             raise RuntimeError(unavailable_reason())
         self.out_features, self.in_features = qs.shape[0], qs.shape[1] * 2
+        fits = self.out_features % q4_i8.GROUP == 0  # the interleaved form's column groups
+        self.activations = activations or (default_activations() if fits else "bf16")
+        if self.activations not in ACTIVATIONS:
+            raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
         blocks = (self.out_features, self.in_features // BLOCK)
         if scale.dtype == torch.uint8:  # a Q4_K tensor's (scale, min) and (d, dmin) pairs, as the file has them
             if tuple(scale.shape) != (*blocks, 2) or tuple(minimum.shape) != (blocks[0], blocks[1] // 8, 2):
@@ -247,16 +275,26 @@ class Q4Linear(torch.nn.Module):
             dtypes = (torch.float32, torch.float32)
         else:
             dtypes = (torch.float16, torch.float16)
-        self.register_buffer("qs", qs.to(torch.uint8).contiguous())
-        self.register_buffer("scale", scale.to(dtypes[0]).contiguous())
-        self.register_buffer("minimum", minimum.to(dtypes[1]).contiguous())
+        qs, scale, minimum = qs.to(torch.uint8).contiguous(), scale.to(dtypes[0]), minimum.to(dtypes[1])
+        if self.activations == "int8":
+            qs, scale, minimum = q4_i8.interleave(unpack_q4(qs), scale, minimum)
+        self.register_buffer("qs", qs)
+        self.register_buffer("scale", scale.contiguous())
+        self.register_buffer("minimum", minimum.contiguous())
         self.register_buffer("bias", None if bias is None else bias.detach())
+
+    def blocks(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(qs, scale, minimum) in the column form (`pack_q4`'s layout), whichever form the layer holds."""
+        if self.activations == "bf16":
+            return self.qs, self.scale, self.minimum
+        q, scale, minimum = q4_i8.deinterleave(self.qs, self.scale, self.minimum)
+        return _nibbles(q), scale, minimum
 
     @classmethod
     def from_q(cls, q: torch.Tensor, step: torch.Tensor, minimum: torch.Tensor,
-               bias: torch.Tensor | None = None) -> Q4Linear:
+               bias: torch.Tensor | None = None, activations: str | None = None) -> Q4Linear:
         """From q [N, K] in 0..15 and each block's step and minimum [N, K/32] (w = q * step + minimum)."""
-        return cls(*pack_q4(q, step, minimum), bias)
+        return cls(*pack_q4(q, step, minimum), bias, activations)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in_features] (bf16 or fp32) -> [..., out_features] in x's dtype."""
@@ -269,14 +307,16 @@ class Q4Linear(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, q4_1 blocks of {BLOCK}"
-                + {torch.float32: ", fp32 scales", torch.uint8: ", q4_k scales"}.get(self.scale.dtype, ""))
+                + {torch.float32: ", fp32 scales", torch.uint8: ", q4_k scales"}.get(self.scale.dtype, "")
+                + f", {self.activations} activations")
 
 
 class Q8Linear(torch.nn.Module):
     """y = x @ W.T + b with W held as 8-bit blocks of 32, multiplied by the C++ kernel: Q8_0's (`pack_q8`'s
     layout: an fp16 scale a block) or, with an fp32 scale [N, K/16], one scale per 16 weights (Q6_K's)."""
 
-    def __init__(self, qs: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    def __init__(self, qs: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
+                 activations: str | None = None) -> None:
         super().__init__()
         if not load_extension():
             raise RuntimeError(unavailable_reason())
@@ -284,9 +324,22 @@ class Q8Linear(torch.nn.Module):
         self.per = BLOCK // 2 if scale.dtype == torch.float32 else BLOCK
         if tuple(scale.shape) != (self.out_features, self.in_features // self.per):
             raise ValueError(f"scale must be [{self.out_features}, {self.in_features // self.per}]")
-        self.register_buffer("qs", qs.to(torch.int8).contiguous())
-        self.register_buffer("scale", scale.contiguous() if self.per < BLOCK else scale.to(torch.float16).contiguous())
+        # Q8_0's blocks take 8-bit activations like Q4Linear's (`q4_i8`); a scale per 16 keeps bf16 ones
+        fits = self.per == BLOCK and self.out_features % q4_i8.GROUP == 0
+        self.activations = (activations or default_activations()) if fits else "bf16"
+        if self.activations not in ACTIVATIONS:
+            raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
+        qs = qs.to(torch.int8).contiguous()
+        scale = scale.contiguous() if self.per < BLOCK else scale.to(torch.float16).contiguous()
+        if self.activations == "int8":
+            qs, scale = q4_i8.interleave8(qs, scale)
+        self.register_buffer("qs", qs)
+        self.register_buffer("scale", scale)
         self.register_buffer("bias", None if bias is None else bias.detach())
+
+    def blocks(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(qs int8 [N, K], scale) in the column form (`pack_q8`'s layout), whichever form the layer holds."""
+        return (self.qs, self.scale) if self.activations == "bf16" else q4_i8.deinterleave8(self.qs, self.scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in_features] (bf16 or fp32) -> [..., out_features] in x's dtype."""
@@ -298,7 +351,8 @@ class Q8Linear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, 8-bit blocks of {BLOCK}, a scale per {self.per}")
+                f"bias={self.bias is not None}, 8-bit blocks of {BLOCK}, a scale per {self.per}, "
+                f"{self.activations} activations")
 
 
 def main() -> int:

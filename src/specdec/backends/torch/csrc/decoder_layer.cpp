@@ -137,6 +137,9 @@ void place(const Shape& s, const bf16* qkv, const bf16* cos, const bf16* sin, bf
   });
 }
 
+// A product's output size: qs is [N, K/2] (bf16 form) or [N/16, K/32, 256] (8-bit-activation form).
+int64_t outputs(const at::Tensor& qs) { return qs.dim() == 3 ? 16 * qs.size(0) : qs.size(0); }
+
 at::Tensor product(const at::Tensor& x, at::TensorList w, int64_t first) {
   return specdec::q4_linear(x, w[first], w[first + 1], w[first + 2], std::nullopt);
 }
@@ -157,9 +160,9 @@ void check(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, co
                     t->sizes() == at::IntArrayRef({B, T, dim}), "decoder_layer: cos and sin must be bf16 [B, T, D]");
   TORCH_CHECK(write.scalar_type() == at::kLong && write.is_contiguous() && write.numel() >= B,
               "decoder_layer: write must be int64 [B]");
-  TORCH_CHECK(heads % kv_heads == 0 && w[1].size(0) == (heads + 2 * kv_heads) * dim,
+  TORCH_CHECK(heads % kv_heads == 0 && outputs(w[1]) == (heads + 2 * kv_heads) * dim,
               "decoder_layer: the qkv weight must have (heads + 2 * kv_heads) * D outputs");
-  TORCH_CHECK(w[4].numel() == 0 || (w[4].scalar_type() == at::kBFloat16 && w[4].numel() == w[1].size(0)),
+  TORCH_CHECK(w[4].numel() == 0 || (w[4].scalar_type() == at::kBFloat16 && w[4].numel() == outputs(w[1])),
               "decoder_layer: the qkv bias must be empty or bf16 [outputs]");
   const int64_t* slots = write.data_ptr<int64_t>();
   for (int64_t b = 0; b < B; ++b)

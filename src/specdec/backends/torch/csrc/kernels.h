@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
 
 #define SPECDEC_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
@@ -18,6 +19,16 @@ at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor
 at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
                      std::optional<c10::string_view> path);
 std::string q4_linear_path();
+// x [M, K] by Q4 blocks interleaved 16 columns at a time, x quantized to int8 per row and block (q4_gemm_i8.cpp);
+// q4_linear takes this form when qs is 3-D.
+at::Tensor q4_linear_i8(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale, const at::Tensor& minimum,
+                        std::optional<c10::string_view> path);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_activations(const at::Tensor& x,
+                                                                    std::optional<c10::string_view> path);
+// The 8-bit sibling: qs [N/16, K/32, 512] holding q + 128, fp16 scales [N/16, K/32, 16] (Q8_0's blocks).
+at::Tensor q8_linear_i8(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
+                        std::optional<c10::string_view> path);
+bool q4_linear_i8_fast();
 
 // Each query row over its own key sequence (tree_attention.cpp); [B, T, H, D].
 at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,

@@ -369,11 +369,13 @@ std::string q4_linear_path() { return best_path(); }
 
 at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
                      const at::Tensor& minimum, std::optional<c10::string_view> path) {
+  if (qs.dim() == 3) return q4_linear_i8(x, qs, scale, minimum, path);  // the interleaved form: 8-bit activations
   return blocks_linear<false>(x, qs, scale, &minimum, path, "q4_linear");
 }
 
 at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
                      std::optional<c10::string_view> path) {
+  if (qs.dim() == 3) return q8_linear_i8(x, qs, scale, path);  // the interleaved form: 8-bit activations
   return blocks_linear<true>(x, qs, scale, nullptr, path, "q8_linear");
 }
 
@@ -383,9 +385,12 @@ TORCH_LIBRARY(specdec_q4, m) {
   m.def("q4_linear(Tensor x, Tensor qs, Tensor scale, Tensor minimum, str? path=None) -> Tensor");
   m.def("q8_linear(Tensor x, Tensor qs, Tensor scale, str? path=None) -> Tensor");
   m.def("q4_linear_path() -> str", &specdec::q4_linear_path);
+  m.def("q4_linear_i8_fast() -> bool", &specdec::q4_linear_i8_fast);
+  m.def("quantize_activations(Tensor x, str? path=None) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(specdec_q4, CPU, m) {
   m.impl("q4_linear", &specdec::q4_linear);
   m.impl("q8_linear", &specdec::q8_linear);
+  m.impl("quantize_activations", &specdec::quantize_activations);
 }

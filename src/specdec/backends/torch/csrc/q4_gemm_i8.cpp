@@ -1,0 +1,381 @@
+// The 4-bit block product with 8-bit activations: y = x @ W.T, W's Q4 blocks interleaved 16 columns at a
+// time, x quantized per row and block of 32 to int8 (llama.cpp's Q8_1: d = max|x| / 127, q = round(x / d),
+// half to even), each block's products summed exactly in int32 by `vpdpbusd`.
+//
+// Why: the bf16 form (q4_gemm.cpp) spends ~6 instructions dequantizing each column's block to bf16 and one
+// `vdpbf16ps` (32 multiply-adds) per row; on two cores that instruction count, not the bytes, sets a pass's
+// cost at every width. Here a block of 16 columns is 4 loads and 12 integer ops to unpack, and each row
+// takes 8 `vpdpbusd` (64 multiply-adds each) and 4 ops to scale: a quarter of the work at one row, half at eight.
+//
+// Layout (`q4_kernel.interleave_q4`): qs uint8 [N/16, K/32, 256]. For column group g and block b, the 256
+// bytes are four runs of 64; byte 4j + k of run i holds column j's element 4i + k in its low nibble and
+// element 16 + 4i + k in its high one, so run i's low nibbles are the 4-element quad i of all 16 columns and
+// its high nibbles quad 4 + i, each in the order `vpdpbusd` multiplies a broadcast quad of activations by.
+// Scales and minimums: [N/16, K/32, 16] fp16 (Q4_1) or fp32 (exact products), or Q4_K's own uint8 (scale,
+// min) pairs [N/16, K/32, 2, 16] with fp16 (d, dmin) pairs [N/16, K/256, 2, 16].
+//
+// Arithmetic, for output (r, n), blocks b in order from acc = 0, each step rounded in fp32:
+//   acc = fma(float(sum_k q_w * q_x), scale[n, b] * d[r, b], acc);  acc = fma(minimum[n, b], s[r, b], acc)
+// where s[r, b] = d[r, b] * float(sum_k q_x). The integer sums are exact, so the order inside a block is free;
+// the two fmas are the same instructions in every lane, tile and path.
+//
+// Invariant (row independence): a row's activations are quantized from that row alone and each output
+// element is reduced by one thread in the order above, whatever M, so a row's bits do not depend on the
+// rows beside it; and the scalar path computes the same bits as the AVX-512 VNNI one (tested).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "kernels.h"
+
+namespace {
+
+constexpr int64_t kBlock = 32;   // activations per scale; weights per (scale, minimum)
+constexpr int64_t kGroup = 16;   // columns interleaved together: one zmm of fp32 outputs
+constexpr int64_t kRun = 256;    // bytes of one block of one column group
+constexpr int kRows = 8;         // rows multiplied together per unpacked block
+
+enum class Scales { kHalf, kFloat, kPairs };
+
+struct Problem {
+  const uint8_t* qs;        // [G, nb, 256]
+  const void* scale;        // [G, nb, 16] fp16 / fp32, or [G, nb, 2, 16] uint8 (Q4_K pairs)
+  const void* minimum;      // [G, nb, 16] fp16 / fp32, or [G, nb / 8, 2, 16] fp16 (Q4_K's d, dmin)
+  Scales form;
+  const int8_t* xq;         // [M, K] quantized activations
+  const float* d;           // [M, nb] their scales
+  const float* s;           // [M, nb] d * sum of the block's q
+  const int32_t* sq;        // [M, nb] 128 * sum of the block's q (8-bit weights: the offset taken back)
+  bool wide;                // 8-bit weights: qs [N/16, K/32, 512], w = scale * (u - 128), no minimum
+  int64_t M, N, K, nb;
+  float* out_f;             // [M, N] when x is fp32 ...
+  at::BFloat16* out_b;      // ... or bf16
+};
+
+// Column n's block b: scale and minimum as fp32 (Q4_K: d * scale and -(dmin * min), exact products).
+inline void block_scales(const Problem& p, int64_t n, int64_t b, float& scale, float& minimum) {
+  const int64_t g = n / kGroup, j = n % kGroup, at = (g * p.nb + b) * kGroup + j;
+  switch (p.form) {
+    case Scales::kHalf:
+      scale = static_cast<float>(static_cast<const at::Half*>(p.scale)[at]);
+      minimum = p.wide ? 0.0f : static_cast<float>(static_cast<const at::Half*>(p.minimum)[at]);
+      return;
+    case Scales::kFloat:
+      scale = static_cast<const float*>(p.scale)[at];
+      minimum = static_cast<const float*>(p.minimum)[at];
+      return;
+    case Scales::kPairs: {
+      const uint8_t* pairs = static_cast<const uint8_t*>(p.scale) + (g * p.nb + b) * 2 * kGroup;
+      const at::Half* supers = static_cast<const at::Half*>(p.minimum) + (g * (p.nb / 8) + b / 8) * 2 * kGroup;
+      scale = static_cast<float>(supers[j]) * static_cast<float>(pairs[j]);
+      minimum = -(static_cast<float>(supers[kGroup + j]) * static_cast<float>(pairs[kGroup + j]));
+      return;
+    }
+  }
+}
+
+inline void store(const Problem& p, int64_t r, int64_t n, float v) {
+  if (p.out_b != nullptr) p.out_b[r * p.N + n] = c10::BFloat16(v);  // nearest even
+  else p.out_f[r * p.N + n] = v;
+}
+
+// ---------------------------------------------------------------- activations
+// One row's blocks: q = round_half_even(x * (1 / d)), d = max|x| / 127 (0 for an all-zero block).
+template <typename T>
+void quantize_row_scalar(const T* x, int64_t K, int8_t* q, float* d, float* s, int32_t* sq) {
+  for (int64_t b = 0; b < K / kBlock; ++b) {
+    float amax = 0.0f;
+    for (int64_t k = 0; k < kBlock; ++k) amax = std::max(amax, std::fabs(static_cast<float>(x[b * kBlock + k])));
+    const float scale = amax / 127.0f, inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+    int32_t sum = 0;
+    for (int64_t k = 0; k < kBlock; ++k) {
+      const int32_t v = static_cast<int32_t>(std::nearbyint(static_cast<float>(x[b * kBlock + k]) * inverse));
+      q[b * kBlock + k] = static_cast<int8_t>(v);
+      sum += v;
+    }
+    d[b] = scale;
+    s[b] = scale * static_cast<float>(sum);
+    sq[b] = 128 * sum;
+  }
+}
+
+#define I8_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,f16c")))
+
+// The same values as quantize_row_scalar for bf16 rows (max is exact in any order; cvtps2dq rounds half to even).
+I8_AVX512 void quantize_row_avx512(const at::BFloat16* x, int64_t K, int8_t* q, float* d, float* s, int32_t* sq) {
+  for (int64_t b = 0; b < K / kBlock; ++b) {
+    const __m256i* raw = reinterpret_cast<const __m256i*>(x + b * kBlock);
+    const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(raw)), 16));
+    const __m512 hi = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(raw + 1)), 16));
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+    const float scale = amax / 127.0f, inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+    const __m512 by = _mm512_set1_ps(inverse);
+    const __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, by)), qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, by));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kBlock), _mm512_cvtsepi32_epi8(qlo));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kBlock + 16), _mm512_cvtsepi32_epi8(qhi));
+    const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qlo, qhi));
+    d[b] = scale;
+    s[b] = scale * static_cast<float>(sum);
+    sq[b] = 128 * sum;
+  }
+}
+
+// ---------------------------------------------------------------- scalar
+void groups_scalar(const Problem& p, int64_t begin, int64_t end) {
+  for (int64_t n = begin * kGroup; n < std::min(end * kGroup, p.N); ++n) {
+    const int64_t g = n / kGroup, j = n % kGroup;
+    for (int64_t r = 0; r < p.M; ++r) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < p.nb; ++b) {
+        const int8_t* xq = p.xq + r * p.K + b * kBlock;
+        int32_t dot = 0;
+        if (p.wide) {
+          const uint8_t* run = p.qs + (g * p.nb + b) * 2 * kRun;
+          for (int i = 0; i < 8; ++i)
+            for (int k = 0; k < 4; ++k) dot += run[64 * i + 4 * j + k] * xq[4 * i + k];
+          dot -= p.sq[r * p.nb + b];
+        } else {
+          const uint8_t* run = p.qs + (g * p.nb + b) * kRun;
+          for (int i = 0; i < 4; ++i)
+            for (int k = 0; k < 4; ++k) {
+              const uint8_t byte = run[64 * i + 4 * j + k];
+              dot += (byte & 15) * xq[4 * i + k] + (byte >> 4) * xq[16 + 4 * i + k];
+            }
+        }
+        float scale, minimum;
+        block_scales(p, n, b, scale, minimum);
+        acc = std::fma(static_cast<float>(dot), scale * p.d[r * p.nb + b], acc);
+        if (!p.wide) acc = std::fma(minimum, p.s[r * p.nb + b], acc);
+      }
+      store(p, r, n, acc);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- avx512_vnni
+// Group g's block b as 16 fp32 scales and minimums.
+I8_AVX512 inline void scales_avx512(const Problem& p, int64_t g, int64_t b, __m512& scale, __m512& minimum) {
+  const int64_t at = (g * p.nb + b) * kGroup;
+  if (p.form == Scales::kHalf) {
+    scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const at::Half*>(p.scale) + at)));
+    minimum = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const at::Half*>(p.minimum) + at)));
+  } else if (p.form == Scales::kFloat) {
+    scale = _mm512_loadu_ps(static_cast<const float*>(p.scale) + at);
+    minimum = _mm512_loadu_ps(static_cast<const float*>(p.minimum) + at);
+  } else {
+    const uint8_t* pairs = static_cast<const uint8_t*>(p.scale) + 2 * at;
+    const at::Half* supers = static_cast<const at::Half*>(p.minimum) + (g * (p.nb / 8) + b / 8) * 2 * kGroup;
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pairs))));
+    const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pairs + kGroup))));
+    const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(supers)));
+    const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(supers + kGroup)));
+    scale = _mm512_mul_ps(dd, sc);
+    minimum = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dm, mn));
+  }
+}
+
+inline int32_t quad(const int8_t* x) {
+  int32_t v;
+  std::memcpy(&v, x, 4);
+  return v;
+}
+
+// Rows [r0, r0 + R) of column group g: each block unpacked once and multiplied by every row.
+template <bool Wide, int R>
+I8_AVX512 void rows_avx512(const Problem& p, int64_t g, int64_t r0) {
+  constexpr int64_t kBytes = Wide ? 2 * kRun : kRun;  // a block of a column group
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi8(15);
+  const uint8_t* base = p.qs + g * p.nb * kBytes;
+  for (int64_t b = 0; b < p.nb; ++b) {
+    const uint8_t* run = base + b * kBytes;
+    for (int64_t at = 0; at < kBytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(run + 4 * kBytes + at), _MM_HINT_T0);
+    __m512i w[8];
+    if (Wide) {
+      for (int i = 0; i < 8; ++i) w[i] = _mm512_loadu_si512(run + 64 * i);
+    } else {
+      for (int i = 0; i < 4; ++i) {
+        const __m512i v = _mm512_loadu_si512(run + 64 * i);
+        w[i] = _mm512_and_si512(v, low);
+        w[4 + i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      }
+    }
+    __m512 scale, minimum;
+    if (Wide) scale = _mm512_cvtph_ps(_mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(static_cast<const at::Half*>(p.scale) + (g * p.nb + b) * kGroup)));
+    else scales_avx512(p, g, b, scale, minimum);
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xq = p.xq + (r0 + r) * p.K + b * kBlock;
+      // two chains of four: the sums are exact, so splitting them changes nothing but the latency
+      __m512i even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_set1_epi32(quad(xq)));
+      __m512i odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], _mm512_set1_epi32(quad(xq + 4)));
+      even = _mm512_dpbusd_epi32(even, w[2], _mm512_set1_epi32(quad(xq + 8)));
+      odd = _mm512_dpbusd_epi32(odd, w[3], _mm512_set1_epi32(quad(xq + 12)));
+      even = _mm512_dpbusd_epi32(even, w[4], _mm512_set1_epi32(quad(xq + 16)));
+      odd = _mm512_dpbusd_epi32(odd, w[5], _mm512_set1_epi32(quad(xq + 20)));
+      even = _mm512_dpbusd_epi32(even, w[6], _mm512_set1_epi32(quad(xq + 24)));
+      odd = _mm512_dpbusd_epi32(odd, w[7], _mm512_set1_epi32(quad(xq + 28)));
+      const int64_t at = (r0 + r) * p.nb + b;
+      __m512i sum = _mm512_add_epi32(even, odd);
+      if (Wide) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(p.sq[at]));  // the weights' +128, exactly
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_set1_ps(p.d[at])), acc[r]);
+      if (!Wide) acc[r] = _mm512_fmadd_ps(minimum, _mm512_set1_ps(p.s[at]), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = r0 + r, n0 = g * kGroup;
+    if (p.out_b != nullptr)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.out_b + row * p.N + n0), (__m256i)_mm512_cvtneps_pbh(acc[r]));
+    else
+      _mm512_storeu_ps(p.out_f + row * p.N + n0, acc[r]);
+  }
+}
+
+template <bool Wide>
+I8_AVX512 void groups_avx512(const Problem& p, int64_t begin, int64_t end) {
+  for (int64_t g = begin; g < end; ++g) {
+    for (int64_t r0 = 0; r0 < p.M; r0 += kRows) {
+      switch (std::min<int64_t>(p.M - r0, kRows)) {
+        case 1: rows_avx512<Wide, 1>(p, g, r0); break;
+        case 2: rows_avx512<Wide, 2>(p, g, r0); break;
+        case 3: rows_avx512<Wide, 3>(p, g, r0); break;
+        case 4: rows_avx512<Wide, 4>(p, g, r0); break;
+        case 5: rows_avx512<Wide, 5>(p, g, r0); break;
+        case 6: rows_avx512<Wide, 6>(p, g, r0); break;
+        case 7: rows_avx512<Wide, 7>(p, g, r0); break;
+        default: rows_avx512<Wide, kRows>(p, g, r0);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- dispatch
+bool vnni_here() {
+  static const bool here = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bf16");
+  }();
+  return here;  // avx512bf16 too: the bf16 stores (every CPU with it has VNNI)
+}
+
+std::string chosen_path(std::optional<c10::string_view> path) {
+  std::string chosen = path.has_value() ? std::string(path->data(), path->size()) : "auto";
+  if (chosen == "auto") chosen = vnni_here() ? "avx512_vnni" : "scalar";
+  TORCH_CHECK(chosen == "avx512_vnni" || chosen == "scalar",
+              "q4_linear: 8-bit-activation blocks take path auto, avx512_vnni or scalar, got ", chosen);
+  TORCH_CHECK(chosen == "scalar" || vnni_here(), "q4_linear: this CPU cannot run the avx512_vnni path");
+  return chosen;
+}
+
+Scales checked_scales(const at::Tensor& scale, const at::Tensor& minimum, int64_t G, int64_t nb) {
+  const bool pairs = scale.scalar_type() == at::kByte;
+  if (pairs) {
+    TORCH_CHECK(nb % 8 == 0 && scale.sizes() == at::IntArrayRef({G, nb, 2, kGroup}) &&
+                    minimum.scalar_type() == at::kHalf && minimum.sizes() == at::IntArrayRef({G, nb / 8, 2, kGroup}),
+                "q4_linear: interleaved Q4_K pairs must be uint8 [N/16, K/32, 2, 16] and float16 [N/16, K/256, 2, 16]");
+  } else {
+    TORCH_CHECK((scale.scalar_type() == at::kHalf || scale.scalar_type() == at::kFloat) &&
+                    minimum.scalar_type() == scale.scalar_type() && scale.sizes() == at::IntArrayRef({G, nb, kGroup}) &&
+                    minimum.sizes() == scale.sizes(),
+                "q4_linear: interleaved scales and minimums must both be float16 or float32 [N/16, K/32, 16] = [",
+                G, ", ", nb, ", 16]");
+  }
+  TORCH_CHECK(scale.is_contiguous() && minimum.is_contiguous(), "q4_linear: scales must be contiguous");
+  return pairs ? Scales::kPairs : scale.scalar_type() == at::kHalf ? Scales::kHalf : Scales::kFloat;
+}
+
+struct Quantized {
+  at::Tensor q, d, s, sq;  // [M, K] int8; [M, nb] fp32 d and d * sum(q); [M, nb] int32 128 * sum(q)
+};
+
+Quantized quantize(const at::Tensor& x, bool fast) {
+  TORCH_CHECK(x.dim() == 2 && x.size(1) % kBlock == 0 && x.device().is_cpu() &&
+                  (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat),
+              "quantize_activations: x must be bf16 or fp32 [M, K] on the CPU, K a multiple of 32");
+  const at::Tensor rows = x.contiguous();
+  const int64_t M = rows.size(0), K = rows.size(1), nb = K / kBlock;
+  Quantized out{at::empty({M, K}, x.options().dtype(at::kChar)), at::empty({M, nb}, x.options().dtype(at::kFloat)),
+                at::empty({M, nb}, x.options().dtype(at::kFloat)), at::empty({M, nb}, x.options().dtype(at::kInt))};
+  fast = fast && rows.scalar_type() == at::kBFloat16;
+  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int8_t* q = out.q.data_ptr<int8_t>() + r * K;
+      float *d = out.d.data_ptr<float>() + r * nb, *s = out.s.data_ptr<float>() + r * nb;
+      int32_t* sq = out.sq.data_ptr<int32_t>() + r * nb;
+      if (fast) quantize_row_avx512(rows.data_ptr<at::BFloat16>() + r * K, K, q, d, s, sq);
+      else if (rows.scalar_type() == at::kBFloat16) quantize_row_scalar(rows.data_ptr<at::BFloat16>() + r * K, K, q, d, s, sq);
+      else quantize_row_scalar(rows.data_ptr<float>() + r * K, K, q, d, s, sq);
+    }
+  });
+  return out;
+}
+
+// x [M, K] by interleaved blocks: 4-bit (qs [N/16, K/32, 256], a scale and a minimum a block) or 8-bit
+// (wide: qs [N/16, K/32, 512] holding q + 128, an fp16 scale a block).
+at::Tensor interleaved_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
+                              const at::Tensor* minimum, std::optional<c10::string_view> path, const char* op) {
+  const bool wide = minimum == nullptr;
+  TORCH_CHECK(x.device().is_cpu() && qs.device().is_cpu() && scale.device().is_cpu() &&
+                  (wide || minimum->device().is_cpu()), op, ": every tensor must be on the CPU");
+  TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat),
+              op, ": x must be bf16 or fp32 [M, K], got ", x.scalar_type(), " ", x.sizes());
+  const int64_t bytes = wide ? 2 * kRun : kRun;
+  TORCH_CHECK(qs.scalar_type() == at::kByte && qs.dim() == 3 && qs.size(2) == bytes && qs.is_contiguous(),
+              op, ": interleaved qs must be contiguous uint8 [N/16, K/32, ", bytes, "], got ", qs.sizes());
+  const int64_t M = x.size(0), K = x.size(1), G = qs.size(0), nb = qs.size(1), N = G * kGroup;
+  TORCH_CHECK(K == nb * kBlock, op, ": x has K = ", K, " but the blocks hold ", nb * kBlock);
+  Scales form = Scales::kHalf;
+  if (wide) {
+    TORCH_CHECK(scale.scalar_type() == at::kHalf && scale.sizes() == at::IntArrayRef({G, nb, kGroup}) && scale.is_contiguous(),
+                op, ": interleaved 8-bit scales must be contiguous float16 [N/16, K/32, 16]");
+  } else {
+    form = checked_scales(scale, *minimum, G, nb);
+  }
+  const std::string chosen = chosen_path(path);
+  at::Tensor out = at::empty({M, N}, x.options());
+  if (M == 0 || N == 0) return out;
+  const Quantized a = quantize(x, chosen == "avx512_vnni");
+  Problem p{qs.data_ptr<uint8_t>(), scale.data_ptr(), wide ? nullptr : minimum->data_ptr(), form, a.q.data_ptr<int8_t>(),
+            a.d.data_ptr<float>(), a.s.data_ptr<float>(), a.sq.data_ptr<int32_t>(), wide, M, N, K, nb,
+            x.scalar_type() == at::kFloat ? out.data_ptr<float>() : nullptr,
+            x.scalar_type() == at::kBFloat16 ? out.data_ptr<at::BFloat16>() : nullptr};
+  auto kernel = chosen == "scalar" ? groups_scalar : wide ? groups_avx512<true> : groups_avx512<false>;
+  // Column groups split across threads (each output element reduced by one thread).
+  const int64_t grain = std::max<int64_t>(1, 16384 / (kGroup * K));
+  at::parallel_for(0, G, grain, [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
+  return out;
+}
+
+}  // namespace
+
+namespace specdec {
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_activations(const at::Tensor& x, std::optional<c10::string_view> path) {
+  const Quantized a = quantize(x, chosen_path(path) == "avx512_vnni");
+  return {a.q, a.d, a.s};
+}
+
+at::Tensor q4_linear_i8(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale, const at::Tensor& minimum,
+                        std::optional<c10::string_view> path) {
+  return interleaved_linear(x, qs, scale, &minimum, path, "q4_linear");
+}
+
+at::Tensor q8_linear_i8(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
+                        std::optional<c10::string_view> path) {
+  return interleaved_linear(x, qs, scale, nullptr, path, "q8_linear");
+}
+
+bool q4_linear_i8_fast() { return vnni_here(); }
+
+}  // namespace specdec
