@@ -85,6 +85,29 @@ def test_a_row_gets_the_bits_of_its_keys_laid_out_any_way(op, states):
                 assert torch.equal(one[0, 0], out[b, t]), (b, t, cut)
 
 
+@pytest.mark.parametrize("dim", [64, 128])
+def test_query_heads_run_together_or_alone_with_the_same_bits(op, dim):
+    """A key head's query heads (4 here: run two at a time in a wide pass, one at a time alone) each get
+    the bits they get alone: sharing a value's widening changes no head's steps."""
+    generator = torch.Generator().manual_seed(1)
+    heads, kv_heads, rows = 8, 2, 6
+    key, value = (torch.randn(1, kv_heads, 64, dim, generator=generator).to(torch.bfloat16) for _ in range(2))
+    query = torch.randn(1, heads, rows, dim, generator=generator).to(torch.bfloat16)
+    starts = torch.full((1, rows), 40, dtype=torch.int64)
+    tail = (40 + torch.arange(rows)).expand(1, rows, rows).contiguous()
+    counts = (1 + torch.arange(rows)).view(1, rows)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(8)  # heads run together only where 16 or more items would remain: the pass of 6 rows
+    try:
+        out = op(query, key, value, starts, tail, counts, dim**-0.5)
+        for t in range(rows):  # 8 items: one head at a time
+            one = op(query[:, :, t : t + 1].contiguous(), key, value, starts[:, t : t + 1].contiguous(),
+                     tail[:, t : t + 1].contiguous(), counts[:, t : t + 1].contiguous(), dim**-0.5)
+            assert torch.equal(one[0, 0], out[0, t]), t
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_strided_cache_views_are_read_in_place(op, states):
     """A cache buffer's filled prefix (a strided view) gives what a contiguous copy gives."""
     query, key, value = states

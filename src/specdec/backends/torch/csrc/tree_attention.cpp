@@ -14,7 +14,8 @@
 //                                   sums taken together by the same tree each would take alone)
 //   p_i = exp(s_i - max_j s_j)      a fixed polynomial exp, 16 keys at a time (lanes: i mod 16)
 //   o   = sum_i p_i v_i / sum_i p_i  in order of i; the sum of p over lanes i mod 16, then a fixed tree
-// The output is rounded to bf16. One thread computes one (batch, key head, query row) entirely.
+// The output is rounded to bf16. One thread computes one (batch, query row, query head) entirely; a key head's
+// query heads may run together (each value widened once for all of them), which changes no head's steps.
 // AVX-512 BF16 only: other CPUs keep the PyTorch implementation (`specdec.backends.torch.invariant`).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -68,20 +69,12 @@ TA_AVX512 inline __m512 sum16(const __m512 (&a)[16]) {
   return _mm512_permutexvar_ps(order, h);
 }
 
-// One query row of one query head: its n visible keys, their scores in `scores` (scratch, >= n + 16).
-// False (and nothing written) for a row whose layout points outside the cache.
+// The scores of one query head over a row's n visible keys, in `scores` (>= n + 16), exponentiated: p_i =
+// exp(s_i - max s); returns sum_i p_i (lanes i mod 16, then a fixed tree).
 template <int64_t kDim>
-TA_AVX512 bool one_row(const Job& j, int64_t b, int64_t h, int64_t t, float* scores) {
-  constexpr int kParts = kDim / 32;  // zmm of query (32 bf16 each); 2 * kParts fp32 accumulators for the output
-  const int64_t kv = h / (j.H / j.KV), row = b * j.T + t;
-  const int64_t start = j.start[row], count = j.count[row], n = start + count;
-  const int64_t* tail = j.tail + row * j.L;
-  if (start < 0 || start > j.S || count < 0 || count > j.L || n == 0) return false;
-  for (int64_t i = 0; i < count; ++i)
-    if (tail[i] < 0 || tail[i] >= j.S) return false;
-  const c10::BFloat16* keys = j.key + b * j.batch_stride + kv * j.head_stride;
-  const c10::BFloat16* values = j.value + b * j.batch_stride + kv * j.head_stride;
-  const c10::BFloat16* q = j.query + ((b * j.H + h) * j.T + t) * kDim;
+TA_AVX512 float probabilities(const Job& j, const c10::BFloat16* keys, const c10::BFloat16* q, int64_t start,
+                              const int64_t* tail, int64_t n, float* scores) {
+  constexpr int kParts = kDim / 32;  // zmm of query (32 bf16 each)
   __m512i qv[kParts];
   for (int part = 0; part < kParts; ++part) qv[part] = _mm512_loadu_si512(q + part * 32);
   __m512 tops = _mm512_set1_ps(-INFINITY);
@@ -110,31 +103,80 @@ TA_AVX512 bool one_row(const Job& j, int64_t b, int64_t h, int64_t t, float* sco
     _mm512_mask_storeu_ps(scores + i, live, p);
     lanes = _mm512_add_ps(lanes, p);
   }
-  const float total = _mm512_reduce_add_ps(lanes);
+  return _mm512_reduce_add_ps(lanes);
+}
+
+// One query row of kHeads consecutive query heads h0.. (one key head's): each head's n visible keys, their
+// probabilities in scores + g * stride. Each value is widened to fp32 once and multiplied into every head's
+// sums; a head's sums take the same steps in the same order as it would alone, so its bits do not depend on
+// kHeads. False (and nothing written) for a row whose layout points outside the cache.
+template <int64_t kDim, int kHeads>
+TA_AVX512 bool heads_of_row(const Job& j, int64_t b, int64_t h0, int64_t t, float* scores, int64_t stride) {
+  constexpr int kParts = kDim / 32;  // 2 * kParts fp32 accumulators a head for the output
+  const int64_t kv = h0 / (j.H / j.KV), row = b * j.T + t;
+  const int64_t start = j.start[row], count = j.count[row], n = start + count;
+  const int64_t* tail = j.tail + row * j.L;
+  if (start < 0 || start > j.S || count < 0 || count > j.L || n == 0) return false;
+  for (int64_t i = 0; i < count; ++i)
+    if (tail[i] < 0 || tail[i] >= j.S) return false;
+  const c10::BFloat16* keys = j.key + b * j.batch_stride + kv * j.head_stride;
+  const c10::BFloat16* values = j.value + b * j.batch_stride + kv * j.head_stride;
+  float total[kHeads];
+  for (int g = 0; g < kHeads; ++g)
+    total[g] = probabilities<kDim>(j, keys, j.query + ((b * j.H + h0 + g) * j.T + t) * kDim, start, tail, n,
+                                   scores + g * stride);
   // 32 bf16 of a value as fp32 in two zmm without a conversion: a word's bits shifted up (the even
-  // elements) or kept in place (the odd ones); even[part] and odd[part] sum those elements over i in order.
-  __m512 even[kParts], odd[kParts];
-  for (int part = 0; part < kParts; ++part) even[part] = odd[part] = _mm512_setzero_ps();
+  // elements) or kept in place (the odd ones); even and odd sum those elements over i in order.
+  __m512 even[kHeads][kParts], odd[kHeads][kParts];
+  for (int g = 0; g < kHeads; ++g)
+    for (int part = 0; part < kParts; ++part) even[g][part] = odd[g][part] = _mm512_setzero_ps();
   const __m512i high = _mm512_set1_epi32(int32_t(0xFFFF0000u));
   for (int64_t i = 0; i < n; ++i) {
     const c10::BFloat16* v = values + (i < start ? i : tail[i - start]) * kDim;
-    const __m512 p = _mm512_set1_ps(scores[i]);
+    __m512 low_words[kParts], high_words[kParts];
     for (int part = 0; part < kParts; ++part) {
       const __m512i raw = _mm512_loadu_si512(v + part * 32);
-      even[part] = _mm512_fmadd_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16)), even[part]);
-      odd[part] = _mm512_fmadd_ps(p, _mm512_castsi512_ps(_mm512_and_si512(raw, high)), odd[part]);
+      low_words[part] = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+      high_words[part] = _mm512_castsi512_ps(_mm512_and_si512(raw, high));
+    }
+    for (int g = 0; g < kHeads; ++g) {
+      const __m512 p = _mm512_set1_ps(scores[g * stride + i]);
+      for (int part = 0; part < kParts; ++part) {
+        even[g][part] = _mm512_fmadd_ps(p, low_words[part], even[g][part]);
+        odd[g][part] = _mm512_fmadd_ps(p, high_words[part], odd[g][part]);
+      }
     }
   }
-  const __m512 inverse = _mm512_set1_ps(1.0f / total);
   alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i interleave = _mm512_load_si512(kInterleave);
-  c10::BFloat16* dst = j.out + ((b * j.T + t) * j.H + h) * kDim;
-  for (int part = 0; part < kParts; ++part) {  // words: the 16 even elements, then the 16 odd ones
-    const __m512bh packed = _mm512_cvtne2ps_pbh(_mm512_mul_ps(odd[part], inverse), _mm512_mul_ps(even[part], inverse));
-    _mm512_storeu_si512(dst + part * 32, _mm512_permutexvar_epi16(interleave, (__m512i)packed));
+  for (int g = 0; g < kHeads; ++g) {
+    const __m512 inverse = _mm512_set1_ps(1.0f / total[g]);
+    c10::BFloat16* dst = j.out + ((b * j.T + t) * j.H + h0 + g) * kDim;
+    for (int part = 0; part < kParts; ++part) {  // words: the 16 even elements, then the 16 odd ones
+      const __m512bh packed = _mm512_cvtne2ps_pbh(_mm512_mul_ps(odd[g][part], inverse), _mm512_mul_ps(even[g][part], inverse));
+      _mm512_storeu_si512(dst + part * 32, _mm512_permutexvar_epi16(interleave, (__m512i)packed));
+    }
   }
   return true;
+}
+
+// Query heads run together: as many of a key head's as divide its count, up to what the registers hold
+// (kHeads * 2 * D / 16 accumulators), and 1 where fewer items than that would leave a thread idle.
+int64_t heads_together(int64_t dim, int64_t group, int64_t items_alone, int64_t threads) {
+  const int64_t most = dim == 64 ? 3 : 2;
+  for (int64_t c = std::min(most, group); c > 1; --c)
+    if (group % c == 0 && items_alone / c >= 2 * threads) return c;
+  return 1;
+}
+
+template <int64_t kDim>
+bool run_heads(const Job& j, int64_t heads, int64_t b, int64_t h0, int64_t t, float* scores, int64_t stride) {
+  switch (heads) {
+    case 3: return heads_of_row<kDim, 3>(j, b, h0, t, scores, stride);
+    case 2: return heads_of_row<kDim, 2>(j, b, h0, t, scores, stride);
+    default: return heads_of_row<kDim, 1>(j, b, h0, t, scores, stride);
+  }
 }
 
 bool runs_here() {
@@ -176,12 +218,16 @@ at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const 
         start.data_ptr<int64_t>(), tail.data_ptr<int64_t>(), count.data_ptr<int64_t>(),
         out.data_ptr<c10::BFloat16>(), B, H, KV, T, S, L, key.stride(0), key.stride(1), static_cast<float>(scale)};
   const int64_t longest = S + L + 16;
+  const int64_t together = heads_together(dim, H / KV, B * H * T, at::get_num_threads());
+  const int64_t chunks = H / together;  // items: (b, chunk of query heads, t)
   std::atomic<bool> bad{false};
-  at::parallel_for(0, B * H * T, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(longest);
+  at::parallel_for(0, B * chunks * T, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(together * longest);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item % T, h = (item / T) % H, b = item / (T * H);
-      if (!(dim == 64 ? one_row<64>(j, b, h, t, scores.data()) : one_row<128>(j, b, h, t, scores.data()))) bad = true;
+      const int64_t t = item % T, h0 = (item / T) % chunks * together, b = item / (T * chunks);
+      const bool ok = dim == 64 ? run_heads<64>(j, together, b, h0, t, scores.data(), longest)
+                                : run_heads<128>(j, together, b, h0, t, scores.data(), longest);
+      if (!ok) bad = true;
     }
   });
   TORCH_CHECK(!bad, "tree_attention: every row must see at least one key, all of them within the cache");
