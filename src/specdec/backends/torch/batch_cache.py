@@ -114,15 +114,16 @@ class BatchedLayer(DynamicLayer):
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`update` for a caller that writes the entries itself (`specdec.backends.torch.fused`): room for
         `tokens` more per row, counted in; returns the key and value buffers [rows, kv_heads, capacity,
-        head_dim] and where row b's new entries go: slots write[b] .. write[b] + tokens - 1 (the layout's starts)."""
+        head_dim] and where row b's new entries go: slots write[b] .. write[b] + tokens - 1 (the layout's starts).
+        `keys` and `values` are not refreshed (None after a claim): the fused pass reads the buffers, and two
+        views a layer cost ~0.09 ms of a ~3.6 ms one-token pass on SmolLM2."""
         if not self.is_initialized:
             like = torch.empty(batch, kv_heads, 0, head_dim, dtype=dtype)
             self.lazy_initialization(like, like)
         end = self.layout.context + tokens
         self.ensure(batch, end)
         self.length = end
-        self.keys = self._keys[:batch, :, :end]
-        self.values = self._values[:batch, :, :end]
+        self.keys = self.values = None
         return self._keys, self._values, self.layout.starts
 
     def _write(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
