@@ -52,6 +52,7 @@ from typing import Annotated, Any
 import numpy as np
 import torch
 
+from specdec.backends.torch.top_tokens import top_tokens
 from specdec.engine.generation import ProposalContext
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
@@ -135,7 +136,7 @@ class RecycleTable:
         if logits.shape[1] != self.vocab_size:
             raise ValueError(f"logits have {logits.shape[1]} columns; the table has {self.vocab_size} rows")
         width = min(self.k, self.vocab_size)
-        top = torch.topk(logits, width, dim=-1).indices.to("cpu", torch.int32).numpy()  # [N, width]
+        top = top_tokens(logits, width).to("cpu", torch.int32).numpy()  # [N, width]
         rows = tokens.to("cpu", torch.int64).numpy()
         with self._lock:
             self._successors[rows, :width] = top  # a token seen twice: its last node wins

@@ -51,7 +51,7 @@ PATHS = ("avx512_bf16", "avx2", "scalar")  # the C++ kernel's paths, fastest fir
 _SOURCE = Path(__file__).parent / "csrc" / "q4_gemm.cpp"
 # One extension: the block products, tree attention, and a decoder layer built from both (`specdec.backends.torch.fused`)
 _SOURCES = (_SOURCE, _SOURCE.with_name("q4_gemm_portable.cpp"), _SOURCE.with_name("q4_gemm_i8.cpp"),
-            _SOURCE.with_name("tree_attention.cpp"),
+            _SOURCE.with_name("tree_attention.cpp"), _SOURCE.with_name("top_tokens.cpp"),
             _SOURCE.with_name("decoder_layer.cpp"))
 _EXTENSION = "specdec_q4_gemm"
 # -ffp-contract=off: no multiply-add is fused behind the kernel's back (the dequantization and the scalar
@@ -221,6 +221,11 @@ def _build() -> str | None:
     except Exception as error:  # no compiler, no ninja, a compile error: all mean "not here"
         return f"the 4-bit GEMM extension could not be built ({_one_line(error)}); {_FALLBACK}"
     return None
+
+
+def is_loaded() -> bool:
+    """Whether this process has loaded the extension already (never builds: for callers with a fallback)."""
+    return _build.cache_info().currsize > 0 and _build() is None
 
 
 def load_extension() -> bool:

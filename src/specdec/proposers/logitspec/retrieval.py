@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specdec.backends.torch.top_tokens import top_tokens
 from specdec.proposers.logitspec.plan import ROOT, NodePool
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.tree import DraftTree
@@ -133,7 +134,7 @@ def retrieve(
     root_branch, root_ngram = continue_match(index, (), max_continuation)
     covered = {*skip, root_branch[0]} if root_branch else skip
     num = min(k, last_logits.shape[-1])
-    top = torch.topk(last_logits, num).indices.tolist() if num else []
+    top = top_tokens(last_logits, num).tolist() if num else []
     tokens, ranks, conts, ngrams = [], [], [], []
     for token, token_rank in ranked_candidates(top, root, keep_self):
         if token in covered:
