@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.backends.torch import q4_kernel, top_tokens as module
+from specdec.backends.torch import q4_kernel
+from specdec.backends.torch import top_tokens as module
 from specdec.backends.torch.top_tokens import top_tokens
 
 
