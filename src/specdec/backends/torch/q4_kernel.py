@@ -7,7 +7,9 @@ times the bytes. `csrc/q4_gemm.cpp` reads each 4-bit block once per call, dequan
 and multiplies every row with it (bf16 products, fp32 accumulation). It is built on first use with
 `torch.utils.cpp_extension` (a C++ compiler and ninja are needed); where it cannot be built,
 `load_extension()` says False and `unavailable_reason()` why, and callers keep PyTorch's own int4
-kernel (`specdec.backends.torch.int4`).
+kernel (`specdec.backends.torch.int4`). Where the CPU has AVX-512 VNNI, `Q4Linear` and `Q8Linear` hold their
+blocks in a second form and multiply activations quantized to 8 bits (`q4_i8`, `csrc/q4_gemm_i8.cpp`):
+about half the instructions; the ops take that form when `qs` is 3-D.
 
 The format: for W [N, K], K a multiple of 32, `qs` uint8 [N, K/2] holds each block of 32 as 16 bytes,
 byte j's low nibble the q of element j and its high nibble that of element j + 16; `scale` and

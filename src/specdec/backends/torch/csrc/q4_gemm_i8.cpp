@@ -5,18 +5,20 @@
 // Why: the bf16 form (q4_gemm.cpp) spends ~6 instructions dequantizing each column's block to bf16 and one
 // `vdpbf16ps` (32 multiply-adds) per row; on two cores that instruction count, not the bytes, sets a pass's
 // cost at every width. Here a block of 16 columns is 4 loads and 12 integer ops to unpack, and each row
-// takes 8 `vpdpbusd` (64 multiply-adds each) and 4 ops to scale: a quarter of the work at one row, half at eight.
+// takes 8 `vpdpbusd` (64 multiply-adds each) and 5 ops to sum and scale: about half the instructions.
 //
-// Layout (`q4_kernel.interleave_q4`): qs uint8 [N/16, K/32, 256]. For column group g and block b, the 256
+// Layout (`q4_i8.interleave`): qs uint8 [N/16, K/32, 256]. For column group g and block b, the 256
 // bytes are four runs of 64; byte 4j + k of run i holds column j's element 4i + k in its low nibble and
 // element 16 + 4i + k in its high one, so run i's low nibbles are the 4-element quad i of all 16 columns and
 // its high nibbles quad 4 + i, each in the order `vpdpbusd` multiplies a broadcast quad of activations by.
 // Scales and minimums: [N/16, K/32, 16] fp16 (Q4_1) or fp32 (exact products), or Q4_K's own uint8 (scale,
-// min) pairs [N/16, K/32, 2, 16] with fp16 (d, dmin) pairs [N/16, K/256, 2, 16].
+// min) pairs [N/16, K/32, 2, 16] with fp16 (d, dmin) pairs [N/16, K/256, 2, 16]. The 8-bit sibling (Q8_0's
+// blocks, `q4_i8.interleave8`): qs [N/16, K/32, 512], eight runs of 64 holding q + 128 (vpdpbusd's unsigned
+// operand), fp16 scales [N/16, K/32, 16]; the offset is taken back exactly: sum_k q_w q_x = dot - 128 sum_k q_x.
 //
 // Arithmetic, for output (r, n), blocks b in order from acc = 0, each step rounded in fp32:
 //   acc = fma(float(sum_k q_w * q_x), scale[n, b] * d[r, b], acc);  acc = fma(minimum[n, b], s[r, b], acc)
-// where s[r, b] = d[r, b] * float(sum_k q_x). The integer sums are exact, so the order inside a block is free;
+// where s[r, b] = d[r, b] * float(sum_k q_x) (8-bit blocks: the first fma only). The integer sums are exact, so the order inside a block is free;
 // the two fmas are the same instructions in every lane, tile and path.
 //
 // Invariant (row independence): a row's activations are quantized from that row alone and each output
