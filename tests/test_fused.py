@@ -83,6 +83,37 @@ def test_fused_layers_compute_what_transformers_layers_compute(make):
     assert (ours.argmax(-1) == theirs.argmax(-1)).float().mean() >= 0.95
 
 
+@needs_kernel
+@pytest.mark.parametrize("activations", ["int8", "bf16"])
+def test_gate_and_up_joined_give_the_two_products_bits(activations):
+    """The fused layer runs gate and up as one product (15 weights); the same layer with them apart (18)
+    gives the same bits, and the layers' own blocks are views of the joined ones."""
+    view = packed_view(tiny_qwen2_64(), int4=True)
+    for layer in view.model.layers:  # the form under test (int8 where the CPU has VNNI, else bf16 only)
+        if activations == "int8" and q4_kernel.default_activations() != "int8":
+            pytest.skip("the 8-bit form runs on CPUs with AVX-512 VNNI")
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            old = getattr(layer.mlp, name)
+            setattr(layer.mlp, name, q4_kernel.Q4Linear(*old.blocks(), old.bias, activations))
+    fused = FusedDecoder(view)
+    mlp = view.model.layers[0].mlp
+    weights = fused.layers[0]
+    assert len(weights) == 15 and mlp.gate_proj.qs.data_ptr() == weights[9].data_ptr()
+    apart = [*weights[:9], *(t for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj) for t in (p.qs, p.scale, p.minimum))]
+    generator = torch.Generator().manual_seed(3)
+    hidden = torch.randn(1, 5, view.config.hidden_size, generator=generator).to(torch.bfloat16)
+    heads, kv_heads, dim = fused.heads, fused.kv_heads, fused.dim
+    cos, sin = (part.contiguous() for part in fused.rotary(hidden, torch.arange(5)[None]))
+    outs = []
+    for w in (weights, apart):
+        keys, values = (torch.zeros(1, kv_heads, 16, dim, dtype=torch.bfloat16) for _ in range(2))
+        outs.append(torch.ops.specdec_layer.decoder_layer(
+            hidden, w, cos, sin, keys, values, torch.tensor([0]), torch.arange(1, 6)[None],
+            torch.zeros(1, 5, 0, dtype=torch.int64), torch.zeros(1, 5, dtype=torch.int64), heads, kv_heads,
+            fused.eps, fused.scale))
+    assert torch.equal(outs[0], outs[1])
+
+
 @pytest.fixture(scope="module")
 def exact_int4():
     if not (q4_kernel.load_extension() and kernel_runs_here()):

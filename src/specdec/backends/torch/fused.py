@@ -74,14 +74,33 @@ def why_not(model: torch.nn.Module) -> str | None:
 
 
 def _weights(layer: torch.nn.Module) -> list[torch.Tensor]:
-    """The 18 tensors `decoder_layer` reads, in its order."""
+    """The tensors `decoder_layer` reads, in its order: 15 with gate and up joined (`_join`), else 18."""
     attention, mlp = layer.self_attn, layer.mlp
     qkv = attention.qkv_proj
     bias = _NO_BIAS if qkv.bias is None else qkv.bias.to(torch.bfloat16).contiguous()
-    blocks = [t for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj) for t in (p.qs, p.scale, p.minimum)]
+    joined = _join(mlp.gate_proj, mlp.up_proj)
+    down = mlp.down_proj
+    blocks = [*joined, down.qs, down.scale, down.minimum] if joined else [
+        t for p in (mlp.gate_proj, mlp.up_proj, down) for t in (p.qs, p.scale, p.minimum)]
     out = attention.o_proj
     return [layer.input_layernorm.weight, qkv.qs, qkv.scale, qkv.minimum, bias, out.qs, out.scale, out.minimum,
             layer.post_attention_layernorm.weight, *blocks]
+
+
+def _join(gate: Q4Linear, up: Q4Linear) -> list[torch.Tensor] | None:
+    """gate's and up's blocks as one product's (gate's columns first), or None where their forms differ.
+
+    Each output column is reduced alone in either form of the kernel, so the joined product's columns are
+    the two products' bits. The layers' own tensors become views of the joined ones: no second copy."""
+    names = ("qs", "scale", "minimum")
+    pairs = [(getattr(gate, name), getattr(up, name)) for name in names]
+    if any(a.dtype != b.dtype or a.shape[1:] != b.shape[1:] for a, b in pairs):
+        return None
+    joined = [torch.cat(pair) for pair in pairs]
+    for name, whole, (a, _) in zip(names, joined, pairs, strict=True):
+        setattr(gate, name, whole[: a.shape[0]])
+        setattr(up, name, whole[a.shape[0] :])
+    return joined
 
 
 class FusedDecoder:

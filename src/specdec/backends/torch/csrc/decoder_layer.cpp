@@ -34,7 +34,9 @@ namespace {
 
 using bf16 = c10::BFloat16;
 constexpr int64_t kGrain = 8;     // rows per task of the row-wise steps: one-token passes stay on one thread
-constexpr int64_t kWeights = 18;  // per layer: norm, qkv (qs, scale, minimum, bias), o (3), norm, gate, up, down (3 each)
+// Per layer: norm, qkv (qs, scale, minimum, bias), o (3), norm, then gate, up, down (3 each: kWeights) or gate
+// and up as one product, gate's columns first (kJoined: one quantization of x and one thread split fewer).
+constexpr int64_t kWeights = 18, kJoined = 15;
 
 SPECDEC_AVX512 inline __mmask16 first(int64_t n) {  // the lanes of the first min(n, 16) values
   return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
@@ -96,9 +98,9 @@ SPECDEC_AVX512 void rotate(const bf16* x, const bf16* cos, const bf16* sin, bf16
   }
 }
 
-// gate[i] = bf16(bf16(silu(gate[i])) * up[i]), 16 values at a time; silu(x) = x * sigmoid(x) with
-// sigmoid from e = exp(-|x|): 1 / (1 + e) for x >= 0, e / (1 + e) below (no overflow either side).
-SPECDEC_AVX512 void silu_mul(bf16* gate, const bf16* up, int64_t n) {
+// out[i] = bf16(bf16(silu(gate[i])) * up[i]), 16 values at a time (out may be gate); silu(x) = x * sigmoid(x)
+// with sigmoid from e = exp(-|x|): 1 / (1 + e) for x >= 0, e / (1 + e) below (no overflow either side).
+SPECDEC_AVX512 void silu_mul(const bf16* gate, const bf16* up, bf16* out, int64_t n) {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 live = first(n - i);
@@ -106,7 +108,7 @@ SPECDEC_AVX512 void silu_mul(bf16* gate, const bf16* up, int64_t n) {
     const __m512 e = specdec::exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
     const __mmask16 negative = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
     const __m512 sigmoid = _mm512_div_ps(_mm512_mask_mov_ps(one, negative, e), _mm512_add_ps(one, e));
-    put(gate + i, live, _mm512_mul_ps(rounded(_mm512_mul_ps(x, sigmoid)), widen(up + i, live)));
+    put(out + i, live, _mm512_mul_ps(rounded(_mm512_mul_ps(x, sigmoid)), widen(up + i, live)));
   }
 }
 
@@ -148,8 +150,8 @@ void check(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, co
            const at::Tensor& keys, const at::Tensor& values, const at::Tensor& write, int64_t heads, int64_t kv_heads) {
   TORCH_CHECK(hidden.dim() == 3 && hidden.scalar_type() == at::kBFloat16 && hidden.is_contiguous() &&
                   hidden.device().is_cpu(), "decoder_layer: hidden must be contiguous bf16 [B, T, H] on the CPU");
-  TORCH_CHECK(static_cast<int64_t>(w.size()) == kWeights, "decoder_layer: expected ", kWeights, " weights, got ",
-              w.size());
+  TORCH_CHECK(static_cast<int64_t>(w.size()) == kWeights || static_cast<int64_t>(w.size()) == kJoined,
+              "decoder_layer: expected ", kWeights, " or ", kJoined, " weights, got ", w.size());
   const int64_t B = hidden.size(0), T = hidden.size(1), dim = keys.size(3);
   TORCH_CHECK(keys.dim() == 4 && keys.sizes() == values.sizes() && keys.strides() == values.strides() &&
                   keys.scalar_type() == at::kBFloat16 && values.scalar_type() == at::kBFloat16 && keys.size(0) >= B &&
@@ -160,6 +162,8 @@ void check(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, co
                     t->sizes() == at::IntArrayRef({B, T, dim}), "decoder_layer: cos and sin must be bf16 [B, T, D]");
   TORCH_CHECK(write.scalar_type() == at::kLong && write.is_contiguous() && write.numel() >= B,
               "decoder_layer: write must be int64 [B]");
+  TORCH_CHECK(static_cast<int64_t>(w.size()) == kWeights || outputs(w[9]) % 2 == 0,
+              "decoder_layer: a joined gate and up product must have an even number of outputs");
   TORCH_CHECK(heads % kv_heads == 0 && outputs(w[1]) == (heads + 2 * kv_heads) * dim,
               "decoder_layer: the qkv weight must have (heads + 2 * kv_heads) * D outputs");
   TORCH_CHECK(w[4].numel() == 0 || (w[4].scalar_type() == at::kBFloat16 && w[4].numel() == outputs(w[1])),
@@ -193,13 +197,17 @@ at::Tensor decoder_layer(const at::Tensor& hidden, at::TensorList w, const at::T
   at::Tensor mid = product(attended.view({R, heads * s.dim}), w, 5);
   add(h.data_ptr<bf16>(), mid.data_ptr<bf16>(), mid.data_ptr<bf16>(), R * s.H);
   rms_norm(mid.data_ptr<bf16>(), w[8].data_ptr<bf16>(), x.data_ptr<bf16>(), R, s.H, e);
-  at::Tensor gate = product(x, w, 9);
-  const at::Tensor up = product(x, w, 12);
-  const int64_t inner = gate.size(1);
+  const bool joined = static_cast<int64_t>(w.size()) == kJoined;
+  const at::Tensor gate = product(x, w, 9);  // joined: [R, 2 * inner], gate's columns then up's
+  const at::Tensor up = joined ? gate : product(x, w, 12);
+  const int64_t inner = joined ? gate.size(1) / 2 : gate.size(1), stride = gate.size(1), offset = joined ? inner : 0;
+  at::Tensor act = at::empty({R, inner}, hidden.options());
   at::parallel_for(0, R, kGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) silu_mul(gate.data_ptr<bf16>() + r * inner, up.data_ptr<bf16>() + r * inner, inner);
+    for (int64_t r = begin; r < end; ++r)
+      silu_mul(gate.data_ptr<bf16>() + r * stride, up.data_ptr<bf16>() + r * stride + offset,
+               act.data_ptr<bf16>() + r * inner, inner);
   });
-  at::Tensor out = product(gate, w, 15);
+  at::Tensor out = product(act, w, joined ? 12 : 15);
   add(mid.data_ptr<bf16>(), out.data_ptr<bf16>(), out.data_ptr<bf16>(), R * s.H);
   return out.view({s.B, s.T, s.H});
 }
