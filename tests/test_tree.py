@@ -212,3 +212,11 @@ def test_draft_probs_must_have_one_row_per_node() -> None:
 
 def test_tree_error_is_a_value_error() -> None:
     assert issubclass(TreeError, ValueError)
+
+
+def test_a_chains_ancestry_is_the_walks():
+    """Chains skip the level-by-level walk (a lower triangle and 0..N-1); the walk gives the same."""
+    for size in (1, 2, 5):
+        tree = DraftTree.chain(7, list(range(size - 1)))
+        mask, depths = ancestry(tree.parents)
+        assert tree.is_chain and torch.equal(tree.ancestor_mask, mask) and torch.equal(tree.depths, depths)

@@ -74,11 +74,11 @@ class DraftTree:
             raise TreeError(f"tokens ({tokens.shape[0]}) and parents ({parents.shape[0]}) differ in length")
         if tokens.dtype != torch.int64 or parents.dtype != torch.int64:
             raise TreeError("tokens and parents must be int64")
-        if int(parents[0]) != -1:
+        # checked on the list (a step's tree has a few to 64 nodes: tensor ops would cost more than the checks)
+        listed = self.parent_list
+        if listed[0] != -1:
             raise TreeError("node 0 is the root: parents[0] must be -1")
-        later = parents[1:]
-        index = torch.arange(1, parents.shape[0], device=parents.device)
-        if bool(((later < 0) | (later >= index)).any()):
+        if not all(0 <= parent < node for node, parent in enumerate(listed[1:], start=1)):
             raise TreeError("every parent must come before its child (0 <= parents[i] < i)")
         if self.draft_probs is not None:
             if self.draft_probs.dim() != 2 or self.draft_probs.shape[0] != tokens.shape[0]:
@@ -144,6 +144,9 @@ class DraftTree:
 
     @cached_property
     def _ancestry(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.is_chain:  # plain decoding's root alone, prompt lookup's chains: no walk needed
+            size, device = self.num_nodes, self.parents.device
+            return torch.ones(size, size, dtype=torch.bool, device=device).tril_(), torch.arange(size, device=device)
         return ancestry(self.parents)
 
     @property
