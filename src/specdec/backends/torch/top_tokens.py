@@ -1,9 +1,9 @@
 """The k highest-scoring token ids of logits rows, for drafting: specdec's extension where it is loaded.
 
 Why: drafting takes the top-k of a logits row every step (LogitSpec's next-next candidates) and of every
-tree node's row (the recycled successor table); on a CPU `torch.topk` spends ~25 us on a 49,152-wide
-bf16 row, ~0.15 ms of a ~5 ms LogitSpec step on SmolLM2. `csrc/top_tokens.cpp` reads each row once against
-the k-th best score so far (a few us).
+tree node's row (the recycled successor table); on a CPU `torch.topk` is several times slower than one
+pass over the row (docs/benchmarks.md). `csrc/top_tokens.cpp` reads each row once against the k-th best
+score so far.
 
 Invariants: ids best first; with the extension, equal scores in order of id (torch.topk's order for ties
 is its own); never builds the extension (it uses it where this process loaded it: the int4 pass does), so

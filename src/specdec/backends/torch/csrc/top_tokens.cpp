@@ -1,8 +1,8 @@
 // The k highest-scoring token ids of each logits row, for drafting (LogitSpec's next-next candidates, the
 // recycled successor table): best first, equal scores in order of id.
 //
-// Why: torch.topk on a CPU spends ~25 us a 49,152-wide bf16 row (its generic selection, two threads'
-// start-up); a step drafts from the top-k of every tree node's row, ~0.15 ms of a ~5 ms step. Almost every
+// Why: torch.topk on a CPU is a generic selection with a parallel region's start-up per call, and a step
+// drafts from the top-k of every tree node's row (docs/benchmarks.md has the measurement). Almost every
 // score is below the k-th best so far, so one pass comparing 16 at a time against that threshold, and an
 // insertion into a sorted list of k for the rare ones above it, reads each row once: a few us.
 //
