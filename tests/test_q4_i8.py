@@ -80,8 +80,12 @@ def test_every_shape_within_bound_on_every_path_and_rows_alone(op, name):
     rows, cols = SHAPES[name]
     q, step, minimum = random_blocks(rows, cols, seed=len(name))
     form = q4_i8.interleave(q, step.half(), minimum.half())
-    x = torch.randn(17, cols).to(torch.bfloat16)
-    full = op(x, *form)
+    many = torch.randn(64, cols).to(torch.bfloat16)
+    every = op(many, *form)
+    for rows in (1, 3, 4, 5, 8, 9, 17, 64):  # M = 1..64: a row's bits whatever the number of rows
+        assert torch.equal(op(many[:rows].contiguous(), *form), every[:rows]), rows
+    x = many[:17].contiguous()
+    full = every[:17]
     assert_i8_within_bound(full[:5], x[:5], q, step, minimum)
     for path in paths():
         assert torch.equal(op(x, *form, path), full), path  # the paths compute the same bits
