@@ -167,7 +167,9 @@ def kernel_built(venv: Venv) -> bool:
     out = venv.run(venv.exe("python"), "-m", "specdec.backends.torch.q4_kernel").stdout.strip()
     if out.startswith("specdec 4-bit GEMM extension: loaded from "):
         assert str(Path(venv.env["XDG_CACHE_HOME"]) / "specdec" / "extensions") in out, out
-        assert out.rsplit("path ", 1)[-1] in ("avx512_bf16", "avx2", "scalar"), out
+        path, activations = out.rsplit("path ", 1)[-1].split(", ")
+        assert path in ("avx512_bf16", "avx2", "scalar"), out
+        assert activations in ("int8 activations by default", "bf16 activations by default"), out
         return True
     assert "could not be built" in out or "not available on this platform" in out, out
     assert "PyTorch's own int4 kernel" in out, out

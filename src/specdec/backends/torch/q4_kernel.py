@@ -365,7 +365,8 @@ class Q8Linear(torch.nn.Module):
 def main() -> int:
     """Builds the extension (e.g. at install time) and says which path it runs, or why it cannot."""
     if load_extension():
-        print(f"specdec 4-bit GEMM extension: loaded from {cache_dir()}, path {kernel_path()}")
+        print(f"specdec 4-bit GEMM extension: loaded from {cache_dir()}, path {kernel_path()}, "
+              f"{default_activations()} activations by default")
     else:
         print(unavailable_reason())
     return 0  # a missing compiler is not an install failure: the fallback runs
