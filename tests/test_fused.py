@@ -99,6 +99,8 @@ def test_gate_and_up_joined_give_the_two_products_bits(activations):
     mlp = view.model.layers[0].mlp
     weights = fused.layers[0]
     assert len(weights) == 15 and mlp.gate_proj.qs.data_ptr() == weights[9].data_ptr()
+    again = FusedDecoder(view).layers[0]  # a second target over the same model joins nothing again
+    assert all(a is b for a, b in zip(again[9:12], weights[9:12], strict=True))
     apart = [*weights[:9], *(t for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj) for t in (p.qs, p.scale, p.minimum))]
     generator = torch.Generator().manual_seed(3)
     hidden = torch.randn(1, 5, view.config.hidden_size, generator=generator).to(torch.bfloat16)

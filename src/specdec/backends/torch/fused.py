@@ -91,16 +91,26 @@ def _join(gate: Q4Linear, up: Q4Linear) -> list[torch.Tensor] | None:
     """gate's and up's blocks as one product's (gate's columns first), or None where their forms differ.
 
     Each output column is reduced alone in either form of the kernel, so the joined product's columns are
-    the two products' bits. The layers' own tensors become views of the joined ones: no second copy."""
+    the two products' bits. The layers' own tensors become views of the joined ones: no second copy, and a
+    second fused pass over the same model (another target) finds them joined already."""
     names = ("qs", "scale", "minimum")
     pairs = [(getattr(gate, name), getattr(up, name)) for name in names]
     if any(a.dtype != b.dtype or a.shape[1:] != b.shape[1:] for a, b in pairs):
         return None
-    joined = [torch.cat(pair) for pair in pairs]
+    joined = [_joined(a, b) for a, b in pairs]
     for name, whole, (a, _) in zip(names, joined, pairs, strict=True):
         setattr(gate, name, whole[: a.shape[0]])
         setattr(up, name, whole[a.shape[0] :])
     return joined
+
+
+def _joined(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """[first; second] along dim 0: the tensor both are consecutive views of where they are, else a new one."""
+    base = first._base
+    if (base is not None and second._base is base and base.shape[0] == first.shape[0] + second.shape[0]
+            and first.data_ptr() == base.data_ptr()):
+        return base
+    return torch.cat([first, second])
 
 
 class FusedDecoder:
