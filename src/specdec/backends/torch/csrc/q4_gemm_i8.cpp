@@ -49,7 +49,7 @@ constexpr int kRows = 8;         // rows multiplied together per unpacked block
 enum class Scales { kHalf, kFloat, kPairs };
 
 struct Problem {
-  const uint8_t* qs;        // [G, nb, 256]
+  const uint8_t* qs;        // [G, nb, 256] (4-bit) or [G, nb, 512] (8-bit, `wide`)
   const void* scale;        // [G, nb, 16] fp16 / fp32, or [G, nb, 2, 16] uint8 (Q4_K pairs)
   const void* minimum;      // [G, nb, 16] fp16 / fp32, or [G, nb / 8, 2, 16] fp16 (Q4_K's d, dmin)
   Scales form;
