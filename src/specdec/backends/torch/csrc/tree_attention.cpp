@@ -12,10 +12,13 @@
 // Per row and query head, over the n visible keys i = 0..n-1 (fp32 throughout):
 //   s_i = (q . k_i) * scale         one dot product per key (vdpbf16ps over D, one horizontal sum; 16 keys'
 //                                   sums taken together by the same tree each would take alone)
-//   p_i = exp(s_i - max_j s_j)      a fixed polynomial exp, 16 keys at a time (lanes: i mod 16)
-//   o   = sum_i p_i v_i / sum_i p_i  in order of i; the sum of p over lanes i mod 16, then a fixed tree
+//   p_i = bf16(exp(s_i - max_j s_j))  a fixed polynomial exp, 16 keys at a time (lanes: i mod 16), rounded to
+//                                   bf16 as SDPA's bf16 path rounds its probabilities before P.V
+//   o   = sum_i p_i v_i / sum_i p_i  P.V by vdpbf16ps over the pairs (p_2m, p_2m+1) x (v_2m, v_2m+1) in order of
+//                                   m (a row's pairs start at its first key whatever the layout; an odd last
+//                                   key is paired with zeros); sum p over lanes i mod 16, then a fixed tree
 // The output is rounded to bf16. One thread computes one (batch, query row, query head) entirely; a key head's
-// query heads may run together (each value widened once for all of them), which changes no head's steps.
+// query heads may run together (each pair of values interleaved once for all of them), which changes no head's steps.
 // AVX-512 BF16 only: other CPUs keep the PyTorch implementation (`specdec.backends.torch.invariant`).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -29,6 +32,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -69,11 +73,12 @@ TA_AVX512 inline __m512 sum16(const __m512 (&a)[16]) {
   return _mm512_permutexvar_ps(order, h);
 }
 
-// The scores of one query head over a row's n visible keys, in `scores` (>= n + 16), exponentiated: p_i =
-// exp(s_i - max s); returns sum_i p_i (lanes i mod 16, then a fixed tree).
+// The scores of one query head over a row's n visible keys (in `scores`, >= n + 16 floats), exponentiated and
+// rounded to bf16 in `probs` (>= n + 16 words; the word after the last is 0): p_i = bf16(exp(s_i - max s));
+// returns sum_i p_i of the rounded values (lanes i mod 16, then a fixed tree).
 template <int64_t kDim>
 TA_AVX512 float probabilities(const Job& j, const c10::BFloat16* keys, const c10::BFloat16* q, int64_t start,
-                              const int64_t* tail, int64_t n, float* scores) {
+                              const int64_t* tail, int64_t n, float* scores, uint16_t* probs) {
   constexpr int kParts = kDim / 32;  // zmm of query (32 bf16 each)
   __m512i qv[kParts];
   for (int part = 0; part < kParts; ++part) qv[part] = _mm512_loadu_si512(q + part * 32);
@@ -100,18 +105,21 @@ TA_AVX512 float probabilities(const Job& j, const c10::BFloat16* keys, const c10
     const __mmask16 live = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
     const __m512 s = _mm512_maskz_loadu_ps(live, scores + i);
     const __m512 p = _mm512_maskz_mov_ps(live, exp_avx512(_mm512_sub_ps(s, _mm512_set1_ps(top))));
-    _mm512_mask_storeu_ps(scores + i, live, p);
-    lanes = _mm512_add_ps(lanes, p);
+    const __m256i rounded = (__m256i)_mm512_cvtneps_pbh(p);  // dead lanes round 0 to 0
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(probs + i), rounded);
+    lanes = _mm512_add_ps(lanes, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(rounded), 16)));
   }
+  probs[n] = 0;
   return _mm512_reduce_add_ps(lanes);
 }
 
 // One query row of kHeads consecutive query heads h0.. (one key head's): each head's n visible keys, their
-// probabilities in scores + g * stride. Each value is widened to fp32 once and multiplied into every head's
-// sums; a head's sums take the same steps in the same order as it would alone, so its bits do not depend on
-// kHeads. False (and nothing written) for a row whose layout points outside the cache.
+// probabilities in probs + g * stride. Each pair of values is interleaved once for all of them; a head's sums
+// take the same steps in the same order as it would alone, so its bits do not depend on kHeads. False (and
+// nothing written) for a row whose layout points outside the cache.
 template <int64_t kDim, int kHeads>
-TA_AVX512 bool heads_of_row(const Job& j, int64_t b, int64_t h0, int64_t t, float* scores, int64_t stride) {
+TA_AVX512 bool heads_of_row(const Job& j, int64_t b, int64_t h0, int64_t t, float* scores, uint16_t* probs,
+                            int64_t stride) {
   constexpr int kParts = kDim / 32;  // 2 * kParts fp32 accumulators a head for the output
   const int64_t kv = h0 / (j.H / j.KV), row = b * j.T + t;
   const int64_t start = j.start[row], count = j.count[row], n = start + count;
@@ -124,38 +132,44 @@ TA_AVX512 bool heads_of_row(const Job& j, int64_t b, int64_t h0, int64_t t, floa
   float total[kHeads];
   for (int g = 0; g < kHeads; ++g)
     total[g] = probabilities<kDim>(j, keys, j.query + ((b * j.H + h0 + g) * j.T + t) * kDim, start, tail, n,
-                                   scores + g * stride);
-  // 32 bf16 of a value as fp32 in two zmm without a conversion: a word's bits shifted up (the even
-  // elements) or kept in place (the odd ones); even and odd sum those elements over i in order.
-  __m512 even[kHeads][kParts], odd[kHeads][kParts];
+                                   scores + g * stride, probs + g * stride);
+  // Values 2m and 2m + 1 interleaved word by word within each 128-bit lane: `low` holds dims 8l + 0..3 of the
+  // part's lane l (fp32 lane 4l + r: dim 8l + r), `high` dims 8l + 4..7; the output permutation undoes it.
+  __m512 low[kHeads][kParts], high[kHeads][kParts];
   for (int g = 0; g < kHeads; ++g)
-    for (int part = 0; part < kParts; ++part) even[g][part] = odd[g][part] = _mm512_setzero_ps();
-  const __m512i high = _mm512_set1_epi32(int32_t(0xFFFF0000u));
-  for (int64_t i = 0; i < n; ++i) {
-    const c10::BFloat16* v = values + (i < start ? i : tail[i - start]) * kDim;
-    __m512 low_words[kParts], high_words[kParts];
+    for (int part = 0; part < kParts; ++part) low[g][part] = high[g][part] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 2) {
+    const c10::BFloat16* v0 = values + (i < start ? i : tail[i - start]) * kDim;
+    const int64_t i1 = i + 1;
+    const c10::BFloat16* v1 = i1 >= n ? nullptr : values + (i1 < start ? i1 : tail[i1 - start]) * kDim;
+    __m512i lo[kParts], hi[kParts];
     for (int part = 0; part < kParts; ++part) {
-      const __m512i raw = _mm512_loadu_si512(v + part * 32);
-      low_words[part] = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
-      high_words[part] = _mm512_castsi512_ps(_mm512_and_si512(raw, high));
+      const __m512i a = _mm512_loadu_si512(v0 + part * 32);
+      const __m512i c = v1 ? _mm512_loadu_si512(v1 + part * 32) : _mm512_setzero_si512();
+      lo[part] = _mm512_unpacklo_epi16(a, c);
+      hi[part] = _mm512_unpackhi_epi16(a, c);
     }
     for (int g = 0; g < kHeads; ++g) {
-      const __m512 p = _mm512_set1_ps(scores[g * stride + i]);
+      int32_t pair;
+      std::memcpy(&pair, probs + g * stride + i, sizeof(pair));
+      const __m512bh p = (__m512bh)_mm512_set1_epi32(pair);
       for (int part = 0; part < kParts; ++part) {
-        even[g][part] = _mm512_fmadd_ps(p, low_words[part], even[g][part]);
-        odd[g][part] = _mm512_fmadd_ps(p, high_words[part], odd[g][part]);
+        low[g][part] = _mm512_dpbf16_ps(low[g][part], p, (__m512bh)lo[part]);
+        high[g][part] = _mm512_dpbf16_ps(high[g][part], p, (__m512bh)hi[part]);
       }
     }
   }
-  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
-                                                          8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i interleave = _mm512_load_si512(kInterleave);
+  // words of cvtne2ps(high, low): 0..15 low's lanes, 16..31 high's; output dim 8l + r reads word 4l + r (r < 4)
+  // or 16 + 4l + r - 4
+  alignas(64) static constexpr uint16_t kOrder[32] = {0,  1,  2,  3,  16, 17, 18, 19, 4,  5,  6,  7,  20, 21, 22, 23,
+                                                      8,  9,  10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
+  const __m512i order = _mm512_load_si512(kOrder);
   for (int g = 0; g < kHeads; ++g) {
     const __m512 inverse = _mm512_set1_ps(1.0f / total[g]);
     c10::BFloat16* dst = j.out + ((b * j.T + t) * j.H + h0 + g) * kDim;
-    for (int part = 0; part < kParts; ++part) {  // words: the 16 even elements, then the 16 odd ones
-      const __m512bh packed = _mm512_cvtne2ps_pbh(_mm512_mul_ps(odd[g][part], inverse), _mm512_mul_ps(even[g][part], inverse));
-      _mm512_storeu_si512(dst + part * 32, _mm512_permutexvar_epi16(interleave, (__m512i)packed));
+    for (int part = 0; part < kParts; ++part) {
+      const __m512bh packed = _mm512_cvtne2ps_pbh(_mm512_mul_ps(high[g][part], inverse), _mm512_mul_ps(low[g][part], inverse));
+      _mm512_storeu_si512(dst + part * 32, _mm512_permutexvar_epi16(order, (__m512i)packed));
     }
   }
   return true;
@@ -171,11 +185,12 @@ int64_t heads_together(int64_t dim, int64_t group, int64_t items_alone, int64_t 
 }
 
 template <int64_t kDim>
-bool run_heads(const Job& j, int64_t heads, int64_t b, int64_t h0, int64_t t, float* scores, int64_t stride) {
+bool run_heads(const Job& j, int64_t heads, int64_t b, int64_t h0, int64_t t, float* scores, uint16_t* probs,
+               int64_t stride) {
   switch (heads) {
-    case 3: return heads_of_row<kDim, 3>(j, b, h0, t, scores, stride);
-    case 2: return heads_of_row<kDim, 2>(j, b, h0, t, scores, stride);
-    default: return heads_of_row<kDim, 1>(j, b, h0, t, scores, stride);
+    case 3: return heads_of_row<kDim, 3>(j, b, h0, t, scores, probs, stride);
+    case 2: return heads_of_row<kDim, 2>(j, b, h0, t, scores, probs, stride);
+    default: return heads_of_row<kDim, 1>(j, b, h0, t, scores, probs, stride);
   }
 }
 
@@ -223,10 +238,11 @@ at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const 
   std::atomic<bool> bad{false};
   at::parallel_for(0, B * chunks * T, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(together * longest);
+    std::vector<uint16_t> probs(together * longest);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item % T, h0 = (item / T) % chunks * together, b = item / (T * chunks);
-      const bool ok = dim == 64 ? run_heads<64>(j, together, b, h0, t, scores.data(), longest)
-                                : run_heads<128>(j, together, b, h0, t, scores.data(), longest);
+      const bool ok = dim == 64 ? run_heads<64>(j, together, b, h0, t, scores.data(), probs.data(), longest)
+                                : run_heads<128>(j, together, b, h0, t, scores.data(), probs.data(), longest);
       if (!ok) bad = true;
     }
   });
