@@ -14,7 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from specdec.backends.registry import timing_target, verifier
 from specdec.backends.torch import q4_kernel
 from specdec.backends.torch.attention_plan import AttentionPlan
-from specdec.backends.torch.fused import FusedDecoder, why_not
+from specdec.backends.torch.fused import FusedDecoder, KeySequences, why_not
 from specdec.backends.torch.invariant import kernel_runs_here
 from specdec.backends.torch.packed import pack_of, packed_view
 from specdec.backends.torch.rows import BatchedTarget
@@ -167,6 +167,37 @@ def test_rows_get_the_bits_of_one_token_passes(exact_int4, bench_prompts):
         trees = [DraftTree(torch.tensor([tokens[step]]), torch.tensor([-1])), DraftTree(torch.tensor([11]), torch.tensor([-1]))]
         assert torch.equal(rows.verify_trees(trees)[0][0][0], singles[step]), step
         rows.commit([[0], [0]])
+
+
+def test_key_sequences_are_each_nodes_prefix_then_its_ancestors():
+    """A tree pass's rows read the committed prefix, then their ancestors and themselves in position order;
+    a padding row reads the prefix and its own slot (what `BatchedTarget`'s mask lets it see)."""
+    tree = DraftTree(torch.tensor([1, 2, 3, 4]), torch.tensor([-1, 0, 0, 2]))
+    keys = KeySequences.of_trees([tree, DraftTree.chain(9)], [10, 4], 5)
+    assert keys.starts.tolist() == [[10] * 5, [4] * 5]
+    assert keys.counts.tolist() == [[1, 2, 2, 3, 1], [1, 1, 1, 1, 1]]
+    tail = keys.tail_slots.view(2, 5, 3).tolist()
+    assert tail[0] == [[10, 0, 0], [10, 11, 0], [10, 12, 0], [10, 12, 13], [14, 0, 0]]
+    assert tail[1] == [[4, 0, 0], [5, 0, 0], [6, 0, 0], [7, 0, 0], [8, 0, 0]]
+
+
+def test_batched_trees_of_different_sizes_get_each_trees_bits_alone(exact_int4, bench_prompts):
+    """Rows padded to the widest tree of the pass: each row's nodes get the logits its tree gets alone."""
+    target = verifier(exact_int4)
+    prompts = [torch.tensor(bench_prompts["summarization"][:90]), torch.tensor(bench_prompts["math_reasoning"][:70])]
+    trees = [DraftTree(torch.tensor([5, 6, 7, 8, 9, 10]), torch.tensor([-1, 0, 0, 1, 3, 2])),
+             DraftTree(torch.tensor([11, 12, 13]), torch.tensor([-1, 0, 0]))]
+    alone = []
+    for ids, tree in zip(prompts, trees, strict=True):
+        target.prefill(ids)
+        alone.append(target.forward_tree(tree.tokens, tree.parents).clone())
+        target.trim(len(ids))
+    rows = BatchedTarget(target)
+    for ids in prompts:
+        rows.add(ids)
+    for (logits, _), expected in zip(rows.verify_trees(trees), alone, strict=True):
+        assert torch.equal(logits, expected)
+    rows.release()
 
 
 def test_a_gguf_model_in_bf16_verifies_on_the_fused_pass_by_default(exact_int4):

@@ -123,8 +123,10 @@ def test_a_prompt_prefilled_in_chunks_has_the_bits_of_the_whole(bf16, text_ids):
 
 
 def test_a_branch_deeper_than_the_tail_is_cut_before_verification(bf16, text_ids):
-    """A node whose first non-ancestor lies more than TAIL - 1 positions back cannot be read invariantly:
-    a bare pass refuses it, and the engine cuts it (and what hangs below it) from the tree first."""
+    """A node whose first non-ancestor lies more than TAIL - 1 positions back cannot be read invariantly by
+    the PyTorch attention: a bare pass refuses it, and the engine cuts it (and what hangs below it) from the
+    tree first. The fused pass reads each node's key sequence whole, so there the deep node gets the bits of
+    the same tokens verified as a chain."""
     _, engine = bf16["on"]
     depth = TAIL + 2
     tokens = torch.tensor(text_ids[50 : 50 + depth + 1])
@@ -132,8 +134,14 @@ def test_a_branch_deeper_than_the_tail_is_cut_before_verification(bf16, text_ids
     tree = DraftTree(tokens, parents)
     target = TargetModel(engine.target.model, attention=engine.target.attention)
     target.prefill(text_ids[:50])
-    with pytest.raises(ValueError, match="branch too deep"):
-        target.forward_tree(tokens, parents)
+    if target.runs_fused:
+        deep = target.forward_tree(tokens, parents)[-1].clone()
+        target.trim(50)
+        chain = torch.cat([tokens[:1], tokens[2:]])
+        assert torch.equal(deep, target.forward_tree(chain, torch.arange(-1, len(chain) - 1))[-1])
+    else:
+        with pytest.raises(ValueError, match="branch too deep"):
+            target.forward_tree(tokens, parents)
     cut = verifiable(tree)
     assert cut.max_depth == TAIL and cut.num_nodes == TAIL + 2
     target.trim(50)

@@ -41,21 +41,28 @@ def ancestry(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     Returns (mask [N, N] bool with mask[i, j] = j is i or an ancestor of i,
              depths [N] int64 with depths[0] == 0).
     """
-    num_nodes = parents.shape[0]
-    rows = torch.arange(num_nodes, device=parents.device)
-    mask = torch.zeros(num_nodes, num_nodes, dtype=torch.bool, device=parents.device)
-    mask[rows, rows] = True
-    depths = torch.zeros(num_nodes, dtype=torch.int64, device=parents.device)
-    cur = parents.clone()
-    # One pass per tree level: every node climbs one step towards the root at once.
-    while True:
-        alive = cur >= 0
-        if not bool(alive.any()):
-            break
-        mask[rows[alive], cur[alive]] = True
-        depths += alive.long()
-        cur = torch.where(alive, parents[cur.clamp(min=0)], cur)
-    return mask, depths
+    return _as_tensors(ancestor_lines(parents.tolist()), parents.device)
+
+
+def _as_tensors(lines: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """`ancestry`'s (mask, depths) from `ancestor_lines`."""
+    size = len(lines)
+    rows = [node for node, line in enumerate(lines) for _ in line]
+    columns = [ancestor for line in lines for ancestor in line]
+    mask = torch.zeros(size, size, dtype=torch.bool)
+    mask[torch.tensor(rows, dtype=torch.int64), torch.tensor(columns, dtype=torch.int64)] = True
+    depths = torch.tensor([len(line) - 1 for line in lines], dtype=torch.int64)
+    return mask.to(device), depths.to(device)
+
+
+def ancestor_lines(parents: Sequence[int]) -> list[list[int]]:
+    """Each node's ancestors and itself, root first, from its parent list (parents[i] < i).
+
+    On lists: a step's tree has a few to 64 nodes, where each tensor op would cost more than the walk."""
+    lines: list[list[int]] = []
+    for node, parent in enumerate(parents):
+        lines.append([*lines[parent], node] if parent >= 0 else [node])
+    return lines
 
 
 @dataclass(frozen=True, eq=False)
@@ -147,7 +154,12 @@ class DraftTree:
         if self.is_chain:  # plain decoding's root alone, prompt lookup's chains: no walk needed
             size, device = self.num_nodes, self.parents.device
             return torch.ones(size, size, dtype=torch.bool, device=device).tril_(), torch.arange(size, device=device)
-        return ancestry(self.parents)
+        return _as_tensors(self.ancestor_lines, self.parents.device)
+
+    @cached_property
+    def ancestor_lines(self) -> list[list[int]]:
+        """Each node's ancestors and itself, root first (`ancestor_lines`)."""
+        return ancestor_lines(self.parent_list)
 
     @property
     def ancestor_mask(self) -> torch.Tensor:

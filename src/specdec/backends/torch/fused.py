@@ -26,12 +26,14 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import Cache
 
 from specdec.backends.torch.invariant import KERNEL_DIMS, Layout, kernel_runs_here
 from specdec.backends.torch.q4_kernel import Q4Linear
+from specdec.tree import DraftTree
 
 MODEL_TYPES = frozenset({"llama", "mistral", "qwen2"})  # decoder layers of exactly the C++ file's form
 _NO_BIAS = torch.empty(0, dtype=torch.bfloat16)
@@ -113,6 +115,31 @@ def _joined(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
     return torch.cat([first, second])
 
 
+@dataclass(frozen=True)
+class KeySequences:
+    """Where each query row of a fused pass reads its keys: cache slots [0, start), then `count` gathered
+    slots in position order. The tree-attention kernel reads them as one sequence whatever the split, so
+    this is all a fused pass needs of a `Layout`; made from the trees, it spares a tree pass the dense
+    mask and the `Layout` derived from it."""
+
+    starts: torch.Tensor  # [B, T] int64
+    tail_slots: torch.Tensor  # [B, T * L] int64, row t's slots at [t * L, t * L + count); 0 past them
+    counts: torch.Tensor  # [B, T] int64
+
+    @classmethod
+    def of_trees(cls, trees: Sequence[DraftTree], lengths: Sequence[int], width: int) -> KeySequences:
+        """trees[b] below lengths[b] committed tokens, rows padded to `width`: node t reads the prefix, then
+        its ancestors and itself; a padding row reads the prefix and its own slot (`BatchedTarget`'s mask)."""
+        lines = [[[start + node for node in line] for line in tree.ancestor_lines]
+                 + [[start + pad] for pad in range(tree.num_nodes, width)]
+                 for tree, start in zip(trees, lengths, strict=True)]
+        longest = max(len(line) for row in lines for line in row)
+        tail = [[slot for line in row for slot in line + [0] * (longest - len(line))] for row in lines]
+        counts = [[len(line) for line in row] for row in lines]
+        starts = torch.tensor(lengths, dtype=torch.int64)[:, None].expand(-1, width).contiguous()
+        return cls(starts, torch.tensor(tail, dtype=torch.int64), torch.tensor(counts, dtype=torch.int64))
+
+
 class FusedDecoder:
     """A packed int4 view's decoder and head, run one C++ call per layer (`run`)."""
 
@@ -140,7 +167,7 @@ class FusedDecoder:
         self,
         input_ids: torch.Tensor,
         position_ids: torch.Tensor | None,
-        layout: Layout | None,
+        layout: Layout | KeySequences | None,
         cache: Cache,
         context: int,
         last_only: bool = False,

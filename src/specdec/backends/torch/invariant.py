@@ -53,8 +53,9 @@ Invariants:
   patched; the target computes a pass's `Layout` once and hands it to every
   layer as a keyword argument;
 - a node whose first non-ancestor lies more than TAIL - 1 positions back cannot
-  be read invariantly: a bare pass refuses it, and the engine cuts such nodes
-  first (`verifiable`);
+  be read invariantly here: a bare pass refuses it, and the engine cuts such nodes
+  first (`verifiable`); the fused pass (`specdec.backends.torch.fused`) reads any
+  tree, each node's keys as one sequence;
 - `exact="auto"` (the default) turns it on where it is free: bf16 on a CPU where
   attention runs specdec's kernel, which is faster than the attention it replaces
   (docs/results/2026-11-exact-kernel: exact runs at 1.17x the tokens/s of non-exact

@@ -36,6 +36,7 @@ from transformers.cache_utils import Cache
 from specdec.backends.contract import PromptFill
 from specdec.backends.torch.attention_plan import MATERIALIZED_CHUNK
 from specdec.backends.torch.batch_cache import BatchedLayer, BatchLayout, batched_cache
+from specdec.backends.torch.fused import KeySequences
 from specdec.backends.torch.kv_cache import preallocated_cache
 from specdec.backends.torch.target import TargetModel
 from specdec.tree import DraftTree
@@ -141,14 +142,19 @@ class BatchedTarget:
         if self.compiled is not None:
             logits, features = self._run_compiled(trees)
         else:
+            keys = None
             if len(trees) == 1 and trees[0].is_chain and (trees[0].num_nodes > 1 or not self.padded):
                 # One sequence, a chain: the ordinary causal case; transformers builds its own mask (none
                 # at all for one token) from the cache length, as a plain decoding step does.
                 tokens, positions, mask = trees[0].tokens[None], None, None
+            elif self.single.runs_fused:  # the fused pass reads each row's key sequence: no mask needed
+                tokens, positions = self._tree_tokens(trees)
+                mask, keys = None, KeySequences.of_trees(trees, self.lengths, tokens.shape[1])
             else:
                 tokens, positions, mask = self._tree_inputs(trees)
             logits, features = self.single.run(
-                tokens.to(self.device), positions, mask, self.cache, self.layout.context, capture=self.capture
+                tokens.to(self.device), positions, mask, self.cache, self.layout.context, capture=self.capture,
+                keys=keys,
             )  # [B, T, V], [B, T, F] or None
         self._pending = [tree.num_nodes for tree in trees]
         return [
@@ -176,6 +182,11 @@ class BatchedTarget:
         """tokens [B, T], positions [B, T] and the additive mask of a pass over rows padded to width T
         (at least 2 when `padded`: a one-token step then runs the many-row kernels as a tree does,
         its padding node costing next to nothing, and no product needs padding of its own)."""
+        tokens, positions = self._tree_tokens(trees, min_width)
+        return tokens, positions, self._mask(trees, tokens.shape[1])
+
+    def _tree_tokens(self, trees: Sequence[DraftTree], min_width: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """`_tree_inputs`'s tokens [B, T] and positions [B, T]."""
         width = max(max(tree.num_nodes for tree in trees), 2 if self.padded else min_width)
         starts = self.layout.starts
         tokens = torch.zeros(len(trees), width, dtype=torch.int64)  # [B, T]
@@ -183,7 +194,7 @@ class BatchedTarget:
         for b, tree in enumerate(trees):
             tokens[b, : tree.num_nodes] = tree.tokens
             positions[b, : tree.num_nodes] += tree.depths
-        return tokens, positions.to(self.device), self._mask(trees, width)
+        return tokens, positions.to(self.device)
 
     def _mask(self, trees: Sequence[DraftTree], width: int) -> torch.Tensor:
         """Additive mask [B, 1, T, max(lengths) + T]: own prefix, own ancestors; padding sees itself."""

@@ -44,11 +44,11 @@ from specdec.backends.torch.attention_plan import (
     MATERIALIZED_CHUNK,
     AttentionPlan,
 )
-from specdec.backends.torch.fused import FusedDecoder
+from specdec.backends.torch.fused import FusedDecoder, KeySequences
 from specdec.backends.torch.invariant import Layout, causal_allowed
 from specdec.backends.torch.kv_cache import DEFAULT_CAPACITY, preallocated_cache
 from specdec.models import UnsupportedModelError
-from specdec.tree import ancestry
+from specdec.tree import DraftTree, ancestry
 
 # Model types whose causal-LM forward is `logits = lm_head(decoder(...).last_hidden_state)`, with no
 # scaling or soft-capping after the head: for these the head may be applied outside the model.
@@ -202,6 +202,11 @@ class TargetModel:
         if is_chain:
             # A chain is the ordinary causal case: let transformers build its own mask.
             logits = self._forward(tokens, position_ids=None, attention_mask=None)
+        elif self._fused is not None:  # the fused pass reads each node's key sequence: no mask needed
+            tree = DraftTree(tokens.cpu().long(), parents.cpu().long())
+            keys = KeySequences.of_trees([tree], [past], num_nodes)
+            position_ids = (past + tree.depths).to(self.device).unsqueeze(0)
+            logits = self.run(tokens.unsqueeze(0), position_ids, None, self.cache, past, keys=keys)[0][0]
         else:
             mask, depths = ancestry(parents)
             position_ids = (past + depths).to(self.device).unsqueeze(0)
@@ -237,6 +242,7 @@ class TargetModel:
         context: int,
         last_only: bool = False,
         capture: Sequence[int] = (),
+        keys: KeySequences | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One forward pass of the model over `cache`: (logits [B, T, V] (T = 1 with last_only), features).
 
@@ -246,6 +252,8 @@ class TargetModel:
         whose states are returned, concatenated, as features [B, T, len(capture) * H] at every
         position (None when capture is empty): what a draft head reads, from the same pass.
         Also serves batched passes (`specdec.backends.torch.rows`), which bring their own cache.
+        keys: where each row reads its keys, from a caller that has the trees (for passes that run fused,
+        `runs_fused`, instead of attention_mask; any other pass refuses it).
         """
         inputs = dict(
             input_ids=input_ids,
@@ -256,8 +264,12 @@ class TargetModel:
         )
         with self._attention_for(context, input_ids.numel(), prefill=last_only) as choice:
             if self._fused is not None and choice in (INVARIANT, INVARIANT_PREFILL):  # one C++ call per layer
-                layout = None if attention_mask is None else self._layout(input_ids.shape, attention_mask, context)
+                layout = keys
+                if layout is None and attention_mask is not None:
+                    layout = self._layout(input_ids.shape, attention_mask, context)
                 return self._fused.run(input_ids, position_ids, layout, cache, context, last_only, capture)
+            if keys is not None:
+                raise ValueError(f"key sequences are for fused passes; this one runs {choice!r} attention")
             if choice == INVARIANT:  # where each row reads its keys: once per pass, not per layer
                 inputs["specdec_layout"] = self._layout(input_ids.shape, attention_mask, context)
             return self.forward_pass(inputs, last_only, capture)
