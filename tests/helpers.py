@@ -309,8 +309,8 @@ def assert_within_bound(y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) 
 
 def assert_i8_within_bound(y: torch.Tensor, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
                            minimum: torch.Tensor) -> None:
-    """y = the 8-bit-activation kernel's product (`specdec.backends.torch.q4_i8`) of x and W (q [N, K] in
-    0..15, fp32 scale and minimum [N, K/32]), within the bound of the float64 reference.
+    """y = the 8-bit-activation kernel's product (`specdec.backends.torch.q4_i8`) of x and W (q [N, K], fp32
+    scale and minimum [N, K/32], or [N, K/16] a scale per 16), within the bound of the float64 reference.
 
     The kernel's integer sums are exact; per block it rounds scale * d once and adds two terms by FMA to
     an fp32 sum, 2 K/32 roundings of a running sum in all: at most gamma_{2 K/32 + 1} times the sum of the
@@ -319,13 +319,10 @@ def assert_i8_within_bound(y: torch.Tensor, x: torch.Tensor, q: torch.Tensor, sc
     from specdec.backends.torch import q4_i8
 
     reference = q4_i8.reference_linear(x, q, scale, minimum)
-    xq, d, s = q4_i8.quantize_activations(x)
-    blocks = x.shape[-1] // q4_i8.BLOCK
-    dots = torch.einsum("mbk,nbk->mnb", xq.to(torch.int64).reshape(-1, blocks, q4_i8.BLOCK),
-                        q.to(torch.int64).reshape(q.shape[0], blocks, q4_i8.BLOCK)).double()
+    dots, d, s = q4_i8.block_dots(x, q, scale.shape[1])
     terms = (dots.abs() * (scale.double().abs()[None] * d.double()[:, None])
              + minimum.double().abs()[None] * s.double().abs()[:, None]).sum(-1)
-    steps = 2 * blocks + 1
+    steps = 2 * scale.shape[1] + 1
     bound = steps * U_FP32 / (1 - steps * U_FP32) * terms
     if y.dtype == torch.bfloat16:
         bound = bound + U_BF16 * (reference.abs() + bound)

@@ -155,7 +155,30 @@ def test_eight_bit_blocks_take_the_same_arithmetic(op):
     layer = q4_kernel.Q8Linear(q, scale, activations="int8")
     assert "int8 activations" in repr(layer) and torch.equal(layer(x), full)
     assert all(torch.equal(a, b) for a, b in zip(layer.blocks(), (q, scale), strict=True))
-    halves = q4_kernel.Q8Linear(q, torch.rand(1008, 36), activations="int8")  # a scale per 16: bf16 only
-    assert halves.activations == "bf16"
     with pytest.raises(RuntimeError, match=r"\[N/16, K/32, 512\]"):
         torch.ops.specdec_q4.q8_linear(x, qs[..., :256].contiguous(), grouped)
+
+
+def test_a_scale_per_16_sums_each_half_alone(op):
+    """Q6_K's sub-blocks (an fp32 scale per 16 weights, Qwen2.5's head): each half of a block is summed and
+    scaled alone, the same bits on every path and at any number of rows, within the reference's bound."""
+    generator = torch.Generator().manual_seed(7)
+    q = torch.randint(-32, 32, (1008, 576), generator=generator, dtype=torch.int8)
+    scale = torch.rand(1008, 36, generator=generator) * 1e-2
+    qs, grouped = q4_i8.interleave8(q, scale)
+    assert grouped.shape == (63, 36, 16)
+    back = q4_i8.deinterleave8(qs, grouped)
+    assert torch.equal(back[0], q) and torch.equal(back[1], scale)
+    x = torch.randn(9, 576).to(torch.bfloat16)
+    full = torch.ops.specdec_q4.q8_linear(x, qs, grouped)
+    for path in paths():
+        assert torch.equal(torch.ops.specdec_q4.q8_linear(x, qs, grouped, path), full), path
+    for rows in (1, 4, 8):
+        assert torch.equal(torch.ops.specdec_q4.q8_linear(x[:rows].contiguous(), qs, grouped), full[:rows]), rows
+    assert_i8_within_bound(full, x, q, scale, torch.zeros(1008, 36))
+    layer = q4_kernel.Q8Linear(q, scale)
+    assert layer.activations == q4_kernel.default_activations() and layer.per == 16
+    if layer.activations == "int8":
+        assert torch.equal(layer(x), full)
+    with pytest.raises(RuntimeError, match=r"float32 \[N/16, K/16, 16\]"):
+        torch.ops.specdec_q4.q8_linear(x, qs, grouped[:, :18].contiguous())

@@ -132,7 +132,7 @@ def test_q8_linear_module(op):
     expected = (op(x.reshape(10, 96), qs, scale) + bias).reshape(2, 5, 48)
     assert torch.equal(layer(x), expected)
     qs16, scale16 = random_q8(48, 96, per16=True)
-    layer16 = Q8Linear(qs16, scale16)
+    layer16 = Q8Linear(qs16, scale16, activations="bf16")
     assert "a scale per 16" in repr(layer16) and layer16.scale.dtype == torch.float32
     assert torch.equal(layer16(x), op(x.reshape(10, 96), qs16, scale16).reshape(2, 5, 48))
     with pytest.raises(ValueError, match="scale must be"):

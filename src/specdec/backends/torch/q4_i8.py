@@ -78,21 +78,30 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
 
 
 def reference_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
-    """x [M, K] times W (q [N, K] in 0..15, fp32 scale and minimum [N, K/32]) as the kernel computes it, in
-    float64 after the exact integer sums: [M, N] float64. The kernel's fp32 steps differ from it by rounding."""
-    xq, d, s = quantize_activations(x)
-    rows, cols = xq.shape
-    blocks = cols // BLOCK
-    xb = xq.to(torch.int64).reshape(rows, blocks, BLOCK)
-    wb = q.to(torch.int64).reshape(q.shape[0], blocks, BLOCK)
-    dots = torch.einsum("mbk,nbk->mnb", xb, wb).double()  # exact
+    """x [M, K] times W (q [N, K], fp32 scale and minimum [N, K/32], or [N, K/16] a scale per 16 weights with
+    no minimum) as the kernel computes it, in float64 after the exact integer sums: [M, N] float64. The
+    kernel's fp32 steps differ from it by rounding."""
+    dots, d, s = block_dots(x, q, scale.shape[1])
     scaled = dots * scale.double()[None] * d.double()[:, None]
     return (scaled + minimum.double()[None] * s.double()[:, None]).sum(-1)
 
 
+def block_dots(x: torch.Tensor, q: torch.Tensor, parts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The exact integer sums [M, N, parts] of x's 8-bit activations by q over `parts` equal runs of K (its
+    blocks of 32, or their halves), and the activations' d and s (`quantize_activations`) spread alike."""
+    xq, d, s = quantize_activations(x)
+    rows, cols = xq.shape
+    size, spread = cols // parts, parts // (cols // BLOCK)
+    xb = xq.to(torch.int64).reshape(rows, parts, size)
+    wb = q.to(torch.int64).reshape(q.shape[0], parts, size)
+    dots = torch.einsum("mbk,nbk->mnb", xb, wb).double()  # exact
+    return dots, d.repeat_interleave(spread, 1), s.repeat_interleave(spread, 1)
+
+
 def interleave8(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """8-bit blocks (Q8_0: q [N, K] in -128..127, fp16 scale [N, K/32]) -> (qs uint8 [N/16, K/32, 512]
-    holding q + 128, byte 4j + k of run i column j's element 4i + k; scale [N/16, K/32, 16])."""
+    """8-bit blocks (Q8_0: q [N, K] in -128..127, fp16 scale [N, K/32]; or Q6_K's sub-blocks: an fp32 scale
+    [N, K/16] per 16) -> (qs uint8 [N/16, K/32, 512] holding q + 128, byte 4j + k of run i column j's element
+    4i + k; scale [N/16, K/32, 16], or [N/16, K/16, 16] per 16)."""
     rows, cols = q.shape
     if rows % GROUP or cols % BLOCK:
         raise ValueError(f"the interleaved form needs N a multiple of {GROUP} and K of {BLOCK}, got [{rows}, {cols}]")

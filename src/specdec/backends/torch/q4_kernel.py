@@ -331,8 +331,8 @@ class Q8Linear(torch.nn.Module):
         self.per = BLOCK // 2 if scale.dtype == torch.float32 else BLOCK
         if tuple(scale.shape) != (self.out_features, self.in_features // self.per):
             raise ValueError(f"scale must be [{self.out_features}, {self.in_features // self.per}]")
-        # Q8_0's blocks take 8-bit activations like Q4Linear's (`q4_i8`); a scale per 16 keeps bf16 ones
-        fits = self.per == BLOCK and self.out_features % q4_i8.GROUP == 0
+        # 8-bit activations like Q4Linear's (`q4_i8`), a scale per block of 32 or per 16 weights
+        fits = self.out_features % q4_i8.GROUP == 0
         self.activations = (activations or default_activations()) if fits else "bf16"
         if self.activations not in ACTIVATIONS:
             raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")

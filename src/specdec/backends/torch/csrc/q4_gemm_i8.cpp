@@ -15,10 +15,13 @@
 // min) pairs [N/16, K/32, 2, 16] with fp16 (d, dmin) pairs [N/16, K/256, 2, 16]. The 8-bit sibling (Q8_0's
 // blocks, `q4_i8.interleave8`): qs [N/16, K/32, 512], eight runs of 64 holding q + 128 (vpdpbusd's unsigned
 // operand), fp16 scales [N/16, K/32, 16]; the offset is taken back exactly: sum_k q_w q_x = dot - 128 sum_k q_x.
+// Or fp32 scales per 16 weights, [N/16, K/16, 16] (Q6_K's sub-blocks: d * scale, exact in fp32): each half of a
+// block (runs 0-3, runs 4-7) is summed and scaled alone, the half's own offset taken back.
 //
 // Arithmetic, for output (r, n), blocks b in order from acc = 0, each step rounded in fp32:
 //   acc = fma(float(sum_k q_w * q_x), scale[n, b] * d[r, b], acc);  acc = fma(minimum[n, b], s[r, b], acc)
-// where s[r, b] = d[r, b] * float(sum_k q_x) (8-bit blocks: the first fma only). The integer sums are exact, so the order inside a block is free;
+// where s[r, b] = d[r, b] * float(sum_k q_x) (8-bit blocks: the first fma only; a scale per 16: the first fma
+// for each half, k < 16 then k >= 16, with its own scale). The integer sums are exact, so the order inside a block is free;
 // the two fmas are the same instructions in every lane, tile and path.
 //
 // Invariant (row independence): a row's activations are quantized from that row alone and each output
@@ -57,7 +60,9 @@ struct Problem {
   const float* d;           // [M, nb] their scales
   const float* s;           // [M, nb] d * sum of the block's q
   const int32_t* sq;        // [M, nb] 128 * sum of the block's q (8-bit weights: the offset taken back)
+  const int32_t* sh;        // [M, nb] 128 * sum of its first 16 q (8-bit weights, a scale per 16)
   bool wide;                // 8-bit weights: qs [N/16, K/32, 512], w = scale * (u - 128), no minimum
+  bool halves;              // wide with fp32 scales [N/16, K/16, 16]: a scale per 16 weights
   int64_t M, N, K, nb;
   float* out_f;             // [M, N] when x is fp32 ...
   at::BFloat16* out_b;      // ... or bf16
@@ -93,27 +98,30 @@ inline void store(const Problem& p, int64_t r, int64_t n, float v) {
 // ---------------------------------------------------------------- activations
 // One row's blocks: q = round_half_even(x * (1 / d)), d = max|x| / 127 (0 for an all-zero block).
 template <typename T>
-void quantize_row_scalar(const T* x, int64_t K, int8_t* q, float* d, float* s, int32_t* sq) {
+void quantize_row_scalar(const T* x, int64_t K, int8_t* q, float* d, float* s, int32_t* sq, int32_t* sh) {
   for (int64_t b = 0; b < K / kBlock; ++b) {
     float amax = 0.0f;
     for (int64_t k = 0; k < kBlock; ++k) amax = std::max(amax, std::fabs(static_cast<float>(x[b * kBlock + k])));
     const float scale = amax / 127.0f, inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
-    int32_t sum = 0;
+    int32_t sum = 0, first = 0;
     for (int64_t k = 0; k < kBlock; ++k) {
       const int32_t v = static_cast<int32_t>(std::nearbyint(static_cast<float>(x[b * kBlock + k]) * inverse));
       q[b * kBlock + k] = static_cast<int8_t>(v);
       sum += v;
+      if (k == kBlock / 2 - 1) first = sum;
     }
     d[b] = scale;
     s[b] = scale * static_cast<float>(sum);
     sq[b] = 128 * sum;
+    sh[b] = 128 * first;
   }
 }
 
 #define I8_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,f16c")))
 
 // The same values as quantize_row_scalar for bf16 rows (max is exact in any order; cvtps2dq rounds half to even).
-I8_AVX512 void quantize_row_avx512(const at::BFloat16* x, int64_t K, int8_t* q, float* d, float* s, int32_t* sq) {
+I8_AVX512 void quantize_row_avx512(const at::BFloat16* x, int64_t K, int8_t* q, float* d, float* s, int32_t* sq,
+                                   int32_t* sh) {
   for (int64_t b = 0; b < K / kBlock; ++b) {
     const __m256i* raw = reinterpret_cast<const __m256i*>(x + b * kBlock);
     const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(raw)), 16));
@@ -124,10 +132,11 @@ I8_AVX512 void quantize_row_avx512(const at::BFloat16* x, int64_t K, int8_t* q, 
     const __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, by)), qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, by));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kBlock), _mm512_cvtsepi32_epi8(qlo));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kBlock + 16), _mm512_cvtsepi32_epi8(qhi));
-    const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qlo, qhi));
+    const int32_t first = _mm512_reduce_add_epi32(qlo), sum = first + _mm512_reduce_add_epi32(qhi);
     d[b] = scale;
     s[b] = scale * static_cast<float>(sum);
     sq[b] = 128 * sum;
+    sh[b] = 128 * first;
   }
 }
 
@@ -140,6 +149,19 @@ void groups_scalar(const Problem& p, int64_t begin, int64_t end) {
       for (int64_t b = 0; b < p.nb; ++b) {
         const int8_t* xq = p.xq + r * p.K + b * kBlock;
         int32_t dot = 0;
+        if (p.halves) {  // each half alone: runs 0-3 are k < 16, runs 4-7 k >= 16
+          const uint8_t* run = p.qs + (g * p.nb + b) * 2 * kRun;
+          const float* scales = static_cast<const float*>(p.scale) + (g * p.nb + b) * 2 * kGroup + j;
+          const int64_t at = r * p.nb + b;
+          for (int half = 0; half < 2; ++half) {
+            int32_t part = 0;
+            for (int i = 4 * half; i < 4 * half + 4; ++i)
+              for (int k = 0; k < 4; ++k) part += run[64 * i + 4 * j + k] * xq[4 * i + k];
+            part -= half == 0 ? p.sh[at] : p.sq[at] - p.sh[at];
+            acc = std::fma(static_cast<float>(part), scales[half * kGroup] * p.d[at], acc);
+          }
+          continue;
+        }
         if (p.wide) {
           const uint8_t* run = p.qs + (g * p.nb + b) * 2 * kRun;
           for (int i = 0; i < 8; ++i)
@@ -212,25 +234,38 @@ I8_AVX512 void rows_avx512(const Problem& p, int64_t g, int64_t r0) {
         w[4 + i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
       }
     }
-    __m512 scale, minimum;
-    if (Wide) scale = _mm512_cvtph_ps(_mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(static_cast<const at::Half*>(p.scale) + (g * p.nb + b) * kGroup)));
-    else scales_avx512(p, g, b, scale, minimum);
+    __m512 scale, minimum, second;  // second: the scales of k >= 16 (a scale per 16)
+    if (Wide && p.halves) {
+      const float* scales = static_cast<const float*>(p.scale) + (g * p.nb + b) * 2 * kGroup;
+      scale = _mm512_loadu_ps(scales);
+      second = _mm512_loadu_ps(scales + kGroup);
+    } else if (Wide) {
+      scale = _mm512_cvtph_ps(_mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(static_cast<const at::Half*>(p.scale) + (g * p.nb + b) * kGroup)));
+    } else {
+      scales_avx512(p, g, b, scale, minimum);
+    }
     for (int r = 0; r < R; ++r) {
       const int8_t* xq = p.xq + (r0 + r) * p.K + b * kBlock;
-      // two chains of four: the sums are exact, so splitting them changes nothing but the latency
-      __m512i even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_set1_epi32(quad(xq)));
-      __m512i odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], _mm512_set1_epi32(quad(xq + 4)));
-      even = _mm512_dpbusd_epi32(even, w[2], _mm512_set1_epi32(quad(xq + 8)));
-      odd = _mm512_dpbusd_epi32(odd, w[3], _mm512_set1_epi32(quad(xq + 12)));
-      even = _mm512_dpbusd_epi32(even, w[4], _mm512_set1_epi32(quad(xq + 16)));
-      odd = _mm512_dpbusd_epi32(odd, w[5], _mm512_set1_epi32(quad(xq + 20)));
-      even = _mm512_dpbusd_epi32(even, w[6], _mm512_set1_epi32(quad(xq + 24)));
-      odd = _mm512_dpbusd_epi32(odd, w[7], _mm512_set1_epi32(quad(xq + 28)));
+      // four chains of two, k < 16 in the first two: the sums are exact, so splitting them changes nothing
+      __m512i c[4];
+      for (int i = 0; i < 4; ++i) {
+        const int first = i < 2 ? i : 2 + i;  // runs 0, 1, 4, 5, then two on
+        c[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[first], _mm512_set1_epi32(quad(xq + 4 * first)));
+        c[i] = _mm512_dpbusd_epi32(c[i], w[first + 2], _mm512_set1_epi32(quad(xq + 4 * first + 8)));
+      }
       const int64_t at = (r0 + r) * p.nb + b;
-      __m512i sum = _mm512_add_epi32(even, odd);
+      const __m512 dr = _mm512_set1_ps(p.d[at]);
+      if (Wide && p.halves) {  // each half alone, its own +128 taken back exactly
+        const __m512i low = _mm512_sub_epi32(_mm512_add_epi32(c[0], c[1]), _mm512_set1_epi32(p.sh[at]));
+        const __m512i high = _mm512_sub_epi32(_mm512_add_epi32(c[2], c[3]), _mm512_set1_epi32(p.sq[at] - p.sh[at]));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(low), _mm512_mul_ps(scale, dr), acc[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(high), _mm512_mul_ps(second, dr), acc[r]);
+        continue;
+      }
+      __m512i sum = _mm512_add_epi32(_mm512_add_epi32(c[0], c[1]), _mm512_add_epi32(c[2], c[3]));
       if (Wide) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(p.sq[at]));  // the weights' +128, exactly
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_set1_ps(p.d[at])), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, dr), acc[r]);
       if (!Wide) acc[r] = _mm512_fmadd_ps(minimum, _mm512_set1_ps(p.s[at]), acc[r]);
     }
   }
@@ -298,7 +333,7 @@ Scales checked_scales(const at::Tensor& scale, const at::Tensor& minimum, int64_
 }
 
 struct Quantized {
-  at::Tensor q, d, s, sq;  // [M, K] int8; [M, nb] fp32 d and d * sum(q); [M, nb] int32 128 * sum(q)
+  at::Tensor q, d, s, sq, sh;  // [M, K] int8; [M, nb] fp32 d and d * sum(q); [M, nb] int32 128 * sum(q), of the first 16
 };
 
 Quantized quantize(const at::Tensor& x, bool fast) {
@@ -308,23 +343,24 @@ Quantized quantize(const at::Tensor& x, bool fast) {
   const at::Tensor rows = x.contiguous();
   const int64_t M = rows.size(0), K = rows.size(1), nb = K / kBlock;
   Quantized out{at::empty({M, K}, x.options().dtype(at::kChar)), at::empty({M, nb}, x.options().dtype(at::kFloat)),
-                at::empty({M, nb}, x.options().dtype(at::kFloat)), at::empty({M, nb}, x.options().dtype(at::kInt))};
+                at::empty({M, nb}, x.options().dtype(at::kFloat)), at::empty({M, nb}, x.options().dtype(at::kInt)),
+                at::empty({M, nb}, x.options().dtype(at::kInt))};
   fast = fast && rows.scalar_type() == at::kBFloat16;
   at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       int8_t* q = out.q.data_ptr<int8_t>() + r * K;
       float *d = out.d.data_ptr<float>() + r * nb, *s = out.s.data_ptr<float>() + r * nb;
-      int32_t* sq = out.sq.data_ptr<int32_t>() + r * nb;
-      if (fast) quantize_row_avx512(rows.data_ptr<at::BFloat16>() + r * K, K, q, d, s, sq);
-      else if (rows.scalar_type() == at::kBFloat16) quantize_row_scalar(rows.data_ptr<at::BFloat16>() + r * K, K, q, d, s, sq);
-      else quantize_row_scalar(rows.data_ptr<float>() + r * K, K, q, d, s, sq);
+      int32_t *sq = out.sq.data_ptr<int32_t>() + r * nb, *sh = out.sh.data_ptr<int32_t>() + r * nb;
+      if (fast) quantize_row_avx512(rows.data_ptr<at::BFloat16>() + r * K, K, q, d, s, sq, sh);
+      else if (rows.scalar_type() == at::kBFloat16) quantize_row_scalar(rows.data_ptr<at::BFloat16>() + r * K, K, q, d, s, sq, sh);
+      else quantize_row_scalar(rows.data_ptr<float>() + r * K, K, q, d, s, sq, sh);
     }
   });
   return out;
 }
 
 // x [M, K] by interleaved blocks: 4-bit (qs [N/16, K/32, 256], a scale and a minimum a block) or 8-bit
-// (wide: qs [N/16, K/32, 512] holding q + 128, an fp16 scale a block).
+// (wide: qs [N/16, K/32, 512] holding q + 128, an fp16 scale a block or an fp32 scale per 16 weights).
 at::Tensor interleaved_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
                               const at::Tensor* minimum, std::optional<c10::string_view> path, const char* op) {
   const bool wide = minimum == nullptr;
@@ -338,9 +374,11 @@ at::Tensor interleaved_linear(const at::Tensor& x, const at::Tensor& qs, const a
   const int64_t M = x.size(0), K = x.size(1), G = qs.size(0), nb = qs.size(1), N = G * kGroup;
   TORCH_CHECK(K == nb * kBlock, op, ": x has K = ", K, " but the blocks hold ", nb * kBlock);
   Scales form = Scales::kHalf;
+  const bool halves = wide && scale.scalar_type() == at::kFloat;
   if (wide) {
-    TORCH_CHECK(scale.scalar_type() == at::kHalf && scale.sizes() == at::IntArrayRef({G, nb, kGroup}) && scale.is_contiguous(),
-                op, ": interleaved 8-bit scales must be contiguous float16 [N/16, K/32, 16]");
+    TORCH_CHECK(scale.is_contiguous() && ((scale.scalar_type() == at::kHalf && scale.sizes() == at::IntArrayRef({G, nb, kGroup})) ||
+                                          (halves && scale.sizes() == at::IntArrayRef({G, 2 * nb, kGroup}))),
+                op, ": interleaved 8-bit scales must be contiguous float16 [N/16, K/32, 16] or float32 [N/16, K/16, 16]");
   } else {
     form = checked_scales(scale, *minimum, G, nb);
   }
@@ -349,7 +387,8 @@ at::Tensor interleaved_linear(const at::Tensor& x, const at::Tensor& qs, const a
   if (M == 0 || N == 0) return out;
   const Quantized a = quantize(x, chosen == "avx512_vnni");
   Problem p{qs.data_ptr<uint8_t>(), scale.data_ptr(), wide ? nullptr : minimum->data_ptr(), form, a.q.data_ptr<int8_t>(),
-            a.d.data_ptr<float>(), a.s.data_ptr<float>(), a.sq.data_ptr<int32_t>(), wide, M, N, K, nb,
+            a.d.data_ptr<float>(), a.s.data_ptr<float>(), a.sq.data_ptr<int32_t>(), a.sh.data_ptr<int32_t>(), wide,
+            halves, M, N, K, nb,
             x.scalar_type() == at::kFloat ? out.data_ptr<float>() : nullptr,
             x.scalar_type() == at::kBFloat16 ? out.data_ptr<at::BFloat16>() : nullptr};
   auto kernel = chosen == "scalar" ? groups_scalar : wide ? groups_avx512<true> : groups_avx512<false>;
