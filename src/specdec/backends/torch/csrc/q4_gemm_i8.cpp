@@ -247,23 +247,24 @@ I8_AVX512 void rows_avx512(const Problem& p, int64_t g, int64_t r0) {
     }
     for (int r = 0; r < R; ++r) {
       const int8_t* xq = p.xq + (r0 + r) * p.K + b * kBlock;
-      // four chains of two, k < 16 in the first two: the sums are exact, so splitting them changes nothing
-      __m512i c[4];
-      for (int i = 0; i < 4; ++i) {
-        const int first = i < 2 ? i : 2 + i;  // runs 0, 1, 4, 5, then two on
-        c[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[first], _mm512_set1_epi32(quad(xq + 4 * first)));
-        c[i] = _mm512_dpbusd_epi32(c[i], w[first + 2], _mm512_set1_epi32(quad(xq + 4 * first + 8)));
+      // two chains of four, k < 16 and k >= 16: the sums are exact, so splitting them changes nothing but the
+      // latency (and a scale per 16 needs the halves apart)
+      __m512i low = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_set1_epi32(quad(xq)));
+      __m512i high = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[4], _mm512_set1_epi32(quad(xq + 16)));
+      for (int i = 1; i < 4; ++i) {
+        low = _mm512_dpbusd_epi32(low, w[i], _mm512_set1_epi32(quad(xq + 4 * i)));
+        high = _mm512_dpbusd_epi32(high, w[4 + i], _mm512_set1_epi32(quad(xq + 16 + 4 * i)));
       }
       const int64_t at = (r0 + r) * p.nb + b;
       const __m512 dr = _mm512_set1_ps(p.d[at]);
       if (Wide && p.halves) {  // each half alone, its own +128 taken back exactly
-        const __m512i low = _mm512_sub_epi32(_mm512_add_epi32(c[0], c[1]), _mm512_set1_epi32(p.sh[at]));
-        const __m512i high = _mm512_sub_epi32(_mm512_add_epi32(c[2], c[3]), _mm512_set1_epi32(p.sq[at] - p.sh[at]));
+        low = _mm512_sub_epi32(low, _mm512_set1_epi32(p.sh[at]));
+        high = _mm512_sub_epi32(high, _mm512_set1_epi32(p.sq[at] - p.sh[at]));
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(low), _mm512_mul_ps(scale, dr), acc[r]);
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(high), _mm512_mul_ps(second, dr), acc[r]);
         continue;
       }
-      __m512i sum = _mm512_add_epi32(_mm512_add_epi32(c[0], c[1]), _mm512_add_epi32(c[2], c[3]));
+      __m512i sum = _mm512_add_epi32(low, high);
       if (Wide) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(p.sq[at]));  // the weights' +128, exactly
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, dr), acc[r]);
       if (!Wide) acc[r] = _mm512_fmadd_ps(minimum, _mm512_set1_ps(p.s[at]), acc[r]);
