@@ -18,7 +18,7 @@ import torch
 from helpers import SKIP, prompts_by_category
 
 from specdec.backends.contract import PromptFill
-from specdec.backends.torch.invariant import TAIL, verifiable
+from specdec.backends.torch.invariant import TAIL, Layout, verifiable
 from specdec.backends.torch.packed import can_pack, is_invariant
 from specdec.backends.torch.rows import BatchedTarget
 from specdec.backends.torch.target import TargetModel
@@ -132,6 +132,11 @@ def test_a_branch_deeper_than_the_tail_is_cut_before_verification(bf16, text_ids
     tokens = torch.tensor(text_ids[50 : 50 + depth + 1])
     parents = torch.tensor([-1, 0, 0, *range(2, depth)])  # node 1 a sibling; the chain below node 2 goes deep
     tree = DraftTree(tokens, parents)
+    allowed = torch.zeros(1, tree.num_nodes, 50 + tree.num_nodes, dtype=torch.bool)
+    allowed[0, :, :50] = True
+    allowed[0, :, 50:] = tree.ancestor_mask
+    with pytest.raises(ValueError, match="branch too deep"):  # the PyTorch attention's layout, on any machine
+        Layout.of(allowed, torch.bfloat16)
     target = TargetModel(engine.target.model, attention=engine.target.attention)
     target.prefill(text_ids[:50])
     if target.runs_fused:
