@@ -2,7 +2,8 @@
 Q8_0 or Q6_K head read from the file (`specdec.backends.torch.gguf_blocks`).
 
 The formats are llama.cpp's Q8_0 (checked against gguf's own quantizer and dequantizer) and Q6_K read as
-8-bit blocks with an fp32 scale per 16 weights (checked against gguf's dequantizer); the kernel
+q - 32 with int8 sub-scales and an fp16 d (checked against gguf's dequantizer; multiplied from those bits
+on 8-bit activations, `test_q6_k.py`, else as 8-bit blocks with an fp32 scale per 16 weights); the kernel
 multiplies by `dequantize_q8`'s weights bit for bit, within the fp32 summation bound of the reference,
 and gives every row the same bits whatever the rows beside it, on each C++ path this CPU runs. On the
 bundled model the int4 view's head is the GGUF's own Q8_0 blocks, equal to the bf16 model's head.
@@ -15,9 +16,9 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from helpers import assert_within_bound, forced_paths
+from helpers import assert_i8_within_bound, assert_within_bound, forced_paths
 
-from specdec.backends.torch import gguf_blocks, q4_kernel
+from specdec.backends.torch import gguf_blocks, q4_kernel, q6_k
 from specdec.backends.torch.q4_kernel import BLOCK, Q8Linear, dequantize_q8, pack_q8, reference_q8_linear
 
 # [N, K]: SmolLM2-135M's head (a slice of its 49,152 rows; 999: not a multiple of the 4-column tiles),
@@ -57,7 +58,9 @@ def test_q6_k_bytes_read_as_gguf_reads_them():
     """A Q6_K tensor's blocks (q - 32 and d * scale) dequantize to gguf's own values for it, in bf16."""
     gguf = pytest.importorskip("gguf")
     raw = random_q6_k(6, 512)
-    qs, scale = gguf_blocks.q6_k_blocks(raw, 6, 512)
+    qs, sub, d = gguf_blocks.q6_k_blocks(raw, 6, 512)
+    assert sub.dtype == torch.int8 and sub.shape == (6, 32) and d.dtype == torch.float16 and d.shape == (6, 2)
+    scale = q6_k.scales(sub, d)
     assert qs.dtype == torch.int8 and scale.dtype == torch.float32 and scale.shape == (6, 32)
     assert int(qs.min()) >= -32 and int(qs.max()) <= 31
     expected = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q6_K)
@@ -168,7 +171,7 @@ def test_a_q6_k_head_is_read_from_its_gguf(op, tmp_path):
     """A GGUF whose head is Q6_K (Q4_K_M files' usual head): read as 8-bit blocks with a scale per 16, it
     equals the bf16 head dequantized from the file and multiplies like it; another weight is refused."""
     gguf = pytest.importorskip("gguf")
-    rows, cols = 40, 512
+    rows, cols = 48, 512
     raw = random_q6_k(rows, cols, seed=3)
     path = tmp_path / "q6_k_head.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -181,9 +184,14 @@ def test_a_q6_k_head_is_read_from_its_gguf(op, tmp_path):
     values = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q6_K)
     head.weight.data = torch.from_numpy(np.ascontiguousarray(values)).to(torch.bfloat16)
     layer, why = gguf_blocks.head_q8(path, head)
-    assert isinstance(layer, Q8Linear) and why == "" and layer.per == 16
+    int8 = q4_kernel.default_activations() == "int8"  # then Q6_K's own bits (`q6_k`), else a scale per 16
+    assert isinstance(layer, q6_k.Q6Linear if int8 else Q8Linear) and why == ""
     assert torch.equal(dequantize_q8(*layer.blocks()), head.weight)
     x = torch.randn(3, cols, dtype=torch.bfloat16)
-    assert_within_bound(layer(x), x, head.weight)
+    if int8:
+        q, scale = layer.blocks()
+        assert_i8_within_bound(layer(x), x, q, scale, torch.zeros_like(scale))
+    else:
+        assert_within_bound(layer(x), x, head.weight)
     head.weight.data[0, 0] += 1.0
     assert gguf_blocks.head_q8(path, head) == (None, "the GGUF's head blocks are not the model's head weights")

@@ -6,7 +6,8 @@ weights while reading the file's few bits instead of bf16's 16. Today the output
 way: a GGUF's head (or the token embedding a tied head shares) is usually Q8_0, as the bundled
 model's is, or Q6_K, as Q4_K_M files' are (Qwen2.5-Coder's), and it is the largest single product of a
 small model's pass (SmolLM2-135M: 49,152 x 576; Qwen2.5-Coder-1.5B: 151,936 x 1,536). A Q6_K tensor runs
-as 8-bit blocks with an fp32 scale per 16 weights: q - 32 and d * scale hold its exact values.
+from its own bits (`q6_k.Q6Linear`: q - 32, int8 sub-scales, fp16 d) on 8-bit activations, else as 8-bit
+blocks with an fp32 scale per 16 weights (d * sub-scale): both hold its exact values.
 
 The decoder's layers under `pack="int4"` are Q4_1 blocks; where the file stores a layer as Q4_K (Q4_K_M
 files' usual type), `FileBlocks.q4` takes its blocks as they are (each 32 weights' d * scale and
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specdec.backends.torch import q4_kernel
+from specdec.backends.torch import q4_i8, q4_kernel, q6_k
 
 HEAD_NAMES = ("output.weight", "token_embd.weight")  # the head, else the embedding a tied head shares
 Q8_0_BYTES = 2 + q4_kernel.BLOCK  # a Q8_0 block: its fp16 scale, then 32 int8
@@ -49,21 +50,22 @@ def q8_0_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, to
     return qs, scale
 
 
-def q6_k_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A Q6_K tensor's bytes [rows, cols / 256 * 210] -> (q - 32 int8 [rows, cols], d * scale fp32 [rows, cols / 16]).
+def q6_k_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A Q6_K tensor's bytes [rows, cols / 256 * 210] -> (q - 32 int8 [rows, cols], sub-scales int8 [rows, cols / 16],
+    d fp16 [rows, cols / 256]): w = d * sub * q (`q6_k.scales` gives each 16 weights' exact fp32 scale).
 
     Element order as ggml's dequantize_row_q6_K: each half of a super-block takes 64 bytes of low bits (the
     low nibbles, then the high ones) and 32 bytes of high bits (four 2-bit fields each)."""
     count = rows * (cols // 256)
     data = np.ascontiguousarray(raw, dtype=np.uint8).reshape(count, Q6_K_BYTES)
     low, high = data[:, :128], data[:, 128:192]
-    scales = data[:, 192:208].view(np.int8).astype(np.float32)
-    d = data[:, 208:].copy().view(np.float16).astype(np.float32)
+    sub = data[:, 192:208].copy().view(np.int8).reshape(rows, cols // 16)
+    d = data[:, 208:].copy().view(np.float16).reshape(rows, cols // 256)
     low = (low.reshape(count, 2, 1, 64) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)) & 15
     high = (high.reshape(count, 2, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)) & 3
     q = (low.reshape(count, 8, 32) | (high.reshape(count, 8, 32) << 4)).astype(np.int8) - np.int8(32)
     qs = torch.from_numpy(np.ascontiguousarray(q.reshape(rows, cols)))
-    return qs, torch.from_numpy(np.ascontiguousarray((d * scales).reshape(rows, cols // 16)))
+    return qs, torch.from_numpy(sub), torch.from_numpy(d)
 
 
 def q4_k_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -155,7 +157,8 @@ def _read_tensor(path: Path, names: tuple[str, ...]):  # noqa: ANN202 - a gguf R
 
 
 def head_q8(gguf_path: Path | None, head: torch.nn.Module) -> tuple[torch.nn.Module | None, str]:
-    """The head as a `Q8Linear` over the GGUF's own Q8_0 or Q6_K blocks, or (None, why not)."""
+    """The head over the GGUF's own blocks (`Q8Linear` for Q8_0, `q6_k.Q6Linear` for Q6_K on 8-bit activations,
+    else `Q8Linear` with a scale per 16), or (None, why not)."""
     weight = getattr(head, "weight", None)
     if gguf_path is None or weight is None or weight.dtype != torch.bfloat16:
         return None, "the head is not a bf16 weight of a GGUF model"
@@ -172,7 +175,14 @@ def head_q8(gguf_path: Path | None, head: torch.nn.Module) -> tuple[torch.nn.Mod
     width = cols // 256 * Q6_K_BYTES if kind == "Q6_K" else cols // q4_kernel.BLOCK * Q8_0_BYTES
     if tuple(tensor.data.shape) != (rows, width):
         return None, f"the GGUF's head is {tuple(tensor.data.shape)} bytes, the model's {rows} x {cols}"
-    qs, scale = (q6_k_blocks if kind == "Q6_K" else q8_0_blocks)(tensor.data, rows, cols)
+    if kind == "Q8_0":
+        qs, scale = q8_0_blocks(tensor.data, rows, cols)
+    else:
+        qs, sub, d = q6_k_blocks(tensor.data, rows, cols)
+        scale = q6_k.scales(sub, d)
     if not torch.equal(q4_kernel.dequantize_q8(qs, scale), weight):
         return None, "the GGUF's head blocks are not the model's head weights"
-    return q4_kernel.Q8Linear(qs, scale, getattr(head, "bias", None)), ""
+    bias = getattr(head, "bias", None)
+    if kind == "Q6_K" and rows % q4_i8.GROUP == 0 and q4_kernel.default_activations() == "int8":
+        return q6_k.Q6Linear(qs, sub, d, bias), ""  # the file's own bits, the 8-bit form's arithmetic
+    return q4_kernel.Q8Linear(qs, scale, bias), ""

@@ -41,17 +41,17 @@ def interleave(
     parts = q.to(torch.uint8).reshape(rows // GROUP, GROUP, blocks, 2, 4, 4)  # g, j, b, half, run, k
     parts = parts.permute(0, 2, 4, 1, 5, 3)  # g, b, run, j, k, half
     qs = (parts[..., 0] | (parts[..., 1] << 4)).reshape(rows // GROUP, blocks, 4 * 64).contiguous()
-    return qs, _by_group(scale), _by_group(minimum)
+    return qs, by_group(scale), by_group(minimum)
 
 
-def _by_group(t: torch.Tensor) -> torch.Tensor:
+def by_group(t: torch.Tensor) -> torch.Tensor:
     """[N, B] -> [N/16, B, 16]; pairs [N, B, 2] -> [N/16, B, 2, 16]."""
     grouped = t.reshape(t.shape[0] // GROUP, GROUP, *t.shape[1:])
     return grouped.movedim(1, -1).contiguous()
 
 
-def _by_column(t: torch.Tensor) -> torch.Tensor:
-    """`_by_group`'s inverse."""
+def by_column(t: torch.Tensor) -> torch.Tensor:
+    """`by_group`'s inverse."""
     column = t.movedim(-1, 1)
     return column.reshape(column.shape[0] * GROUP, *column.shape[2:]).contiguous()
 
@@ -64,7 +64,7 @@ def deinterleave(
     runs = qs.reshape(groups, blocks, 4, GROUP, 4)  # g, b, run, j, k
     parts = torch.stack([runs & 15, runs >> 4], dim=-1)  # g, b, run, j, k, half
     q = parts.permute(0, 3, 1, 5, 2, 4).reshape(groups * GROUP, blocks * BLOCK)
-    return q.contiguous(), _by_column(scale), _by_column(minimum)
+    return q.contiguous(), by_column(scale), by_column(minimum)
 
 
 def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -108,7 +108,7 @@ def interleave8(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, tor
     blocks = cols // BLOCK
     shifted = (q.to(torch.int16) + 128).to(torch.uint8).reshape(rows // GROUP, GROUP, blocks, 8, 4)  # g, j, b, run, k
     qs = shifted.permute(0, 2, 3, 1, 4).reshape(rows // GROUP, blocks, 8 * 64).contiguous()
-    return qs, _by_group(scale)
+    return qs, by_group(scale)
 
 
 def deinterleave8(qs: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,7 +116,7 @@ def deinterleave8(qs: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, 
     groups, blocks, _ = qs.shape
     runs = qs.reshape(groups, blocks, 8, GROUP, 4).permute(0, 3, 1, 2, 4)  # g, j, b, run, k
     q = (runs.reshape(groups * GROUP, blocks * BLOCK).to(torch.int16) - 128).to(torch.int8)
-    return q.contiguous(), _by_column(scale)
+    return q.contiguous(), by_column(scale)
 
 
 def reference_linear8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

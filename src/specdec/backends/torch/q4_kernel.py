@@ -53,6 +53,7 @@ PATHS = ("avx512_bf16", "avx2", "scalar")  # the C++ kernel's paths, fastest fir
 _SOURCE = Path(__file__).parent / "csrc" / "q4_gemm.cpp"
 # One extension: the block products, tree attention, and a decoder layer built from both (`specdec.backends.torch.fused`)
 _SOURCES = (_SOURCE, _SOURCE.with_name("q4_gemm_portable.cpp"), _SOURCE.with_name("q4_gemm_i8.cpp"),
+            _SOURCE.with_name("quantize_i8.cpp"),
             _SOURCE.with_name("tree_attention.cpp"), _SOURCE.with_name("top_tokens.cpp"),
             _SOURCE.with_name("decoder_layer.cpp"))
 _EXTENSION = "specdec_q4_gemm"
@@ -201,6 +202,12 @@ def _register_fake() -> None:
             return x.new_empty(x.shape[0], q4_i8.GROUP * qs.shape[0])
         torch._check(x.shape[1] == qs.shape[1], lambda: "q8_linear: x's K must equal qs's columns")
         return x.new_empty(x.shape[0], qs.shape[0])
+
+    @torch.library.register_fake("specdec_q4::q6_linear")
+    def _q6_linear_shape(x: torch.Tensor, qs: torch.Tensor, scale: torch.Tensor, d: torch.Tensor,
+                         path: str | None = None) -> torch.Tensor:
+        torch._check(x.shape[1] == q4_i8.BLOCK * qs.shape[1], lambda: "q6_linear: x's K must be 32 x qs's blocks")
+        return x.new_empty(x.shape[0], q4_i8.GROUP * qs.shape[0])
 
 
 @functools.cache

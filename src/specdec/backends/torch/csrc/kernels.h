@@ -23,11 +23,21 @@ std::string q4_linear_path();
 // q4_linear takes this form when qs is 3-D.
 at::Tensor q4_linear_i8(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale, const at::Tensor& minimum,
                         std::optional<c10::string_view> path);
+// Rows quantized to int8 per block of 32 (quantize_i8.cpp): q [M, K]; d, s = d * sum(q) fp32 [M, K/32];
+// sq = 128 * sum(q), sh = 128 * the sum of the block's first 16 q, int32 [M, K/32]. fast: the AVX-512 path.
+struct QuantizedRows {
+  at::Tensor q, d, s, sq, sh;
+};
+QuantizedRows quantize_rows(const at::Tensor& x, bool fast);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_activations(const at::Tensor& x,
                                                                     std::optional<c10::string_view> path);
 // The 8-bit sibling: qs [N/16, K/32, 512] holding q + 128, fp16 scales [N/16, K/32, 16] (Q8_0's blocks).
 at::Tensor q8_linear_i8(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
                         std::optional<c10::string_view> path);
+// Q6_K's own bits: qs [N/16, K/32, 384] (4 + 2 bits of q + 32), int8 sub-scales [N/16, K/16, 16], fp16 d
+// [N/16, K/256, 16]; the 8-bit form's bits with a scale per 16.
+at::Tensor q6_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale, const at::Tensor& d,
+                     std::optional<c10::string_view> path);
 bool q4_linear_i8_fast();
 
 // Each query row over its own key sequence (tree_attention.cpp); [B, T, H, D].

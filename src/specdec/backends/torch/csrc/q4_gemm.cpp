@@ -384,6 +384,7 @@ at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor
 TORCH_LIBRARY(specdec_q4, m) {
   m.def("q4_linear(Tensor x, Tensor qs, Tensor scale, Tensor minimum, str? path=None) -> Tensor");
   m.def("q8_linear(Tensor x, Tensor qs, Tensor scale, str? path=None) -> Tensor");
+  m.def("q6_linear(Tensor x, Tensor qs, Tensor scale, Tensor d, str? path=None) -> Tensor");
   m.def("q4_linear_path() -> str", &specdec::q4_linear_path);
   m.def("q4_linear_i8_fast() -> bool", &specdec::q4_linear_i8_fast);
   m.def("quantize_activations(Tensor x, str? path=None) -> (Tensor, Tensor, Tensor)");
@@ -392,5 +393,6 @@ TORCH_LIBRARY(specdec_q4, m) {
 TORCH_LIBRARY_IMPL(specdec_q4, CPU, m) {
   m.impl("q4_linear", &specdec::q4_linear);
   m.impl("q8_linear", &specdec::q8_linear);
+  m.impl("q6_linear", &specdec::q6_linear);
   m.impl("quantize_activations", &specdec::quantize_activations);
 }

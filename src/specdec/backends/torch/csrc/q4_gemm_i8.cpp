@@ -16,7 +16,12 @@
 // blocks, `q4_i8.interleave8`): qs [N/16, K/32, 512], eight runs of 64 holding q + 128 (vpdpbusd's unsigned
 // operand), fp16 scales [N/16, K/32, 16]; the offset is taken back exactly: sum_k q_w q_x = dot - 128 sum_k q_x.
 // Or fp32 scales per 16 weights, [N/16, K/16, 16] (Q6_K's sub-blocks: d * scale, exact in fp32): each half of a
-// block (runs 0-3, runs 4-7) is summed and scaled alone, the half's own offset taken back.
+// block (runs 0-3, runs 4-7) is summed and scaled alone, the half's own offset taken back. The 6-bit sibling
+// (Q6_K's own bits, `q6_k.interleave6`): qs [N/16, K/32, 384], the 4-bit form's 256 bytes holding the low 4 bits
+// of u = q + 32, then two runs of 64 whose byte 4j + k holds, in bits 2t and 2t + 1, the high 2 bits of u for
+// quad 4h + t of run h; int8 sub-scales [N/16, K/16, 16] and fp16 super-block scales d [N/16, K/256, 16]. A
+// half's scale is d * sub-scale (exact in fp32, the 8-bit form's fp32 scale) and its offset 32 times the half's
+// sum of q_x, so it computes the 8-bit form's bits from 0.66 of its bytes.
 //
 // Arithmetic, for output (r, n), blocks b in order from acc = 0, each step rounded in fp32:
 //   acc = fma(float(sum_k q_w * q_x), scale[n, b] * d[r, b], acc);  acc = fma(minimum[n, b], s[r, b], acc)
@@ -63,6 +68,7 @@ struct Problem {
   const int32_t* sh;        // [M, nb] 128 * sum of its first 16 q (8-bit weights, a scale per 16)
   bool wide;                // 8-bit weights: qs [N/16, K/32, 512], w = scale * (u - 128), no minimum
   bool halves;              // wide with fp32 scales [N/16, K/16, 16]: a scale per 16 weights
+  bool six;                 // 6-bit weights: qs [N/16, K/32, 384], int8 scale [G, 2 nb, 16], fp16 d in `minimum`
   int64_t M, N, K, nb;
   float* out_f;             // [M, N] when x is fp32 ...
   at::BFloat16* out_b;      // ... or bf16
@@ -95,52 +101,25 @@ inline void store(const Problem& p, int64_t r, int64_t n, float v) {
   else p.out_f[r * p.N + n] = v;
 }
 
-// ---------------------------------------------------------------- activations
-// One row's blocks: q = round_half_even(x * (1 / d)), d = max|x| / 127 (0 for an all-zero block).
-template <typename T>
-void quantize_row_scalar(const T* x, int64_t K, int8_t* q, float* d, float* s, int32_t* sq, int32_t* sh) {
-  for (int64_t b = 0; b < K / kBlock; ++b) {
-    float amax = 0.0f;
-    for (int64_t k = 0; k < kBlock; ++k) amax = std::max(amax, std::fabs(static_cast<float>(x[b * kBlock + k])));
-    const float scale = amax / 127.0f, inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
-    int32_t sum = 0, first = 0;
-    for (int64_t k = 0; k < kBlock; ++k) {
-      const int32_t v = static_cast<int32_t>(std::nearbyint(static_cast<float>(x[b * kBlock + k]) * inverse));
-      q[b * kBlock + k] = static_cast<int8_t>(v);
-      sum += v;
-      if (k == kBlock / 2 - 1) first = sum;
-    }
-    d[b] = scale;
-    s[b] = scale * static_cast<float>(sum);
-    sq[b] = 128 * sum;
-    sh[b] = 128 * first;
-  }
-}
-
 #define I8_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,f16c")))
 
-// The same values as quantize_row_scalar for bf16 rows (max is exact in any order; cvtps2dq rounds half to even).
-I8_AVX512 void quantize_row_avx512(const at::BFloat16* x, int64_t K, int8_t* q, float* d, float* s, int32_t* sq,
-                                   int32_t* sh) {
-  for (int64_t b = 0; b < K / kBlock; ++b) {
-    const __m256i* raw = reinterpret_cast<const __m256i*>(x + b * kBlock);
-    const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(raw)), 16));
-    const __m512 hi = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(raw + 1)), 16));
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
-    const float scale = amax / 127.0f, inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
-    const __m512 by = _mm512_set1_ps(inverse);
-    const __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, by)), qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, by));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kBlock), _mm512_cvtsepi32_epi8(qlo));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kBlock + 16), _mm512_cvtsepi32_epi8(qhi));
-    const int32_t first = _mm512_reduce_add_epi32(qlo), sum = first + _mm512_reduce_add_epi32(qhi);
-    d[b] = scale;
-    s[b] = scale * static_cast<float>(sum);
-    sq[b] = 128 * sum;
-    sh[b] = 128 * first;
-  }
+// ---------------------------------------------------------------- scalar
+// An 8-bit or 6-bit form's unsigned weight u (q + 128, q + 32) for quad i, element k of column j in block b.
+inline int32_t weight_scalar(const Problem& p, int64_t g, int64_t b, int64_t j, int i, int k) {
+  if (!p.six) return p.qs[(g * p.nb + b) * 2 * kRun + 64 * i + 4 * j + k];
+  const uint8_t* run = p.qs + (g * p.nb + b) * (kRun + kRun / 2);
+  const uint8_t nibbles = run[64 * (i % 4) + 4 * j + k], high = run[kRun + 64 * (i / 4) + 4 * j + k];
+  return (i < 4 ? nibbles & 15 : nibbles >> 4) | (((high >> (2 * (i % 4))) & 3) << 4);
 }
 
-// ---------------------------------------------------------------- scalar
+// Column j's scale for half `half` of block b: an fp32 scale per 16, or d * an int8 sub-scale (exact).
+inline float half_scale(const Problem& p, int64_t g, int64_t b, int half, int64_t j) {
+  const int64_t at = ((g * p.nb + b) * 2 + half) * kGroup + j;
+  if (!p.six) return static_cast<const float*>(p.scale)[at];
+  const float d = static_cast<float>(static_cast<const at::Half*>(p.minimum)[(g * (p.nb / 8) + b / 8) * kGroup + j]);
+  return d * static_cast<float>(static_cast<const int8_t*>(p.scale)[at]);
+}
+
 void groups_scalar(const Problem& p, int64_t begin, int64_t end) {
   for (int64_t n = begin * kGroup; n < std::min(end * kGroup, p.N); ++n) {
     const int64_t g = n / kGroup, j = n % kGroup;
@@ -149,16 +128,14 @@ void groups_scalar(const Problem& p, int64_t begin, int64_t end) {
       for (int64_t b = 0; b < p.nb; ++b) {
         const int8_t* xq = p.xq + r * p.K + b * kBlock;
         int32_t dot = 0;
-        if (p.halves) {  // each half alone: runs 0-3 are k < 16, runs 4-7 k >= 16
-          const uint8_t* run = p.qs + (g * p.nb + b) * 2 * kRun;
-          const float* scales = static_cast<const float*>(p.scale) + (g * p.nb + b) * 2 * kGroup + j;
+        if (p.halves || p.six) {  // each half alone: quads 0-3 are k < 16, quads 4-7 k >= 16
           const int64_t at = r * p.nb + b;
           for (int half = 0; half < 2; ++half) {
             int32_t part = 0;
             for (int i = 4 * half; i < 4 * half + 4; ++i)
-              for (int k = 0; k < 4; ++k) part += run[64 * i + 4 * j + k] * xq[4 * i + k];
-            part -= half == 0 ? p.sh[at] : p.sq[at] - p.sh[at];
-            acc = std::fma(static_cast<float>(part), scales[half * kGroup] * p.d[at], acc);
+              for (int k = 0; k < 4; ++k) part += weight_scalar(p, g, b, j, i, k) * xq[4 * i + k];
+            part -= (half == 0 ? p.sh[at] : p.sq[at] - p.sh[at]) >> (p.six ? 2 : 0);  // 32 or 128 times the sum
+            acc = std::fma(static_cast<float>(part), half_scale(p, g, b, half, j) * p.d[at], acc);
           }
           continue;
         }
@@ -214,9 +191,13 @@ inline int32_t quad(const int8_t* x) {
 }
 
 // Rows [r0, r0 + R) of column group g: each block unpacked once and multiplied by every row.
-template <bool Wide, int R>
+// Bits: 4 (a scale and a minimum a block), 6 (Q6_K's, a scale per 16) or 8 (Q8_0's, or an fp32 scale per 16).
+template <int Bits, int R>
 I8_AVX512 void rows_avx512(const Problem& p, int64_t g, int64_t r0) {
-  constexpr int64_t kBytes = Wide ? 2 * kRun : kRun;  // a block of a column group
+  constexpr bool Wide = Bits > 4;  // no minimum: an offset taken back instead
+  constexpr int64_t kBytes = Bits == 8 ? 2 * kRun : Bits == 6 ? kRun + kRun / 2 : kRun;  // a block of a column group
+  const bool halves = Bits == 6 || (Bits == 8 && p.halves);
+  const int shift = Bits == 6 ? 2 : 0;  // the offset: 32 (not 128) times a half's sum
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const __m512i low = _mm512_set1_epi8(15);
@@ -225,7 +206,7 @@ I8_AVX512 void rows_avx512(const Problem& p, int64_t g, int64_t r0) {
     const uint8_t* run = base + b * kBytes;
     for (int64_t at = 0; at < kBytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(run + 4 * kBytes + at), _MM_HINT_T0);
     __m512i w[8];
-    if (Wide) {
+    if (Bits == 8) {
       for (int i = 0; i < 8; ++i) w[i] = _mm512_loadu_si512(run + 64 * i);
     } else {
       for (int i = 0; i < 4; ++i) {
@@ -234,8 +215,22 @@ I8_AVX512 void rows_avx512(const Problem& p, int64_t g, int64_t r0) {
         w[4 + i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
       }
     }
+    if (Bits == 6) {  // bits 2t, 2t + 1 of high run h to bits 4, 5 of quad 4h + t: (shifted & 0x30) | nibble
+      const __m512i top = _mm512_set1_epi8(0x30);
+      for (int h = 0; h < 2; ++h) {
+        const __m512i v = _mm512_loadu_si512(run + kRun + 64 * h);
+        const __m512i at[4] = {_mm512_slli_epi16(v, 4), _mm512_slli_epi16(v, 2), v, _mm512_srli_epi16(v, 2)};
+        for (int t = 0; t < 4; ++t) w[4 * h + t] = _mm512_ternarylogic_epi32(at[t], top, w[4 * h + t], 0xEA);
+      }
+    }
     __m512 scale, minimum, second;  // second: the scales of k >= 16 (a scale per 16)
-    if (Wide && p.halves) {
+    if (Bits == 6) {  // d * sub-scale, exact
+      const int8_t* sub = static_cast<const int8_t*>(p.scale) + (g * p.nb + b) * 2 * kGroup;
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+          static_cast<const at::Half*>(p.minimum) + (g * (p.nb / 8) + b / 8) * kGroup)));
+      scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sub)))));
+      second = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sub + kGroup)))));
+    } else if (Wide && p.halves) {
       const float* scales = static_cast<const float*>(p.scale) + (g * p.nb + b) * 2 * kGroup;
       scale = _mm512_loadu_ps(scales);
       second = _mm512_loadu_ps(scales + kGroup);
@@ -257,9 +252,9 @@ I8_AVX512 void rows_avx512(const Problem& p, int64_t g, int64_t r0) {
       }
       const int64_t at = (r0 + r) * p.nb + b;
       const __m512 dr = _mm512_set1_ps(p.d[at]);
-      if (Wide && p.halves) {  // each half alone, its own +128 taken back exactly
-        low = _mm512_sub_epi32(low, _mm512_set1_epi32(p.sh[at]));
-        high = _mm512_sub_epi32(high, _mm512_set1_epi32(p.sq[at] - p.sh[at]));
+      if (halves) {  // each half alone, its own offset taken back exactly
+        low = _mm512_sub_epi32(low, _mm512_set1_epi32(p.sh[at] >> shift));
+        high = _mm512_sub_epi32(high, _mm512_set1_epi32((p.sq[at] - p.sh[at]) >> shift));
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(low), _mm512_mul_ps(scale, dr), acc[r]);
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(high), _mm512_mul_ps(second, dr), acc[r]);
         continue;
@@ -279,19 +274,19 @@ I8_AVX512 void rows_avx512(const Problem& p, int64_t g, int64_t r0) {
   }
 }
 
-template <bool Wide>
+template <int Bits>
 I8_AVX512 void groups_avx512(const Problem& p, int64_t begin, int64_t end) {
   for (int64_t g = begin; g < end; ++g) {
     for (int64_t r0 = 0; r0 < p.M; r0 += kRows) {
       switch (std::min<int64_t>(p.M - r0, kRows)) {
-        case 1: rows_avx512<Wide, 1>(p, g, r0); break;
-        case 2: rows_avx512<Wide, 2>(p, g, r0); break;
-        case 3: rows_avx512<Wide, 3>(p, g, r0); break;
-        case 4: rows_avx512<Wide, 4>(p, g, r0); break;
-        case 5: rows_avx512<Wide, 5>(p, g, r0); break;
-        case 6: rows_avx512<Wide, 6>(p, g, r0); break;
-        case 7: rows_avx512<Wide, 7>(p, g, r0); break;
-        default: rows_avx512<Wide, kRows>(p, g, r0);
+        case 1: rows_avx512<Bits, 1>(p, g, r0); break;
+        case 2: rows_avx512<Bits, 2>(p, g, r0); break;
+        case 3: rows_avx512<Bits, 3>(p, g, r0); break;
+        case 4: rows_avx512<Bits, 4>(p, g, r0); break;
+        case 5: rows_avx512<Bits, 5>(p, g, r0); break;
+        case 6: rows_avx512<Bits, 6>(p, g, r0); break;
+        case 7: rows_avx512<Bits, 7>(p, g, r0); break;
+        default: rows_avx512<Bits, kRows>(p, g, r0);
       }
     }
   }
@@ -333,50 +328,30 @@ Scales checked_scales(const at::Tensor& scale, const at::Tensor& minimum, int64_
   return pairs ? Scales::kPairs : scale.scalar_type() == at::kHalf ? Scales::kHalf : Scales::kFloat;
 }
 
-struct Quantized {
-  at::Tensor q, d, s, sq, sh;  // [M, K] int8; [M, nb] fp32 d and d * sum(q); [M, nb] int32 128 * sum(q), of the first 16
-};
-
-Quantized quantize(const at::Tensor& x, bool fast) {
-  TORCH_CHECK(x.dim() == 2 && x.size(1) % kBlock == 0 && x.device().is_cpu() &&
-                  (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat),
-              "quantize_activations: x must be bf16 or fp32 [M, K] on the CPU, K a multiple of 32");
-  const at::Tensor rows = x.contiguous();
-  const int64_t M = rows.size(0), K = rows.size(1), nb = K / kBlock;
-  Quantized out{at::empty({M, K}, x.options().dtype(at::kChar)), at::empty({M, nb}, x.options().dtype(at::kFloat)),
-                at::empty({M, nb}, x.options().dtype(at::kFloat)), at::empty({M, nb}, x.options().dtype(at::kInt)),
-                at::empty({M, nb}, x.options().dtype(at::kInt))};
-  fast = fast && rows.scalar_type() == at::kBFloat16;
-  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      int8_t* q = out.q.data_ptr<int8_t>() + r * K;
-      float *d = out.d.data_ptr<float>() + r * nb, *s = out.s.data_ptr<float>() + r * nb;
-      int32_t *sq = out.sq.data_ptr<int32_t>() + r * nb, *sh = out.sh.data_ptr<int32_t>() + r * nb;
-      if (fast) quantize_row_avx512(rows.data_ptr<at::BFloat16>() + r * K, K, q, d, s, sq, sh);
-      else if (rows.scalar_type() == at::kBFloat16) quantize_row_scalar(rows.data_ptr<at::BFloat16>() + r * K, K, q, d, s, sq, sh);
-      else quantize_row_scalar(rows.data_ptr<float>() + r * K, K, q, d, s, sq, sh);
-    }
-  });
-  return out;
-}
-
-// x [M, K] by interleaved blocks: 4-bit (qs [N/16, K/32, 256], a scale and a minimum a block) or 8-bit
-// (wide: qs [N/16, K/32, 512] holding q + 128, an fp16 scale a block or an fp32 scale per 16 weights).
+// x [M, K] by interleaved blocks: 4-bit (qs [N/16, K/32, 256], a scale and a minimum a block), 8-bit
+// (wide: qs [N/16, K/32, 512] holding q + 128, an fp16 scale a block or an fp32 scale per 16 weights) or 6-bit
+// (six: qs [N/16, K/32, 384], int8 sub-scales [N/16, K/16, 16] and their fp16 d [N/16, K/256, 16] in `minimum`).
 at::Tensor interleaved_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
-                              const at::Tensor* minimum, std::optional<c10::string_view> path, const char* op) {
-  const bool wide = minimum == nullptr;
+                              const at::Tensor* minimum, std::optional<c10::string_view> path, const char* op,
+                              bool six = false) {
+  const bool wide = minimum == nullptr || six;
   TORCH_CHECK(x.device().is_cpu() && qs.device().is_cpu() && scale.device().is_cpu() &&
-                  (wide || minimum->device().is_cpu()), op, ": every tensor must be on the CPU");
+                  (minimum == nullptr || minimum->device().is_cpu()), op, ": every tensor must be on the CPU");
   TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat),
               op, ": x must be bf16 or fp32 [M, K], got ", x.scalar_type(), " ", x.sizes());
-  const int64_t bytes = wide ? 2 * kRun : kRun;
+  const int64_t bytes = six ? kRun + kRun / 2 : wide ? 2 * kRun : kRun;
   TORCH_CHECK(qs.scalar_type() == at::kByte && qs.dim() == 3 && qs.size(2) == bytes && qs.is_contiguous(),
               op, ": interleaved qs must be contiguous uint8 [N/16, K/32, ", bytes, "], got ", qs.sizes());
   const int64_t M = x.size(0), K = x.size(1), G = qs.size(0), nb = qs.size(1), N = G * kGroup;
   TORCH_CHECK(K == nb * kBlock, op, ": x has K = ", K, " but the blocks hold ", nb * kBlock);
   Scales form = Scales::kHalf;
-  const bool halves = wide && scale.scalar_type() == at::kFloat;
-  if (wide) {
+  const bool halves = wide && !six && scale.scalar_type() == at::kFloat;
+  if (six) {
+    TORCH_CHECK(nb % 8 == 0 && scale.is_contiguous() && scale.scalar_type() == at::kChar &&
+                    scale.sizes() == at::IntArrayRef({G, 2 * nb, kGroup}) && minimum->is_contiguous() &&
+                    minimum->scalar_type() == at::kHalf && minimum->sizes() == at::IntArrayRef({G, nb / 8, kGroup}),
+                op, ": 6-bit blocks take contiguous int8 sub-scales [N/16, K/16, 16] and float16 d [N/16, K/256, 16]");
+  } else if (wide) {
     TORCH_CHECK(scale.is_contiguous() && ((scale.scalar_type() == at::kHalf && scale.sizes() == at::IntArrayRef({G, nb, kGroup})) ||
                                           (halves && scale.sizes() == at::IntArrayRef({G, 2 * nb, kGroup}))),
                 op, ": interleaved 8-bit scales must be contiguous float16 [N/16, K/32, 16] or float32 [N/16, K/16, 16]");
@@ -386,13 +361,13 @@ at::Tensor interleaved_linear(const at::Tensor& x, const at::Tensor& qs, const a
   const std::string chosen = chosen_path(path);
   at::Tensor out = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return out;
-  const Quantized a = quantize(x, chosen == "avx512_vnni");
-  Problem p{qs.data_ptr<uint8_t>(), scale.data_ptr(), wide ? nullptr : minimum->data_ptr(), form, a.q.data_ptr<int8_t>(),
-            a.d.data_ptr<float>(), a.s.data_ptr<float>(), a.sq.data_ptr<int32_t>(), a.sh.data_ptr<int32_t>(), wide,
-            halves, M, N, K, nb,
+  const specdec::QuantizedRows a = specdec::quantize_rows(x, chosen == "avx512_vnni");
+  Problem p{qs.data_ptr<uint8_t>(), scale.data_ptr(), minimum == nullptr ? nullptr : minimum->data_ptr(), form,
+            a.q.data_ptr<int8_t>(), a.d.data_ptr<float>(), a.s.data_ptr<float>(), a.sq.data_ptr<int32_t>(),
+            a.sh.data_ptr<int32_t>(), wide, halves, six, M, N, K, nb,
             x.scalar_type() == at::kFloat ? out.data_ptr<float>() : nullptr,
             x.scalar_type() == at::kBFloat16 ? out.data_ptr<at::BFloat16>() : nullptr};
-  auto kernel = chosen == "scalar" ? groups_scalar : wide ? groups_avx512<true> : groups_avx512<false>;
+  auto kernel = chosen == "scalar" ? groups_scalar : six ? groups_avx512<6> : wide ? groups_avx512<8> : groups_avx512<4>;
   // Column groups split across threads (each output element reduced by one thread).
   const int64_t grain = std::max<int64_t>(1, 16384 / (kGroup * K));
   at::parallel_for(0, G, grain, [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
@@ -404,7 +379,7 @@ at::Tensor interleaved_linear(const at::Tensor& x, const at::Tensor& qs, const a
 namespace specdec {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_activations(const at::Tensor& x, std::optional<c10::string_view> path) {
-  const Quantized a = quantize(x, chosen_path(path) == "avx512_vnni");
+  const specdec::QuantizedRows a = specdec::quantize_rows(x, chosen_path(path) == "avx512_vnni");
   return {a.q, a.d, a.s};
 }
 
@@ -416,6 +391,11 @@ at::Tensor q4_linear_i8(const at::Tensor& x, const at::Tensor& qs, const at::Ten
 at::Tensor q8_linear_i8(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
                         std::optional<c10::string_view> path) {
   return interleaved_linear(x, qs, scale, nullptr, path, "q8_linear");
+}
+
+at::Tensor q6_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale, const at::Tensor& d,
+                     std::optional<c10::string_view> path) {
+  return interleaved_linear(x, qs, scale, &d, path, "q6_linear", true);
 }
 
 bool q4_linear_i8_fast() { return vnni_here(); }
