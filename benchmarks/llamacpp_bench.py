@@ -26,6 +26,9 @@ text equals the engine's own plain decoding:
 
 Run it alone (every number is a wall-clock time). Rows are appended to `--out` as
 they finish and a rerun skips the rows already there; the summary table goes to stdout.
+`--interleave` runs every engine on a prompt before the next prompt (all servers up
+and all models loaded at once): on a machine whose speed drifts over minutes, each
+engine then meets the same drift, rather than one engine a fast phase and another a slow one.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ import tarfile
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -203,6 +208,84 @@ def backend_settings(name: str) -> dict[str, str]:
     return {"backend": backend, "pack": "int4" if "int4" in flags else "auto", "exact": "on" if "exact" in flags else "off"}
 
 
+@dataclass
+class Contender:
+    """One engine of the comparison: `start` readies it (a server up, a model loaded and warmed), `row` times
+    one prompt, `stop` frees it (a server stopped); starting or stopping twice does nothing."""
+
+    name: str
+    backend: str
+    method: str
+    ready: Callable[[], Callable[[list[int], int], dict]]  # -> run(prompt_ids, max_new_tokens)
+    release: Callable[[], None] = lambda: None
+    run: Callable[[list[int], int], dict] | None = None
+
+    def start(self) -> None:
+        if self.run is None:
+            self.run = self.ready()
+
+    def row(self, pid: str, ids: list[int], max_new_tokens: int) -> dict:
+        self.start()
+        assert self.run is not None
+        return {"engine": self.name, "backend": self.backend, "method": self.method, "prompt": pid,
+                **self.run(ids, max_new_tokens)}
+
+    def stop(self) -> None:
+        if self.run is not None:
+            self.release()
+            self.run = None
+
+
+def server_contender(binary: Path, gguf: Path, threads: int, method: str, spec: str | None, draft: Path | None,
+                     work: list[tuple[str, list[int]]]) -> Contender:
+    """llama-server with `spec` speculation (None: plain), warmed on a short prompt when started."""
+    servers: list[Server] = []
+
+    def ready() -> Callable[[list[int], int], dict]:
+        servers.append(Server(binary, gguf, threads, spec, draft))
+        servers[-1].complete(work[0][1][:32], 8)  # warm-up
+        return servers[-1].complete
+
+    return Contender(f"llama-server {method}", "llama-server", method, ready, lambda: servers.pop().close())
+
+
+def specdec_contender(engine_of: Callable[[str], object], backend: str, method: str,
+                      work: list[tuple[str, list[int]]], max_new_tokens: int) -> Contender:
+    """A specdec method on one backend's engine (shared by its methods), warmed when started."""
+
+    def ready() -> Callable[[list[int], int], dict]:
+        engine = engine_of(backend)
+        # Warm-up (and the cost curve, once) on a short prompt and the longest one run to the full length: a
+        # compiled pass compiles (or loads from disk) a graph for each cache size it meets, which must not
+        # happen inside a timed prompt (seen: one prompt at 0.1-0.8 s a token).
+        for ids, new in ((work[0][1][:32], 8), (max((ids for _, ids in work), key=len), max_new_tokens)):
+            run_specdec(engine, method, ids, new)
+        return lambda ids, new: run_specdec(engine, method, ids, new)
+
+    return Contender(f"specdec {backend} {method}", backend, method, ready)
+
+
+def run_all(contenders: list[Contender], work: list[tuple[str, list[int]]], have: set[tuple[str, str]],
+            record: Callable[[dict], None], max_new_tokens: int, interleave: bool) -> None:
+    """Every contender on every prompt not in `have`: each contender on all prompts in turn, or (`interleave`)
+    every contender on prompt 1, then on prompt 2, ...; every server is stopped at the end."""
+    try:
+        if interleave:
+            for contender in contenders:
+                contender.start()
+        for contender, (pid, ids) in (
+            [(c, item) for item in work for c in contenders] if interleave
+            else [(c, item) for c in contenders for item in work]
+        ):
+            if (contender.name, pid) not in have:
+                record(contender.row(pid, ids, max_new_tokens))
+            if not interleave and pid == work[-1][0]:
+                contender.stop()  # one server up at a time
+    finally:
+        for contender in contenders:
+            contender.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--per-category", type=int, default=3)
@@ -222,6 +305,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--server", default=None, help="a llama-server binary (default: build or find it)")
     parser.add_argument("--out", default="llamacpp_bench.jsonl")
+    parser.add_argument("--interleave", action="store_true",
+                        help="run every engine on each prompt in turn (all servers up and models loaded at once) "
+                             "instead of each engine on every prompt in turn: the machine's drift hits all alike")
     parser.add_argument("--build-only", action="store_true")
     parser.add_argument("--summary-only", action="store_true", help="print the tables of --out's rows, run nothing")
     args = parser.parse_args()
@@ -253,35 +339,19 @@ def main() -> None:
 
     draft = gguf_file(args.draft_model) if args.draft_model else None
     servers = [("plain", None, None), *[(s, s, None) for s in args.spec_types.split(",") if s]]
-    for method, spec, draft_file in servers + ([("draft", "draft-simple", draft)] if draft else []):
-        name = f"llama-server {method}"
-        if all((name, pid) in have for pid, _ in work):
-            continue
-        server = Server(binary, base.gguf_path, args.threads, spec, draft_file)
-        try:
-            server.complete(work[0][1][:32], 8)  # warm-up
-            for pid, ids in work:
-                if (name, pid) not in have:
-                    record({"engine": name, "backend": "llama-server", "method": method, "prompt": pid,
-                            **server.complete(ids, args.max_new_tokens)})
-        finally:
-            server.close()
-    for backend in args.backends.split(","):
-        loaded = load_model(args.model, dtype=args.dtype, **backend_settings(backend))
-        engine = Engine(loaded)
-        for method in split_method_list(args.methods):
-            name = f"specdec {backend} {method}"
-            if all((name, pid) in have for pid, _ in work):
-                continue
-            # Warm-up (and the cost curve, once) on a short prompt and the longest one run to the full
-            # length: a compiled pass compiles (or loads from disk) a graph for each cache size it meets,
-            # which must not happen inside a timed prompt (seen: one prompt at 0.1-0.8 s a token).
-            for ids, new in ((work[0][1][:32], 8), (max((ids for _, ids in work), key=len), args.max_new_tokens)):
-                run_specdec(engine, method, ids, new)
-            for pid, ids in work:
-                if (name, pid) not in have:
-                    record({"engine": name, "backend": backend, "method": method, "prompt": pid,
-                            **run_specdec(engine, method, ids, args.max_new_tokens)})
+    contenders = [server_contender(binary, base.gguf_path, args.threads, method, spec, draft_file, work)
+                  for method, spec, draft_file in servers + ([("draft", "draft-simple", draft)] if draft else [])]
+    engines: dict[str, Engine] = {}
+
+    def engine_of(backend: str) -> Engine:
+        if backend not in engines:
+            engines[backend] = Engine(load_model(args.model, dtype=args.dtype, **backend_settings(backend)))
+        return engines[backend]
+
+    contenders += [specdec_contender(engine_of, backend, method, work, args.max_new_tokens)
+                   for backend in args.backends.split(",") for method in split_method_list(args.methods)]
+    contenders = [c for c in contenders if not all((c.name, pid) in have for pid, _ in work)]
+    run_all(contenders, work, have, record, args.max_new_tokens, args.interleave)
     summarize(done)
 
 
