@@ -228,6 +228,23 @@ def test_costs_are_measured_once_and_cached(tmp_path):
     assert load_or_measure(loaded, tmp_path, sizes=(1, 2, 8), repeats=2, context_len=16, is_busy=idle) == first
 
 
+def test_costs_time_each_size_after_a_neighbour(tmp_path):
+    """Sizes run ascending, then descending, in turn: a one-node pass is timed after a small pass too, not only
+    right after the largest (which made small trees look free)."""
+    from specdec.backends.registry import timing_target
+    from specdec.engine.costs import _measure
+
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256)
+    loaded = LoadedModel(LlamaForCausalLM(config).eval(), tokenizer=None, name="tiny/llama")
+    target = timing_target(loaded)
+    seen: list[int] = []
+    forward = target.forward_tree
+    target.forward_tree = lambda tokens, parents: seen.append(len(tokens)) or forward(tokens, parents)
+    _measure(target, (1, 2, 8), repeats=3, context_len=16)
+    assert seen == [1, 2, 8] + [1, 2, 8] + [8, 2, 1] + [1, 2, 8]  # the warm-up, then the three repetitions
+
+
 def test_costs_timed_on_a_busy_machine_serve_the_run_but_are_not_cached(tmp_path):
     config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256)

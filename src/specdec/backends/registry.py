@@ -66,9 +66,11 @@ def rows_of(target: Target) -> Rows:
 def timing_target(loaded: LoadedModel) -> TargetModel | OneSequence:
     """A one-sequence target of its own (prefill, forward_tree, trim) on what the engine verifies with.
     The torch pass is timed with the model's own attention (measuring the attention plan needs the
-    cost curve's sizes, not the other way round), or, where verification is exact, on the invariant plan
-    the engine runs (it needs no measuring); other backends through one row of their own."""
-    if _VERIFIERS[loaded.backend] is _torch:
-        return TargetModel(verify_model(loaded), attention=AttentionPlan.invariant() if is_invariant(loaded) else None)
-    target = verifier(loaded)
+    cost curve's sizes, not the other way round); where verification is exact, and on other backends,
+    through one batch row of its own on the plan the engine runs: the engine's own path at every size
+    (a one-node tree takes its one-token step, which a tree pass of one node would overprice)."""
+    if _VERIFIERS[loaded.backend] is _torch and not is_invariant(loaded):
+        return TargetModel(verify_model(loaded), attention=None)
+    target = TargetModel(verify_model(loaded), attention=AttentionPlan.invariant()) \
+        if _VERIFIERS[loaded.backend] is _torch else verifier(loaded)
     return OneSequence(rows_of(target), target.config, target.device, target.max_length)

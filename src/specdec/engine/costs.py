@@ -106,7 +106,11 @@ def _measure(target: Timed, sizes: Sequence[int], repeats: int, context_len: int
     The minimum, not the median: on a shared machine other processes only ever add
     time, and what the budget needs is the machine's own cost curve. Sizes are
     interleaved within each repetition so that load drifting during the
-    measurement spreads over all sizes instead of skewing a few.
+    measurement spreads over all sizes instead of skewing a few, ascending and
+    descending in turn so that every size is also timed right after a size next
+    to it, as decoding's steps follow steps of about their size: a one-node pass
+    right after a 64-node one runs slower (docs/benchmarks.md), which made 2-3
+    nodes look free.
     """
     vocab = int(target.config.vocab_size)  # target: a cache of its own, nobody's generation is touched
     generator = torch.Generator().manual_seed(0)
@@ -128,8 +132,8 @@ def _measure(target: Timed, sizes: Sequence[int], repeats: int, context_len: int
         timed(n)
     samples: dict[int, list[float]] = {n: [] for n in sizes}
     wall, cpu = time.perf_counter(), time.process_time()
-    for _ in range(repeats):
-        for n in sizes:
+    for repeat in range(repeats):
+        for n in (sizes if repeat % 2 == 0 else sizes[::-1]):
             samples[n].append(timed(n))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     seconds, floor = [], 0.0
