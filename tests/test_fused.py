@@ -17,7 +17,7 @@ from specdec.backends.torch.attention_plan import AttentionPlan
 from specdec.backends.torch.fused import FusedDecoder, KeySequences, why_not
 from specdec.backends.torch.invariant import kernel_runs_here
 from specdec.backends.torch.packed import pack_of, packed_view
-from specdec.backends.torch.rows import BatchedTarget
+from specdec.backends.torch.rows import BatchedTarget, OneSequence
 from specdec.backends.torch.target import TargetModel
 from specdec.models import load_model
 from specdec.tree import DraftTree
@@ -136,7 +136,9 @@ def _singles(target: TargetModel, first: int, steps: int) -> tuple[list[int], li
 
 def test_the_engine_and_its_cost_curve_run_the_fused_pass(exact_int4):
     assert verifier(exact_int4)._fused is not None
-    assert timing_target(exact_int4)._fused is not None  # the trees are sized by the pass the engine runs
+    timed = timing_target(exact_int4)  # the trees are sized by the pass the engine runs, through a row of its own
+    assert isinstance(timed, OneSequence) and timed.rows.single._fused is not None
+    timed.close()
 
 
 def test_rows_get_the_bits_of_one_token_passes(exact_int4, bench_prompts):
