@@ -138,12 +138,21 @@ class Server:
         self.process.wait(timeout=30)
 
 
-def prompts(per_category: int, categories: list[str] | None = None) -> list[tuple[str, str]]:
-    """(id, first turn) of the first `per_category` Spec-Bench questions of each category (or of `categories`)."""
+def prompts(per_category: int, categories: list[str] | None = None, skip: int = 0) -> list[tuple[str, str]]:
+    """(id, first turn) of Spec-Bench questions skip + 1 .. skip + `per_category` of each category (or of
+    `categories`): the first ten are the ones results report, those after them are for trying things."""
+    from collections import Counter
+
     from specdec.data import load_questions
 
-    questions = load_questions(categories=categories, per_category=per_category)
-    return [(f"{q.category}/{q.question_id}", q.turns[0]) for q in questions]
+    questions = load_questions(categories=categories, per_category=skip + per_category)
+    seen: Counter[str] = Counter()
+    chosen = []
+    for q in questions:
+        seen[q.category] += 1
+        if seen[q.category] > skip:
+            chosen.append((f"{q.category}/{q.question_id}", q.turns[0]))
+    return chosen
 
 
 def run_specdec(engine, method: str, prompt_ids: list[int], max_new_tokens: int) -> dict:
@@ -289,6 +298,8 @@ def run_all(contenders: list[Contender], work: list[tuple[str, list[int]]], have
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--per-category", type=int, default=3)
+    parser.add_argument("--skip", type=int, default=0,
+                        help="leave out the first N questions of each category (e.g. 10: held-out questions)")
     parser.add_argument("--categories", default=None, type=lambda s: s.split(","),
                         help="Spec-Bench categories to take (comma list; default: all)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
@@ -330,7 +341,7 @@ def main() -> None:
     done = [json.loads(line) for line in out.read_text().splitlines()] if out.is_file() else []
     have = {(r["engine"], r["prompt"]) for r in done}
     base = load_model(args.model, dtype=args.dtype)
-    work = [(pid, encode_prompt(base.tokenizer, text, chat=True)) for pid, text in prompts(args.per_category, args.categories)]
+    work = [(pid, encode_prompt(base.tokenizer, text, chat=True)) for pid, text in prompts(args.per_category, args.categories, args.skip)]
 
     def record(row: dict) -> None:
         done.append(row)
