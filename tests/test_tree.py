@@ -220,3 +220,8 @@ def test_a_chains_ancestry_is_the_walks():
         tree = DraftTree.chain(7, list(range(size - 1)))
         mask, depths = ancestry(tree.parents)
         assert tree.is_chain and torch.equal(tree.ancestor_mask, mask) and torch.equal(tree.depths, depths)
+
+
+def test_ancestry_refuses_a_parent_after_its_child():
+    with pytest.raises(ValueError, match="parent 2 must come before it"):
+        ancestry(torch.tensor([-1, 2, 0]))

@@ -61,6 +61,8 @@ def ancestor_lines(parents: Sequence[int]) -> list[list[int]]:
     On lists: a step's tree has a few to 64 nodes, where each tensor op would cost more than the walk."""
     lines: list[list[int]] = []
     for node, parent in enumerate(parents):
+        if parent >= node:
+            raise ValueError(f"node {node}'s parent {parent} must come before it (parents[i] < i)")
         lines.append([*lines[parent], node] if parent >= 0 else [node])
     return lines
 

@@ -69,8 +69,10 @@ def timing_target(loaded: LoadedModel) -> TargetModel | OneSequence:
     cost curve's sizes, not the other way round); where verification is exact, and on other backends,
     through one batch row of its own on the plan the engine runs: the engine's own path at every size
     (a one-node tree takes its one-token step, which a tree pass of one node would overprice)."""
-    if _VERIFIERS[loaded.backend] is _torch and not is_invariant(loaded):
+    if _VERIFIERS[loaded.backend] is not _torch:
+        target = verifier(loaded)
+    elif is_invariant(loaded):
+        target = TargetModel(verify_model(loaded), attention=AttentionPlan.invariant())
+    else:
         return TargetModel(verify_model(loaded), attention=None)
-    target = TargetModel(verify_model(loaded), attention=AttentionPlan.invariant()) \
-        if _VERIFIERS[loaded.backend] is _torch else verifier(loaded)
     return OneSequence(rows_of(target), target.config, target.device, target.max_length)

@@ -34,14 +34,18 @@ def interleave(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q [N, K] in 0..15 with its column form's scales ([N, K/32] fp16 / fp32, or Q4_K's pairs [N, K/32, 2]
     and [N, K/256, 2]) -> (qs [N/16, K/32, 256], scale, minimum) in the interleaved layout."""
+    return nibble_runs(q), by_group(scale), by_group(minimum)
+
+
+def nibble_runs(q: torch.Tensor) -> torch.Tensor:
+    """q [N, K] in 0..15 -> the interleaved layout's qs [N/16, K/32, 256] (`interleave` without its scales)."""
     rows, cols = q.shape
     if rows % GROUP or cols % BLOCK:
         raise ValueError(f"the interleaved form needs N a multiple of {GROUP} and K of {BLOCK}, got [{rows}, {cols}]")
     blocks = cols // BLOCK
     parts = q.to(torch.uint8).reshape(rows // GROUP, GROUP, blocks, 2, 4, 4)  # g, j, b, half, run, k
     parts = parts.permute(0, 2, 4, 1, 5, 3)  # g, b, run, j, k, half
-    qs = (parts[..., 0] | (parts[..., 1] << 4)).reshape(rows // GROUP, blocks, 4 * 64).contiguous()
-    return qs, by_group(scale), by_group(minimum)
+    return (parts[..., 0] | (parts[..., 1] << 4)).reshape(rows // GROUP, blocks, 4 * 64).contiguous()
 
 
 def by_group(t: torch.Tensor) -> torch.Tensor:
@@ -60,11 +64,15 @@ def deinterleave(
     qs: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`interleave`'s inverse: (q [N, K] uint8 in 0..15, scale, minimum in the column form's shapes)."""
+    return from_nibble_runs(qs), by_column(scale), by_column(minimum)
+
+
+def from_nibble_runs(qs: torch.Tensor) -> torch.Tensor:
+    """`nibble_runs`'s inverse: q [N, K] uint8 in 0..15."""
     groups, blocks, _ = qs.shape
     runs = qs.reshape(groups, blocks, 4, GROUP, 4)  # g, b, run, j, k
     parts = torch.stack([runs & 15, runs >> 4], dim=-1)  # g, b, run, j, k, half
-    q = parts.permute(0, 3, 1, 5, 2, 4).reshape(groups * GROUP, blocks * BLOCK)
-    return q.contiguous(), by_column(scale), by_column(minimum)
+    return parts.permute(0, 3, 1, 5, 2, 4).reshape(groups * GROUP, blocks * BLOCK).contiguous()
 
 
 def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

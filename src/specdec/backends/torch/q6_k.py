@@ -45,7 +45,7 @@ def interleave6(q: torch.Tensor, sub: torch.Tensor, d: torch.Tensor
     if q.numel() and (int(q.min()) < -32 or int(q.max()) > 31):
         raise ValueError("q must lie in -32..31")
     u = (q.to(torch.int16) + 32).to(torch.uint8)
-    low, _, _ = q4_i8.interleave(u & 15, torch.zeros(rows, cols // q4_i8.BLOCK), torch.zeros(rows, cols // q4_i8.BLOCK))
+    low = q4_i8.nibble_runs(u & 15)
     parts = (u >> 4).reshape(rows // q4_i8.GROUP, q4_i8.GROUP, cols // q4_i8.BLOCK, 2, 4, 4)  # g, j, b, h, t, k
     parts = parts.permute(0, 2, 3, 1, 5, 4)  # g, b, h, j, k, t
     high = (parts[..., 0] | (parts[..., 1] << 2) | (parts[..., 2] << 4) | (parts[..., 3] << 6))
@@ -57,8 +57,7 @@ def deinterleave6(qs: torch.Tensor, sub: torch.Tensor, d: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`interleave6`'s inverse: (q int8 [N, K], sub int8 [N, K/16], d fp16 [N, K/256])."""
     groups, blocks, _ = qs.shape
-    low, _, _ = q4_i8.deinterleave(qs[..., :256].contiguous(), torch.zeros(groups, blocks, 16),
-                                   torch.zeros(groups, blocks, 16))
+    low = q4_i8.from_nibble_runs(qs[..., :256].contiguous())
     high = qs[..., 256:].reshape(groups, blocks, 2, q4_i8.GROUP, 4)  # g, b, h, j, k
     fields = torch.stack([(high >> (2 * t)) & 3 for t in range(4)], dim=-1)  # g, b, h, j, k, t
     top = fields.permute(0, 3, 1, 2, 5, 4).reshape(groups * q4_i8.GROUP, blocks * q4_i8.BLOCK)
