@@ -212,3 +212,38 @@ def test_a_gguf_model_in_bf16_verifies_on_the_fused_pass_by_default(exact_int4):
     assert pack_of(dataclasses.replace(loaded, pack="on")) == "on"
     assert pack_of(dataclasses.replace(loaded, gguf_path=None)) == "auto"  # a folder or a model object
     assert pack_of(load_model("smollm2-135m", dtype="fp32")) == "auto"
+
+
+@needs_kernel
+def test_one_call_runs_every_layer_and_the_final_norm():
+    """`decoder_pass` (every layer, then the final norm, in one C++ call) gives the bits of the per-layer
+    calls a captured pass makes, and the captured last state is the normed one the head reads."""
+    view = packed_view(tiny_qwen2_64(), int4=True)
+    target = TargetModel(view, attention=AttentionPlan.invariant())
+    prompt = torch.randint(0, 512, (1, 12), generator=torch.Generator().manual_seed(4))
+    outs = []
+    for capture in ((), (1, -1)):
+        target.reset()
+        outs.append(target.run(prompt, None, None, target.cache, 0, capture=capture))
+    (whole, none), (layered, features) = outs
+    assert none is None and torch.equal(whole, layered)
+    last = features[..., -view.config.hidden_size:]
+    assert torch.equal(target._fused.head(last), whole)
+
+
+@needs_kernel
+def test_rotary_angles_of_a_position_do_not_depend_on_the_pass():
+    """The tables give a position the same angles alone or among others (across the blocks they grow
+    by), within a bf16 rounding of the model's rotary module at that position."""
+    fused = FusedDecoder(packed_view(tiny_qwen2_64(), int4=True))
+    hidden = torch.zeros(1, 1, fused.dim, dtype=torch.bfloat16)
+    together = torch.tensor([[3, 255, 256, 700]])
+    cos, sin = fused.angles(hidden, together)
+    for t, position in enumerate(together[0].tolist()):
+        alone = fused.angles(hidden, torch.tensor([[position]]))
+        assert torch.equal(alone[0][0, 0], cos[0, t]) and torch.equal(alone[1][0, 0], sin[0, t])
+        module = fused.rotary(hidden, torch.tensor([[position]]))
+        for ours, theirs in zip((cos[0, t], sin[0, t]), module, strict=True):
+            assert torch.allclose(ours.float(), theirs[0, 0].float(), atol=1e-2, rtol=0)
+    two_rows = fused.angles(hidden, torch.tensor([[3, 4], [700, 3]]))[0]
+    assert torch.equal(two_rows[1, 1], cos[0, 0]) and torch.equal(two_rows[1, 0], cos[0, 3])

@@ -13,8 +13,10 @@ forward. `TargetModel.run` uses it for exact passes (the invariant attention pla
 one-token steps, trees and batched rows alike, so every pass of a generation runs the same arithmetic.
 
 Invariants:
-- the weights are the view's own tensors (nothing copied or quantized again); the embeddings, the
-  rotary tables, the final norm and the head are the model's own modules;
+- the weights are the view's own tensors (nothing copied or quantized again); the embeddings and the
+  head are the model's own modules, the rotary angles rows of tables its rotary module fills, the final
+  norm the layers' C++ norm with the model's weight (`decoder_pass` runs every layer and that norm in
+  one call where no layer's input is captured);
 - the KV cache is the target's transformers `Cache`: each layer's entries are written in place at the
   slots its layer's `claim` gives, and the layer's length advances as `update` would advance it;
 - a row's bits depend on its token, its position and its key sequence only (the C++ file's invariant),
@@ -37,6 +39,7 @@ from specdec.tree import DraftTree
 
 MODEL_TYPES = frozenset({"llama", "mistral", "qwen2"})  # decoder layers of exactly the C++ file's form
 _NO_BIAS = torch.empty(0, dtype=torch.bfloat16)
+_ROTARY_BLOCK = 256  # positions the rotary tables grow by
 
 
 def fits(config: object) -> bool:
@@ -157,6 +160,14 @@ class FusedDecoder:
         self.dim, self.scale = attention.head_dim, float(attention.scaling)
         self.kv_heads = model.config.num_key_value_heads
         self.heads = model.config.num_attention_heads
+        self.weights = [tensor for layer in self.layers for tensor in layer]  # `decoder_pass`'s flat list
+        self.sizes = [len(layer) for layer in self.layers]
+        self.norm_weight = self.norm.weight.contiguous()
+        self.norm_eps = float(self.norm.variance_epsilon)
+        rope = getattr(self.rotary, "rope_type", "default")
+        # Tabled where a position's angles are fixed; dynamic kinds rescale with the longest position
+        self.tabled = isinstance(rope, str) and "dynamic" not in rope and rope != "longrope"
+        self._cos = self._sin = torch.empty(0, self.dim, dtype=torch.bfloat16)
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> FusedDecoder | None:
@@ -188,16 +199,38 @@ class FusedDecoder:
             starts, counts = layout.starts, layout.counts
             tail = layout.tail_slots.view(batch, tokens, -1)
         hidden = self.embed(input_ids)
-        cos, sin = (part.expand(batch, -1, -1).contiguous() for part in self.rotary(hidden, position_ids))
+        cos, sin = self.angles(hidden, position_ids)
+        claims = [layer.claim(batch, self.kv_heads, self.dim, hidden.dtype, tokens) for layer in cache.layers]
+        if not capture:
+            keys, values, writes = (list(part) for part in zip(*claims, strict=True))
+            hidden = torch.ops.specdec_layer.decoder_pass(
+                hidden, self.weights, self.sizes, cos, sin, keys, values, writes, starts, tail, counts, self.heads,
+                self.kv_heads, self.eps, self.scale, self.norm_weight, self.norm_eps)
+            return self.head(hidden[:, -1:] if last_only else hidden), None
         wanted = {index % (len(self.layers) + 1) for index in capture}
         states = {}
-        for index, (weights, layer) in enumerate(zip(self.layers, cache.layers, strict=True)):
+        for index, (weights, (keys, values, write)) in enumerate(zip(self.layers, claims, strict=True)):
             if index in wanted:
                 states[index] = hidden
-            keys, values, write = layer.claim(batch, self.kv_heads, self.dim, hidden.dtype, tokens)
             hidden = torch.ops.specdec_layer.decoder_layer(hidden, weights, cos, sin, keys, values, write, starts,
                                                            tail, counts, self.heads, self.kv_heads, self.eps, self.scale)
-        hidden = self.norm(hidden)
+        hidden = torch.ops.specdec_layer.decoder_pass(
+            hidden, [], [], cos, sin, [], [], [], starts, tail, counts, self.heads, self.kv_heads, self.eps,
+            self.scale, self.norm_weight, self.norm_eps)  # no layers: the final norm alone, as above
         states[len(self.layers)] = hidden
-        features = torch.cat([states[i % (len(self.layers) + 1)] for i in capture], -1) if capture else None
+        features = torch.cat([states[i % (len(self.layers) + 1)] for i in capture], -1)
         return self.head(hidden[:, -1:] if last_only else hidden), features
+
+    def angles(self, hidden: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary cos and sin [B, T, D] at position_ids [B, T]: rows of tables the model's own rotary
+        module fills a block of positions at a time (the same call for every block, so a position's values
+        never depend on what shares its pass), or that module's output per pass for a dynamic kind."""
+        batch = position_ids.shape[0]
+        if not self.tabled:
+            return tuple(part.expand(batch, -1, -1).contiguous() for part in self.rotary(hidden, position_ids))
+        top = int(position_ids.max()) + 1
+        while self._cos.shape[0] < top:
+            block = torch.arange(self._cos.shape[0], self._cos.shape[0] + _ROTARY_BLOCK)[None]
+            cos, sin = self.rotary(hidden, block)
+            self._cos, self._sin = torch.cat([self._cos, cos[0]]), torch.cat([self._sin, sin[0]])
+        return self._cos[position_ids], self._sin[position_ids]

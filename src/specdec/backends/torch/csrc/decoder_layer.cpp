@@ -212,11 +212,49 @@ at::Tensor decoder_layer(const at::Tensor& hidden, at::TensorList w, const at::T
   return out.view({s.B, s.T, s.H});
 }
 
+// Every layer, then the final norm, in one call: layer i reads weights[sum(sizes[:i]) .. + sizes[i]) and writes
+// keys[i], values[i] at write[i]'s slots; the result is norm(h) * w_norm. The layers' steps are `decoder_layer`'s
+// (the same bits); what it spares is a Python call and a dispatch per layer, a measurable share of a small
+// model's step (docs/benchmarks.md).
+at::Tensor decoder_pass(const at::Tensor& hidden, at::TensorList weights, at::IntArrayRef sizes, const at::Tensor& cos,
+                        const at::Tensor& sin, at::TensorList keys, at::TensorList values, at::TensorList write,
+                        const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, int64_t heads,
+                        int64_t kv_heads, double eps, double scale, const at::Tensor& norm, double norm_eps) {
+  const int64_t layers = static_cast<int64_t>(sizes.size());
+  TORCH_CHECK(static_cast<int64_t>(keys.size()) == layers && static_cast<int64_t>(values.size()) == layers &&
+                  static_cast<int64_t>(write.size()) == layers,
+              "decoder_pass: one keys, values and write tensor per layer (", layers, " layers)");
+  int64_t used = 0;
+  for (int64_t size : sizes) used += size;
+  TORCH_CHECK(used == static_cast<int64_t>(weights.size()), "decoder_pass: the sizes sum to ", used, " weights, got ",
+              weights.size());
+  at::Tensor h = hidden;
+  int64_t at = 0;
+  for (int64_t i = 0; i < layers; ++i) {
+    h = decoder_layer(h, weights.slice(at, sizes[i]), cos, sin, keys[i], values[i], write[i], start, tail, count, heads,
+                      kv_heads, eps, scale);
+    at += sizes[i];
+  }
+  const int64_t H = h.size(2);
+  TORCH_CHECK(norm.scalar_type() == at::kBFloat16 && norm.is_contiguous() && norm.numel() == H,
+              "decoder_pass: the final norm's weight must be bf16 [", H, "]");
+  at::Tensor out = at::empty_like(h);
+  rms_norm(h.data_ptr<bf16>(), norm.data_ptr<bf16>(), out.data_ptr<bf16>(), h.size(0) * h.size(1), H,
+           static_cast<float>(norm_eps));
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(specdec_layer, m) {
   m.def("decoder_layer(Tensor hidden, Tensor[] weights, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, "
         "Tensor write, Tensor start, Tensor tail, Tensor count, int heads, int kv_heads, float eps, float scale) -> Tensor");
+  m.def("decoder_pass(Tensor hidden, Tensor[] weights, int[] sizes, Tensor cos, Tensor sin, Tensor(a!)[] keys, "
+        "Tensor(b!)[] values, Tensor[] write, Tensor start, Tensor tail, Tensor count, int heads, int kv_heads, "
+        "float eps, float scale, Tensor norm, float norm_eps) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(specdec_layer, CPU, m) { m.impl("decoder_layer", &decoder_layer); }
+TORCH_LIBRARY_IMPL(specdec_layer, CPU, m) {
+  m.impl("decoder_layer", &decoder_layer);
+  m.impl("decoder_pass", &decoder_pass);
+}
