@@ -72,7 +72,8 @@ class BatchedLayer(DynamicLayer):
 
     def ensure(self, rows: int, tokens: int) -> None:
         """Make room for `rows` rows of `tokens` entries each (doubling, contents kept)."""
-        if self._keys is None:
+        keys = self._keys  # every layer, every pass: the common case returns at once
+        if keys is None or (rows <= keys.shape[0] and tokens <= keys.shape[2]):
             return
         new_rows, new_cap = max(self.row_capacity, 1), max(self.capacity, 1)
         while new_rows < rows:
