@@ -1,4 +1,4 @@
-"""The exact int4 pass with one C++ call per decoder layer (specdec.backends.torch.fused): which models run it,
+"""The exact int4 pass with its decoder layers in C++ (specdec.backends.torch.fused): which models run it,
 that it computes what transformers' layers compute on the same 4-bit weights, and that a row's bits do not
 depend on the pass around it (tree nodes, batched rows and prompt chunks against one-token passes)."""
 

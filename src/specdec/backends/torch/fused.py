@@ -1,10 +1,12 @@
-"""The exact 4-bit verification pass with one C++ call per decoder layer: no per-layer Python.
+"""The exact 4-bit verification pass with its decoder layers in C++: no per-layer Python.
 
 Why: on 4-bit weights (`pack="int4"`) the products and specdec's tree attention are a minority of a
 one-token pass; transformers' modules spend more than that again around them, dispatching tens of small
 PyTorch ops per layer from Python (norms, rotary, cache writes, SiLU, residuals, reshapes).
 `csrc/decoder_layer.cpp` runs a whole Llama-family layer in one call, on the same block kernel and the
-same attention kernel (docs/benchmarks.md has the measurements).
+same attention kernel, and every layer of a pass plus the final norm in one call (`decoder_pass`): a
+dispatch from Python per layer was itself a measurable share of a small model's step (docs/benchmarks.md
+has the measurements).
 
 `FusedDecoder.of(model)` takes a packed int4 view (`specdec.backends.torch.packed.packed_view`) whose
 decoder layers all run on specdec's block kernel and whose attention runs specdec's tree-attention
@@ -144,7 +146,7 @@ class KeySequences:
 
 
 class FusedDecoder:
-    """A packed int4 view's decoder and head, run one C++ call per layer (`run`)."""
+    """A packed int4 view's decoder and head: every layer and the final norm in one C++ call (`run`)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         reason = why_not(model)

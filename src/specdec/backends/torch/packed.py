@@ -274,7 +274,7 @@ def maybe_packed(
 def pack_of(loaded: LoadedModel) -> str:
     """`loaded.pack` with `auto` settled: a GGUF source (the bundled model, a pulled one, a .gguf file) in bf16 on
     the torch backend verifies on 4-bit weights where exact verification runs the fused pass
-    (`specdec.backends.torch.fused`: specdec's block and attention kernels, one C++ call per layer), its
+    (`specdec.backends.torch.fused`: specdec's block and attention kernels, one C++ call a pass), its
     fastest pass; a Q4_1 GGUF's own blocks come back group for group there (`specdec.backends.torch.int4`).
     Elsewhere `auto` keeps its meaning (bf16 / fp16 packing)."""
     if loaded.pack != "auto" or loaded.gguf_path is None or loaded.backend != "torch" or loaded.exact == "off":

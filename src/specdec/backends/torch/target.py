@@ -114,7 +114,7 @@ class TargetModel:
         self._check_cache_is_compactable()
         self._head = head_weight(model)
         self._decoder = model.get_decoder() if self._head is not None else None
-        # Exact passes on 4-bit weights run one C++ call per decoder layer where they can (`fused`).
+        # Exact passes on 4-bit weights run their layers in C++ where they can (`fused`: one call a pass).
         self._fused = FusedDecoder.of(model) if attention is not None and attention.is_invariant else None
         self.cache: Cache | None = None
         self._num_committed = 0  # tokens whose KV entries are settled
@@ -263,7 +263,7 @@ class TargetModel:
             use_cache=True,
         )
         with self._attention_for(context, input_ids.numel(), prefill=last_only) as choice:
-            if self._fused is not None and choice in (INVARIANT, INVARIANT_PREFILL):  # one C++ call per layer
+            if self._fused is not None and choice in (INVARIANT, INVARIANT_PREFILL):  # the layers in C++
                 layout = keys
                 if layout is None and attention_mask is not None:
                     layout = self._layout(input_ids.shape, attention_mask, context)
