@@ -188,6 +188,10 @@ class BatchedTarget:
     def _tree_tokens(self, trees: Sequence[DraftTree], min_width: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """`_tree_inputs`'s tokens [B, T] and positions [B, T]."""
         width = max(max(tree.num_nodes for tree in trees), 2 if self.padded else min_width)
+        if len(trees) == 1 and trees[0].num_nodes == width:  # one row, no padding: no tensor ops per row
+            tree, start = trees[0], self.lengths[0]
+            positions = [start + len(line) - 1 for line in tree.ancestor_lines]  # a node's depth: its line less one
+            return tree.tokens[None], torch.tensor([positions], device=self.device)
         starts = self.layout.starts
         tokens = torch.zeros(len(trees), width, dtype=torch.int64)  # [B, T]
         positions = starts[:, None].repeat(1, width)  # [B, T]; padding sits at the row's next position

@@ -255,6 +255,13 @@ class TargetModel:
         keys: where each row reads its keys, from a caller that has the trees (for passes that run fused,
         `runs_fused`, instead of attention_mask; any other pass refuses it).
         """
+        if self._fused is not None:  # the layers in C++, the model's attention setting untouched
+            choice = self.attention.choose(context, input_ids.numel(), prefill=last_only)
+            if choice in (INVARIANT, INVARIANT_PREFILL):
+                layout = keys
+                if layout is None and attention_mask is not None:
+                    layout = self._layout(input_ids.shape, attention_mask, context)
+                return self._fused.run(input_ids, position_ids, layout, cache, context, last_only, capture)
         inputs = dict(
             input_ids=input_ids,
             position_ids=position_ids,
@@ -263,11 +270,6 @@ class TargetModel:
             use_cache=True,
         )
         with self._attention_for(context, input_ids.numel(), prefill=last_only) as choice:
-            if self._fused is not None and choice in (INVARIANT, INVARIANT_PREFILL):  # the layers in C++
-                layout = keys
-                if layout is None and attention_mask is not None:
-                    layout = self._layout(input_ids.shape, attention_mask, context)
-                return self._fused.run(input_ids, position_ids, layout, cache, context, last_only, capture)
             if keys is not None:
                 raise ValueError(f"key sequences are for fused passes; this one runs {choice!r} attention")
             if choice == INVARIANT:  # where each row reads its keys: once per pass, not per layer
