@@ -10,17 +10,17 @@ at::Tensor nop(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos
                const at::Tensor& tail, const at::Tensor& count, int64_t heads, int64_t kv_heads, double eps, double scale) {
   return hidden;
 }
-TORCH_LIBRARY(s7nop, m) {
+TORCH_LIBRARY(specdec_dispatch, m) {
   m.def("nop(Tensor hidden, Tensor[] weights, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, "
         "Tensor write, Tensor start, Tensor tail, Tensor count, int heads, int kv_heads, float eps, float scale) -> Tensor");
 }
-TORCH_LIBRARY_IMPL(s7nop, CPU, m) { m.impl("nop", &nop); }
+TORCH_LIBRARY_IMPL(specdec_dispatch, CPU, m) { m.impl("nop", &nop); }
 '''
-load_inline("s7nop", cpp_sources=[src], is_python_module=False, build_directory=tempfile.mkdtemp(), verbose=False)
+load_inline("specdec_dispatch", cpp_sources=[src], is_python_module=False, build_directory=tempfile.mkdtemp(), verbose=False)
 h = torch.zeros(1, 1, 576, dtype=torch.bfloat16)
 w = [torch.zeros(4) for _ in range(15)]
 k = torch.zeros(1, 3, 10, 64); st = torch.zeros(1, 1, dtype=torch.long)
-op = torch.ops.s7nop.nop
+op = torch.ops.specdec_dispatch.nop
 for rnd in range(5):
     s = time.perf_counter()
     for _ in range(3000):
