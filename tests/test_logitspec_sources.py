@@ -12,6 +12,7 @@ same source state is reproducible.
 
 from __future__ import annotations
 
+import dataclasses
 import sysconfig
 from pathlib import Path
 from types import SimpleNamespace
@@ -162,3 +163,21 @@ def test_draft_trees_stay_within_budget(default_model, prompts, engine):
     name, ids = next(iter(prompts.items()))
     engine.generate(ids, proposer, GenerationConfig(max_new_tokens=8))
     assert seen and all(tree.num_nodes <= 12 for tree in seen)
+
+
+def test_acceptance_rates_carry_from_request_to_request(default_model):
+    """By default a request's proposer learns into the rates its model's earlier requests learned (kept in
+    `loaded.state` per k and state scope); `shared_rates=false`, another k or another scope start afresh."""
+    def built(scope: str = "rates-test", **options) -> LogitSpecProposer:
+        loaded = dataclasses.replace(default_model, state_scope=scope)
+        return LogitSpecConfig(recycle=False, **options).assemble(loaded, CPU_COSTS, None)
+
+    first, second = built(), built()
+    assert first.stats is second.stats
+    key = ("cand", 0, 0)
+    before = second.stats.rate(key)
+    first.stats.update(key, 1.0, 1.0)  # what the first request learned
+    assert second.stats.rate(key) > before
+    assert built(shared_rates=False).stats is not first.stats
+    assert built(k=8).stats is not first.stats
+    assert built(scope="another").stats is not first.stats

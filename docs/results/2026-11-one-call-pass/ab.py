@@ -4,7 +4,7 @@ greedy, after one warm-up generation; one JSON line. SRC picks the source tree (
 each category, 1-based; the first 10 are the reported ones, so A/B runs take 11 onwards). `h`: a digest of
 every generated token, equal across trees when the texts are."""
 import os, sys, time, collections, json, hashlib
-sys.path.insert(0, os.environ.get("SRC", "/work/main/src"))
+sys.path.insert(0, os.environ.get("SRC", "src"))
 from specdec.models import load_model
 from specdec.engine.loop import Engine
 from specdec.engine.generation import GenerationConfig

@@ -31,7 +31,9 @@ declined floor still competes node by node like any other branch.
 
 No prior is fitted on any data (Spec-Bench included): chained rates start at
 Beta(1, 1), "which of n guesses is right" symmetric; all are learned online and
-counterfactually (feature keys and priors: `learn`).
+counterfactually (feature keys and priors: `learn`), and by default carried from
+request to request on the same loaded model (`shared_rates`, kept in `loaded.state`
+as the recycle table is): a request no longer sizes its first trees on the prior.
 
 Options beyond the paper (adaptive only), each a source of nodes weighed by its
 own learned rate: `third`: next-next-next guesses below first-level ones, from
@@ -121,6 +123,8 @@ class LogitSpecConfig:
     third: next-next-next guesses where the index has seen the pair (adaptive only);
     recycle: Token Recycling's successor table as a source (adaptive only: the paper's tree ignores it);
     session: earlier requests on the same loaded model as a source (adaptive only);
+    shared_rates: the acceptance rates learned over earlier requests on the same loaded model (its state scope)
+      carry on, else each request starts from the prior (adaptive only; speed only: drafts never change outputs);
     datastore: a datastore folder consulted when the context has no match (adaptive; server-side);
     costs_dir: cache folder of measured cost curves ("" = ~/.cache/specdec/costs).
     """
@@ -138,6 +142,7 @@ class LogitSpecConfig:
     third: Annotated[bool, option(request=True)] = False
     recycle: Annotated[bool, option(request=True)] = True
     session: Annotated[bool, option(request=True)] = False
+    shared_rates: Annotated[bool, option(request=True)] = True
     datastore: str = ""
     costs_dir: str = ""
 
@@ -176,7 +181,11 @@ class LogitSpecConfig:
         """A proposer from parts made beforehand (the server prepares costs and the datastore at startup)."""
         recycle = self.recycle and self.adaptive
         sources = Sources.for_loaded(loaded, recycle, self.session, datastore)
-        return LogitSpecProposer(self, costs, loaded.eos_token_ids, sources)
+        stats = None
+        if self.shared_rates and self.adaptive:  # per k: the prior of "which of k guesses" depends on it
+            key = ("logitspec-rates", self.k, loaded.state_scope)
+            stats = loaded.state.shared(key, lambda: AcceptanceStats(uninformative_prior(self.k)))
+        return LogitSpecProposer(self, costs, loaded.eos_token_ids, sources, stats)
 
 
 class LogitSpecProposer(ProposerBase):
@@ -189,14 +198,16 @@ class LogitSpecProposer(ProposerBase):
         costs: CostModel | None = None,
         eos_token_ids: tuple[int, ...] = (),
         sources: Sources | None = None,
+        stats: AcceptanceStats | None = None,
     ) -> None:
+        """stats: acceptance rates to learn into (shared across requests: `LogitSpecConfig.assemble`), else new."""
         if config.adaptive and costs is None:
             raise ValueError("adaptive LogitSpec needs a cost model (LogitSpecConfig.build measures one)")
         self.config = config
         self.costs = costs.table(config.budget) if costs is not None else []
         self.eos_token_ids = frozenset(eos_token_ids)
         self.sources = sources or Sources()
-        self.stats = AcceptanceStats(uninformative_prior(config.k))
+        self.stats = stats if stats is not None else AcceptanceStats(uninformative_prior(config.k))
         self.index = NGramIndex(config.max_ngram, config.prefer)
         self.pld = PLDProposer(PLDConfig(), eos_token_ids)  # the floor: exactly pld's chain
         self.feed = SessionFeed(self.sources.session) if self.sources.session is not None else None
