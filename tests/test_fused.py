@@ -247,3 +247,18 @@ def test_rotary_angles_of_a_position_do_not_depend_on_the_pass():
             assert torch.allclose(ours.float(), theirs[0, 0].float(), atol=1e-2, rtol=0)
     two_rows = fused.angles(hidden, torch.tensor([[3, 4], [700, 3]]))[0]
     assert torch.equal(two_rows[1, 1], cos[0, 0]) and torch.equal(two_rows[1, 0], cos[0, 3])
+
+
+@needs_kernel
+def test_one_call_refuses_a_wrong_final_norm_before_any_layer_writes():
+    fused = FusedDecoder(packed_view(tiny_qwen2_64(), int4=True))
+    hidden = torch.randn(1, 3, fused.norm_weight.numel()).to(torch.bfloat16)
+    cos, sin = fused.angles(hidden, torch.arange(3)[None])
+    caches = [torch.zeros(1, fused.kv_heads, 8, fused.dim, dtype=torch.bfloat16) for _ in fused.layers]
+    writes = [torch.tensor([0]) for _ in fused.layers]
+    with pytest.raises(RuntimeError, match="final norm"):
+        torch.ops.specdec_layer.decoder_pass(
+            hidden, fused.weights, fused.sizes, cos, sin, caches, caches, writes, torch.arange(1, 4)[None],
+            torch.zeros(1, 3, 0, dtype=torch.int64), torch.zeros(1, 3, dtype=torch.int64), fused.heads,
+            fused.kv_heads, fused.eps, fused.scale, fused.norm_weight[:-1].contiguous(), fused.norm_eps)
+    assert all(not cache.any() for cache in caches)

@@ -228,6 +228,9 @@ at::Tensor decoder_pass(const at::Tensor& hidden, at::TensorList weights, at::In
   for (int64_t size : sizes) used += size;
   TORCH_CHECK(used == static_cast<int64_t>(weights.size()), "decoder_pass: the sizes sum to ", used, " weights, got ",
               weights.size());
+  const int64_t H = hidden.dim() == 3 ? hidden.size(2) : -1;  // checked before any layer writes the cache
+  TORCH_CHECK(norm.scalar_type() == at::kBFloat16 && norm.is_contiguous() && norm.numel() == H,
+              "decoder_pass: the final norm's weight must be bf16 [", H, "]");
   at::Tensor h = hidden;
   int64_t at = 0;
   for (int64_t i = 0; i < layers; ++i) {
@@ -235,9 +238,7 @@ at::Tensor decoder_pass(const at::Tensor& hidden, at::TensorList weights, at::In
                       kv_heads, eps, scale);
     at += sizes[i];
   }
-  const int64_t H = h.size(2);
-  TORCH_CHECK(norm.scalar_type() == at::kBFloat16 && norm.is_contiguous() && norm.numel() == H,
-              "decoder_pass: the final norm's weight must be bf16 [", H, "]");
+  TORCH_CHECK(h.scalar_type() == at::kBFloat16 && h.is_contiguous(), "decoder_pass: hidden must be contiguous bf16");
   at::Tensor out = at::empty_like(h);
   rms_norm(h.data_ptr<bf16>(), norm.data_ptr<bf16>(), out.data_ptr<bf16>(), h.size(0) * h.size(1), H,
            static_cast<float>(norm_eps));
