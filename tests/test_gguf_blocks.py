@@ -155,3 +155,66 @@ def test_an_int4_view_multiplies_by_the_files_q4_k_weights(tmp_path):
     plain = packed_view(model, int4=True).model.layers[0].mlp.up_proj
     assert plain.scale.dtype == torch.float16
     assert not torch.equal(dequantize_q4(*plain.blocks()), layer.mlp.up_proj.weight)
+
+
+def small_q6_k(rows: int, cols: int, seed: int) -> np.ndarray:
+    """Random Q6_K bytes whose weights stay below ~0.5 (d under 1e-4): a random model's layers stay finite."""
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 256, (rows, cols // 256, gguf_blocks.Q6_K_BYTES), dtype=np.uint8)
+    data[..., 208:] = (rng.random((rows, cols // 256, 1)) * 1e-4).astype(np.float16).view(np.uint8)
+    return data.reshape(rows, -1)
+
+
+def test_q6_k_layers_run_from_the_files_bits_on_the_fused_pass(tmp_path):
+    """Q4_K_M's mix: layer 0's v and down stored as Q6_K, every other tensor Q4_K. The int4 view runs v and
+    down from their own bits (`Q6Linear`, dequantizing to the module's weights bit for bit), q and k as one
+    4-bit product beside v (`Columns`); the fused pass on it computes what transformers' modules on the same
+    view compute, and a prompt's rows get the bits of one-token passes."""
+    from specdec.backends.torch.attention_plan import AttentionPlan
+    from specdec.backends.torch.invariant import kernel_runs_here
+    from specdec.backends.torch.packed import Columns
+    from specdec.backends.torch.q6_k import Q6Linear
+    from specdec.backends.torch.target import TargetModel
+
+    if not (q4_kernel.load_extension() and kernel_runs_here() and q4_kernel.default_activations() == "int8"):
+        pytest.skip("Q6_K layers run on 8-bit activations (AVX-512 VNNI) and the fused pass on AVX-512 BF16")
+    config = Qwen2Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                         num_key_value_heads=2, num_hidden_layers=2, max_position_embeddings=256)
+    torch.manual_seed(5)
+    model = Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
+    tensors = {}
+    for index, (layer, (module_name, tensor)) in enumerate(
+            (layer, item) for layer in range(2) for item in gguf_blocks.LAYER_TENSORS.items()):
+        linear = model.model.layers[layer].get_submodule(module_name)
+        six = layer == 0 and tensor in ("attn_v", "ffn_down")
+        kind = gguf.GGMLQuantizationType.Q6_K if six else Q4_K
+        make = small_q6_k if six else random_q4_k
+        raw = make(linear.out_features, linear.in_features, seed=20 + index)
+        linear.weight.data = dequantized(raw, kind)
+        tensors[f"blk.{layer}.{tensor}.weight"] = (raw, kind)
+    path = tmp_path / "q4_k_m.gguf"
+    write_gguf(path, tensors)
+    view = packed_view(model, int4=True, gguf_path=path)
+    first, second = view.model.layers
+    qkv = first.self_attn.qkv_proj
+    assert isinstance(qkv, Columns) and [type(part) for part in qkv.parts] == [Q4Linear, Q6Linear]
+    assert isinstance(first.mlp.down_proj, Q6Linear) and isinstance(second.mlp.down_proj, Q4Linear)
+    assert isinstance(second.self_attn.qkv_proj, Q4Linear)
+    v, down = qkv.parts[1], first.mlp.down_proj
+    for product, module in ((v, model.model.layers[0].self_attn.v_proj), (down, model.model.layers[0].mlp.down_proj)):
+        assert torch.equal(q4_kernel.dequantize_q8(*product.blocks()), module.weight)
+    plan = AttentionPlan.invariant()
+    fused, unfused = TargetModel(view, attention=plan), TargetModel(view, attention=plan)
+    unfused._fused = None
+    assert fused._fused is not None and fused._fused.parts == [2, 1]
+    prompt = torch.randint(0, 512, (24,), generator=torch.Generator().manual_seed(6))
+    logits = []
+    for target in (fused, unfused):
+        target.reset()
+        logits.append(target.append(prompt).float())
+    ours, theirs = logits
+    assert (ours - theirs).abs().max() <= 0.02 * theirs.abs().max()
+    assert (ours.argmax(-1) == theirs.argmax(-1)).float().mean() >= 0.95
+    fused.reset()
+    singles = torch.cat([fused.append(prompt[t : t + 1]).float() for t in range(len(prompt))])
+    assert torch.equal(singles, ours)

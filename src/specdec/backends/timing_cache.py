@@ -27,7 +27,7 @@ from specdec.backends.torch.packed import is_invariant, pack_of, verify_model
 from specdec.choices import BACKENDS
 from specdec.models import LoadedModel, machine_fingerprint
 
-FORMAT_VERSION = 13  # 13: exact torch passes run every layer and the final norm in one C++ call; 12: sizes timed ascending and descending in turn, exact torch passes through a batch row; 11: Q6_K heads multiplied from their own 6-bit bits; 10: Q6_K heads take 8-bit activations (a scale per 16); 9: tree attention multiplies bf16 probabilities into the values (vdpbf16ps); 8: int4 products take 8-bit activations where the CPU has AVX-512 VNNI; 7: one-token steps on the fused layer run one row, Q6_K heads on the 8-bit kernel; 6: exact int4 passes run one C++ call per decoder layer, timed on the invariant plan; 5: int4 views run a GGUF's Q8_0 head on the block kernel; 4: q, k and v fused
+FORMAT_VERSION = 14  # 14: a GGUF's Q6_K decoder tensors run from their own bits (were re-quantized to 4 bits); 13: exact torch passes run every layer and the final norm in one C++ call; 12: sizes timed ascending and descending in turn, exact torch passes through a batch row; 11: Q6_K heads multiplied from their own 6-bit bits; 10: Q6_K heads take 8-bit activations (a scale per 16); 9: tree attention multiplies bf16 probabilities into the values (vdpbf16ps); 8: int4 products take 8-bit activations where the CPU has AVX-512 VNNI; 7: one-token steps on the fused layer run one row, Q6_K heads on the 8-bit kernel; 6: exact int4 passes run one C++ call per decoder layer, timed on the invariant plan; 5: int4 views run a GGUF's Q8_0 head on the block kernel; 4: q, k and v fused
 BUSY_CPU_SHARE = 0.85  # see `contended`
 
 

@@ -9,7 +9,8 @@ dispatch from Python per layer was itself a measurable share of a small model's 
 has the measurements).
 
 `FusedDecoder.of(model)` takes a packed int4 view (`specdec.backends.torch.packed.packed_view`) whose
-decoder layers all run on specdec's block kernel and whose attention runs specdec's tree-attention
+decoder layers all run on specdec's block kernels (4-bit blocks; a GGUF's Q6_K tensors on their own bits,
+a qkv projection then as two products side by side) and whose attention runs specdec's tree-attention
 kernel (bf16, heads of 64 or 128, a CPU with AVX-512 BF16); anything else gets None and keeps transformers'
 forward. `TargetModel.run` uses it for exact passes (the invariant attention plan): prompt chunks,
 one-token steps, trees and batched rows alike, so every pass of a generation runs the same arithmetic.
@@ -37,6 +38,7 @@ from transformers.cache_utils import Cache
 
 from specdec.backends.torch.invariant import KERNEL_DIMS, Layout, kernel_runs_here
 from specdec.backends.torch.q4_kernel import Q4Linear
+from specdec.backends.torch.q6_k import Q6Linear
 from specdec.tree import DraftTree
 
 MODEL_TYPES = frozenset({"llama", "mistral", "qwen2"})  # decoder layers of exactly the C++ file's form
@@ -70,36 +72,57 @@ def why_not(model: torch.nn.Module) -> str | None:
         attention, mlp = layer.self_attn, layer.mlp
         if getattr(attention, "head_dim", None) not in KERNEL_DIMS:
             return f"heads of {getattr(attention, 'head_dim', None)}, the attention kernel takes {KERNEL_DIMS}"
-        linears = [getattr(attention, "qkv_proj", None), attention.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
-        if not all(isinstance(linear, Q4Linear) for linear in linears):
+        linears = [*_parts(getattr(attention, "qkv_proj", None)), attention.o_proj, mlp.gate_proj, mlp.up_proj,
+                   mlp.down_proj]
+        if not all(isinstance(linear, (Q4Linear, Q6Linear)) for linear in linears):
             return "not every decoder product runs on specdec's 4-bit kernel (pack='int4' in bf16)"
-        if any(linear.bias is not None for linear in linears[1:]):
+        if any(linear.bias is not None for linear in linears[-4:]):
             return "a bias on o, gate, up or down"
         if getattr(attention, "sliding_window", None) is not None:
             return "sliding-window attention"
     return None
 
 
-def _weights(layer: torch.nn.Module) -> list[torch.Tensor]:
-    """The tensors `decoder_layer` reads, in its order: 15 with gate and up joined (`_join`), else 18."""
+def _parts(qkv: torch.nn.Module | None) -> list[torch.nn.Module | None]:
+    """The products a qkv projection runs: `Columns`' parts (q and k apart from a Q6_K v), else itself."""
+    return list(qkv.parts) if hasattr(qkv, "parts") else [qkv]
+
+
+def _blocks(linear: Q4Linear | Q6Linear) -> list[torch.Tensor]:
+    """A product's three tensors as `decoder_layer` reads them (it tells Q6_K's apart by qs's shape)."""
+    if isinstance(linear, Q6Linear):
+        return [linear.qs, linear.sub, linear.d]
+    return [linear.qs, linear.scale, linear.minimum]
+
+
+def _weights(layer: torch.nn.Module) -> tuple[list[torch.Tensor], int]:
+    """The tensors `decoder_layer` reads, in its order, and how many products the qkv projection runs (P):
+    3P + 12 tensors with gate and up joined (`_join`), else 3P + 15."""
     attention, mlp = layer.self_attn, layer.mlp
-    qkv = attention.qkv_proj
-    bias = _NO_BIAS if qkv.bias is None else qkv.bias.to(torch.bfloat16).contiguous()
+    parts = _parts(attention.qkv_proj)
+    biases = [part.bias for part in parts]
+    if all(b is None for b in biases):
+        bias = _NO_BIAS
+    else:
+        bias = torch.cat([torch.zeros(p.out_features) if b is None else b for p, b in zip(parts, biases, strict=True)])
+        bias = bias.to(torch.bfloat16).contiguous()
     joined = _join(mlp.gate_proj, mlp.up_proj)
     down = mlp.down_proj
-    blocks = [*joined, down.qs, down.scale, down.minimum] if joined else [
-        t for p in (mlp.gate_proj, mlp.up_proj, down) for t in (p.qs, p.scale, p.minimum)]
-    out = attention.o_proj
-    return [layer.input_layernorm.weight, qkv.qs, qkv.scale, qkv.minimum, bias, out.qs, out.scale, out.minimum,
-            layer.post_attention_layernorm.weight, *blocks]
+    products = [*joined, *_blocks(down)] if joined else [
+        t for p in (mlp.gate_proj, mlp.up_proj, down) for t in _blocks(p)]
+    qkv = [t for part in parts for t in _blocks(part)]
+    return [layer.input_layernorm.weight, *qkv, bias, *_blocks(attention.o_proj),
+            layer.post_attention_layernorm.weight, *products], len(parts)
 
 
-def _join(gate: Q4Linear, up: Q4Linear) -> list[torch.Tensor] | None:
+def _join(gate: Q4Linear | Q6Linear, up: Q4Linear | Q6Linear) -> list[torch.Tensor] | None:
     """gate's and up's blocks as one product's (gate's columns first), or None where their forms differ.
 
     Each output column is reduced alone in either form of the kernel, so the joined product's columns are
     the two products' bits. The layers' own tensors become views of the joined ones: no second copy, and a
     second fused pass over the same model (another target) finds them joined already."""
+    if not (isinstance(gate, Q4Linear) and isinstance(up, Q4Linear)):
+        return None
     names = ("qs", "scale", "minimum")
     pairs = [(getattr(gate, name), getattr(up, name)) for name in names]
     if any(a.dtype != b.dtype or a.shape[1:] != b.shape[1:] for a, b in pairs):
@@ -155,7 +178,7 @@ class FusedDecoder:
         decoder = model.get_decoder()
         self.embed, self.rotary, self.norm = decoder.embed_tokens, decoder.rotary_emb, decoder.norm
         self.head = model.get_output_embeddings()
-        self.layers = [_weights(layer) for layer in decoder.layers]
+        self.layers, self.parts = (list(part) for part in zip(*(_weights(layer) for layer in decoder.layers), strict=True))
         first = decoder.layers[0]
         self.eps = float(first.input_layernorm.variance_epsilon)
         attention = first.self_attn
@@ -206,18 +229,19 @@ class FusedDecoder:
         if not capture:
             keys, values, writes = (list(part) for part in zip(*claims, strict=True))
             hidden = torch.ops.specdec_layer.decoder_pass(
-                hidden, self.weights, self.sizes, cos, sin, keys, values, writes, starts, tail, counts, self.heads,
+                hidden, self.weights, self.sizes, self.parts, cos, sin, keys, values, writes, starts, tail, counts, self.heads,
                 self.kv_heads, self.eps, self.scale, self.norm_weight, self.norm_eps)
             return self.head(hidden[:, -1:] if last_only else hidden), None
         wanted = {index % (len(self.layers) + 1) for index in capture}
         states = {}
-        for index, (weights, (keys, values, write)) in enumerate(zip(self.layers, claims, strict=True)):
+        for index, (weights, parts, (keys, values, write)) in enumerate(zip(self.layers, self.parts, claims, strict=True)):
             if index in wanted:
                 states[index] = hidden
             hidden = torch.ops.specdec_layer.decoder_layer(hidden, weights, cos, sin, keys, values, write, starts,
-                                                           tail, counts, self.heads, self.kv_heads, self.eps, self.scale)
+                                                           tail, counts, self.heads, self.kv_heads, self.eps, self.scale,
+                                                           parts)
         hidden = torch.ops.specdec_layer.decoder_pass(
-            hidden, [], [], cos, sin, [], [], [], starts, tail, counts, self.heads, self.kv_heads, self.eps,
+            hidden, [], [], [], cos, sin, [], [], [], starts, tail, counts, self.heads, self.kv_heads, self.eps,
             self.scale, self.norm_weight, self.norm_eps)  # no layers: the final norm alone, as above
         states[len(self.layers)] = hidden
         features = torch.cat([states[i % (len(self.layers) + 1)] for i in capture], -1)

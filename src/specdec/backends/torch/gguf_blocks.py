@@ -11,7 +11,10 @@ blocks with an fp32 scale per 16 weights (d * sub-scale): both hold its exact va
 
 The decoder's layers under `pack="int4"` are Q4_1 blocks; where the file stores a layer as Q4_K (Q4_K_M
 files' usual type), `FileBlocks.q4` takes its blocks as they are (each 32 weights' d * scale and
--dmin * min, exact in fp32) instead of re-quantizing the dequantized weights, which moves them.
+-dmin * min, exact in fp32) instead of re-quantizing the dequantized weights, which moves them; where it
+stores one as Q6_K (Q4_K_M files' `attn_v` and `ffn_down` in about half the layers), `FileBlocks.q6` runs
+it from its own bits as the head does, so the view holds the file's weights and reads the bytes
+llama.cpp reads.
 
 Invariants:
 - a block layer is used only when its dequantized weights equal, bit for bit, the module it stands
@@ -150,6 +153,20 @@ class FileBlocks:
             return None
         return tuple(torch.cat(items) for items in zip(*parts, strict=True))  # type: ignore[return-value]
 
+    def kind(self, name: str | None) -> str | None:
+        """The named tensor's type in the file ('Q4_K', 'Q6_K', ...), or None where the file has no such tensor."""
+        tensor = self.tensors.get(name) if name else None
+        return None if tensor is None else tensor.tensor_type.name
+
+    def q6(self, name: str | None, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.nn.Module | None:
+        """The named Q6_K tensor as `q6_k.Q6Linear` (its own bits, 8-bit activations), or None where it is not
+        Q6_K, the CPU runs no 8-bit activations, the shapes do not fit, or its values are not `weight`'s."""
+        tensor = self.tensors.get(name) if name else None
+        if tensor is None or tensor.tensor_type.name != "Q6_K" or q4_kernel.default_activations() != "int8":
+            return None
+        module, _ = _from_tensor(tensor, weight, bias, name)
+        return module if isinstance(module, q6_k.Q6Linear) else None
+
 
 def _read_tensor(path: Path, names: tuple[str, ...]):  # noqa: ANN202 - a gguf ReaderTensor or None
     tensors = FileBlocks(path).tensors
@@ -168,21 +185,29 @@ def head_q8(gguf_path: Path | None, head: torch.nn.Module) -> tuple[torch.nn.Mod
         tensor = _read_tensor(Path(gguf_path), HEAD_NAMES)
     except Exception as error:  # a file gguf cannot read keeps the bf16 head
         return None, f"{Path(gguf_path).name} could not be read ({type(error).__name__}: {error})"
+    if tensor is None:
+        return None, "the GGUF has no head tensor"
+    return _from_tensor(tensor, weight, getattr(head, "bias", None), "head")
+
+
+def _from_tensor(tensor, weight: torch.Tensor, bias: torch.Tensor | None, what: str  # noqa: ANN001 - a gguf ReaderTensor
+                 ) -> tuple[torch.nn.Module | None, str]:
+    """A Q8_0 or Q6_K tensor holding exactly `weight` [N, K]'s values as a module on the block kernels, or
+    (None, why not); `what` names the tensor in the reasons."""
     rows, cols = weight.shape
-    kind = None if tensor is None else tensor.tensor_type.name
+    kind = tensor.tensor_type.name
     if kind not in ("Q8_0", "Q6_K") or cols % (256 if kind == "Q6_K" else q4_kernel.BLOCK):
-        return None, f"the GGUF's head is {kind}, not Q8_0 or Q6_K"
+        return None, f"the GGUF's {what} is {kind}, not Q8_0 or Q6_K"
     width = cols // 256 * Q6_K_BYTES if kind == "Q6_K" else cols // q4_kernel.BLOCK * Q8_0_BYTES
     if tuple(tensor.data.shape) != (rows, width):
-        return None, f"the GGUF's head is {tuple(tensor.data.shape)} bytes, the model's {rows} x {cols}"
+        return None, f"the GGUF's {what} is {tuple(tensor.data.shape)} bytes, the model's {rows} x {cols}"
     if kind == "Q8_0":
         qs, scale = q8_0_blocks(tensor.data, rows, cols)
     else:
         qs, sub, d = q6_k_blocks(tensor.data, rows, cols)
         scale = q6_k.scales(sub, d)
     if not torch.equal(q4_kernel.dequantize_q8(qs, scale), weight):
-        return None, "the GGUF's head blocks are not the model's head weights"
-    bias = getattr(head, "bias", None)
+        return None, f"the GGUF's {what} blocks are not the model's {what} weights"
     if kind == "Q6_K" and rows % q4_i8.GROUP == 0 and q4_kernel.default_activations() == "int8":
         return q6_k.Q6Linear(qs, sub, d, bias), ""  # the file's own bits, the 8-bit form's arithmetic
     return q4_kernel.Q8Linear(qs, scale, bias), ""

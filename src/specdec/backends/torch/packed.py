@@ -124,6 +124,59 @@ class PackedLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, packed"
 
 
+class Columns(torch.nn.Module):
+    """Products whose outputs, side by side, are one product's columns: q and k on 4-bit blocks and v on a
+    GGUF's own Q6_K bits, where the file stores them in two types. Each output column is its own dot
+    product in every kernel here, so the columns are those of one product over the stacked weights."""
+
+    def __init__(self, parts: list[torch.nn.Module]) -> None:
+        super().__init__()
+        self.parts = torch.nn.ModuleList(parts)
+        self.in_features = parts[0].in_features
+        self.out_features = sum(part.out_features for part in parts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., in_features] -> [..., out_features]."""
+        return torch.cat([part(x) for part in self.parts], -1)
+
+
+def _int4_products(linears: list[torch.nn.Linear], names: list[str | None], file: FileBlocks | None) -> torch.nn.Module:
+    """The stacked product of `linears` in 4 bits (the file's Q4_K blocks where it has them), except that
+    each the file stores as Q6_K runs from its own bits: one product, or `Columns` of the runs."""
+    parts: list[torch.nn.Module] = []
+    run: list[int] = []
+
+    def close_run() -> None:
+        if run:
+            stacked = _stacked([linears[i] for i in run])
+            parts.append(int4_linear(stacked, file.q4([names[i] for i in run], stacked.weight) if file else None))
+            run.clear()
+
+    for index, linear in enumerate(linears):
+        six = file.q6(names[index], linear.weight, linear.bias) if file is not None else None
+        if six is None:
+            run.append(index)
+            continue
+        close_run()
+        parts.append(six)
+    close_run()
+    return parts[0] if len(parts) == 1 else Columns(parts)
+
+
+def _stacked(linears: list[torch.nn.Linear]) -> torch.nn.Linear:
+    """One Linear whose rows are `linears`' rows in order (a new weight; `linears` unchanged)."""
+    if len(linears) == 1:
+        return linears[0]
+    first = linears[0]
+    fused = torch.nn.Linear(first.in_features, sum(p.out_features for p in linears), bias=first.bias is not None,
+                            dtype=first.weight.dtype, device=first.weight.device)
+    with torch.no_grad():
+        fused.weight.copy_(torch.cat([p.weight for p in linears]))
+        if fused.bias is not None:
+            fused.bias.copy_(torch.cat([p.bias for p in linears]))
+    return fused
+
+
 # Attention classes whose forward is exactly: q, k, v projections, rotary, cache update, the registered
 # attention function, o_proj (what `FusedQKVAttention.forward` does with one product for q, k and v).
 FUSABLE_ATTENTION = frozenset({"LlamaAttention", "MistralAttention", "Qwen2Attention"})
@@ -151,19 +204,13 @@ class FusedQKVAttention(torch.nn.Module):
         for name in ("config", "layer_idx", "head_dim", "scaling", "num_key_value_groups", "is_causal"):
             setattr(self, name, getattr(attention, name))
         self.sliding_window = getattr(attention, "sliding_window", None)
-        projections = (attention.q_proj, attention.k_proj, attention.v_proj)
+        projections = [attention.q_proj, attention.k_proj, attention.v_proj]
         self.sizes = [p.out_features for p in projections]
-        fused = torch.nn.Linear(projections[0].in_features, sum(self.sizes), bias=projections[0].bias is not None,
-                                dtype=projections[0].weight.dtype, device=projections[0].weight.device)
-        with torch.no_grad():
-            fused.weight.copy_(torch.cat([p.weight for p in projections]))
-            if fused.bias is not None:
-                fused.bias.copy_(torch.cat([p.bias for p in projections]))
         if int4:
             names = [gguf_name(f"layers.{self.layer_idx}.self_attn.{part}_proj") for part in "qkv"]
-            self.qkv_proj = int4_linear(fused, file.q4(names, fused.weight) if file is not None else None)
+            self.qkv_proj = _int4_products(projections, names, file)
         else:
-            self.qkv_proj = PackedLinear(fused, min_rows)
+            self.qkv_proj = PackedLinear(_stacked(projections), min_rows)
         self.o_proj = attention.o_proj
 
     def forward(self, hidden_states, position_embeddings, attention_mask, past_key_values=None, **kwargs):
@@ -222,8 +269,8 @@ def packed_view(
     """A copy of `model` sharing its tensors, with the decoder's Linear layers (and a bf16 head) packed,
     each product run over at least `min_rows` rows; int4: the decoder's Linear layers in 4-bit groups
     instead (`specdec.backends.torch.int4`; min_rows does not apply to them: their rows are computed alone),
-    where `gguf_path` (the file `model` came from) stores a layer as Q4_K its own blocks, and the head on the
-    file's own Q8_0 or Q6_K blocks where it has them."""
+    where `gguf_path` (the file `model` came from) stores a layer as Q4_K its own blocks, as Q6_K its own bits
+    (`gguf_blocks.FileBlocks.q6`), and the head on the file's own Q8_0 or Q6_K blocks where it has them."""
     tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
     view = copy.deepcopy(model, tensors)  # modules and configs copied, tensors shared
     decoder = view.get_decoder() if hasattr(view, "get_decoder") else view
@@ -241,8 +288,7 @@ def packed_view(
                     setattr(parent, name, PackedLinear(child, min_rows))
                     continue
                 path = f"{paths[id(parent)]}.{name}".lstrip(".")
-                blocks = file.q4([gguf_name(path)], child.weight) if file is not None else None
-                setattr(parent, name, int4_linear(child, blocks))
+                setattr(parent, name, _int4_products([child], [gguf_name(path)], file))
     # The head keeps its weights' precision under int4 too: a GGUF's head is usually of more bits than its
     # layers (the bundled model's: Q8_0, which 4 bits would move by up to 5% of its largest weight).
     blocks = head_q8(gguf_path, head)[0] if int4 and head is not None else None

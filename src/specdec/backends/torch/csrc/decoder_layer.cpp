@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "kernels.h"
 
@@ -34,9 +35,11 @@ namespace {
 
 using bf16 = c10::BFloat16;
 constexpr int64_t kGrain = 8;     // rows per task of the row-wise steps: one-token passes stay on one thread
-// Per layer: norm, qkv (qs, scale, minimum, bias), o (3), norm, then gate, up, down (3 each: kWeights) or gate
-// and up as one product, gate's columns first (kJoined: one quantization of x and one thread split fewer).
-constexpr int64_t kWeights = 18, kJoined = 15;
+// Per layer: norm, qkv as P products of 3 tensors each (their outputs are q, k and v's columns in order: P > 1
+// where the file stores v in another type than q and k), the qkv bias, o (3), norm, then gate, up, down (3
+// each: kWeights) or gate and up as one product, gate's columns first (kJoined: one quantization of x and one
+// thread split fewer). A product is Q4 blocks (q4_linear) or, with qs [N/16, K/32, 384], Q6_K's (q6_linear).
+constexpr int64_t kWeights = 18, kJoined = 15;  // with P = 1; each further qkv part adds 3
 
 SPECDEC_AVX512 inline __mmask16 first(int64_t n) {  // the lanes of the first min(n, 16) values
   return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
@@ -142,16 +145,39 @@ void place(const Shape& s, const bf16* qkv, const bf16* cos, const bf16* sin, bf
 // A product's output size: qs is [N, K/2] (bf16 form) or [N/16, K/32, 256] (8-bit-activation form).
 int64_t outputs(const at::Tensor& qs) { return qs.dim() == 3 ? 16 * qs.size(0) : qs.size(0); }
 
+constexpr int64_t kQ6Bytes = 384;  // a Q6_K product's bytes per 16 columns and block of 32 (q6_k.py's layout)
+
+bool is_q6(const at::Tensor& qs) { return qs.dim() == 3 && qs.size(2) == kQ6Bytes; }
+
 at::Tensor product(const at::Tensor& x, at::TensorList w, int64_t first) {
+  if (is_q6(w[first])) return specdec::q6_linear(x, w[first], w[first + 1], w[first + 2], std::nullopt);
   return specdec::q4_linear(x, w[first], w[first + 1], w[first + 2], std::nullopt);
 }
 
+// parts products from w[first], their outputs side by side: each output column is reduced alone in every
+// form of the kernels, so the columns are those of one product over the stacked weights.
+at::Tensor products(const at::Tensor& x, at::TensorList w, int64_t first, int64_t parts) {
+  if (parts == 1) return product(x, w, first);
+  std::vector<at::Tensor> outs;
+  for (int64_t p = 0; p < parts; ++p) outs.push_back(product(x, w, first + 3 * p));
+  return at::cat(outs, 1);
+}
+
+int64_t outputs_of(at::TensorList w, int64_t first, int64_t parts) {
+  int64_t n = 0;
+  for (int64_t p = 0; p < parts; ++p) n += outputs(w[first + 3 * p]);
+  return n;
+}
+
 void check(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, const at::Tensor& sin,
-           const at::Tensor& keys, const at::Tensor& values, const at::Tensor& write, int64_t heads, int64_t kv_heads) {
+           const at::Tensor& keys, const at::Tensor& values, const at::Tensor& write, int64_t heads, int64_t kv_heads,
+           int64_t parts) {
   TORCH_CHECK(hidden.dim() == 3 && hidden.scalar_type() == at::kBFloat16 && hidden.is_contiguous() &&
                   hidden.device().is_cpu(), "decoder_layer: hidden must be contiguous bf16 [B, T, H] on the CPU");
-  TORCH_CHECK(static_cast<int64_t>(w.size()) == kWeights || static_cast<int64_t>(w.size()) == kJoined,
-              "decoder_layer: expected ", kWeights, " or ", kJoined, " weights, got ", w.size());
+  TORCH_CHECK(parts >= 1, "decoder_layer: the qkv product needs at least one part, got ", parts);
+  const int64_t extra = 3 * (parts - 1), count = static_cast<int64_t>(w.size());
+  TORCH_CHECK(count == kWeights + extra || count == kJoined + extra, "decoder_layer: expected ", kWeights + extra,
+              " or ", kJoined + extra, " weights for ", parts, " qkv parts, got ", w.size());
   const int64_t B = hidden.size(0), T = hidden.size(1), dim = keys.size(3);
   TORCH_CHECK(keys.dim() == 4 && keys.sizes() == values.sizes() && keys.strides() == values.strides() &&
                   keys.scalar_type() == at::kBFloat16 && values.scalar_type() == at::kBFloat16 && keys.size(0) >= B &&
@@ -162,11 +188,13 @@ void check(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, co
                     t->sizes() == at::IntArrayRef({B, T, dim}), "decoder_layer: cos and sin must be bf16 [B, T, D]");
   TORCH_CHECK(write.scalar_type() == at::kLong && write.is_contiguous() && write.numel() >= B,
               "decoder_layer: write must be int64 [B]");
-  TORCH_CHECK(static_cast<int64_t>(w.size()) == kWeights || outputs(w[9]) % 2 == 0,
+  TORCH_CHECK(count == kWeights + extra || outputs(w[9 + extra]) % 2 == 0,
               "decoder_layer: a joined gate and up product must have an even number of outputs");
-  TORCH_CHECK(heads % kv_heads == 0 && outputs(w[1]) == (heads + 2 * kv_heads) * dim,
+  const int64_t width = outputs_of(w, 1, parts);
+  TORCH_CHECK(heads % kv_heads == 0 && width == (heads + 2 * kv_heads) * dim,
               "decoder_layer: the qkv weight must have (heads + 2 * kv_heads) * D outputs");
-  TORCH_CHECK(w[4].numel() == 0 || (w[4].scalar_type() == at::kBFloat16 && w[4].numel() == outputs(w[1])),
+  const at::Tensor& bias = w[4 + extra];
+  TORCH_CHECK(bias.numel() == 0 || (bias.scalar_type() == at::kBFloat16 && bias.numel() == width),
               "decoder_layer: the qkv bias must be empty or bf16 [outputs]");
   const int64_t* slots = write.data_ptr<int64_t>();
   for (int64_t b = 0; b < B; ++b)
@@ -176,30 +204,32 @@ void check(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, co
 at::Tensor decoder_layer(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, const at::Tensor& sin,
                          const at::Tensor& keys, const at::Tensor& values, const at::Tensor& write,
                          const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, int64_t heads,
-                         int64_t kv_heads, double eps, double scale) {
-  check(hidden, w, cos, sin, keys, values, write, heads, kv_heads);
+                         int64_t kv_heads, double eps, double scale, int64_t parts) {
+  check(hidden, w, cos, sin, keys, values, write, heads, kv_heads, parts);
+  const int64_t extra = 3 * (parts - 1);  // past the qkv products every index moves by their extra tensors
   const Shape s{hidden.size(0), hidden.size(1), hidden.size(2), heads, kv_heads, keys.size(3)};
   const int64_t R = s.B * s.T;
   const float e = static_cast<float>(eps);
   const at::Tensor h = hidden.view({R, s.H});
   at::Tensor x = at::empty({R, s.H}, hidden.options());
   rms_norm(h.data_ptr<bf16>(), w[0].data_ptr<bf16>(), x.data_ptr<bf16>(), R, s.H, e);
-  at::Tensor qkv = product(x, w, 1);
-  if (w[4].numel()) {
+  at::Tensor qkv = products(x, w, 1, parts);
+  const at::Tensor& bias = w[4 + extra];
+  if (bias.numel()) {
     const int64_t width = qkv.size(1);
-    for (int64_t r = 0; r < R; ++r) add(qkv.data_ptr<bf16>() + r * width, w[4].data_ptr<bf16>(), qkv.data_ptr<bf16>() + r * width, width);
+    for (int64_t r = 0; r < R; ++r) add(qkv.data_ptr<bf16>() + r * width, bias.data_ptr<bf16>(), qkv.data_ptr<bf16>() + r * width, width);
   }
   at::Tensor query = at::empty({s.B, heads, s.T, s.dim}, hidden.options());
   place(s, qkv.data_ptr<bf16>(), cos.data_ptr<bf16>(), sin.data_ptr<bf16>(), query.data_ptr<bf16>(), keys, values,
         write.data_ptr<int64_t>());
   const at::Tensor attended = specdec::tree_attention(query, keys.narrow(0, 0, s.B), values.narrow(0, 0, s.B), start,
                                                       tail, count, scale);
-  at::Tensor mid = product(attended.view({R, heads * s.dim}), w, 5);
+  at::Tensor mid = product(attended.view({R, heads * s.dim}), w, 5 + extra);
   add(h.data_ptr<bf16>(), mid.data_ptr<bf16>(), mid.data_ptr<bf16>(), R * s.H);
-  rms_norm(mid.data_ptr<bf16>(), w[8].data_ptr<bf16>(), x.data_ptr<bf16>(), R, s.H, e);
-  const bool joined = static_cast<int64_t>(w.size()) == kJoined;
-  const at::Tensor gate = product(x, w, 9);  // joined: [R, 2 * inner], gate's columns then up's
-  const at::Tensor up = joined ? gate : product(x, w, 12);
+  rms_norm(mid.data_ptr<bf16>(), w[8 + extra].data_ptr<bf16>(), x.data_ptr<bf16>(), R, s.H, e);
+  const bool joined = static_cast<int64_t>(w.size()) == kJoined + extra;
+  const at::Tensor gate = product(x, w, 9 + extra);  // joined: [R, 2 * inner], gate's columns then up's
+  const at::Tensor up = joined ? gate : product(x, w, 12 + extra);
   const int64_t inner = joined ? gate.size(1) / 2 : gate.size(1), stride = gate.size(1), offset = joined ? inner : 0;
   at::Tensor act = at::empty({R, inner}, hidden.options());
   at::parallel_for(0, R, kGrain, [&](int64_t begin, int64_t end) {
@@ -207,7 +237,7 @@ at::Tensor decoder_layer(const at::Tensor& hidden, at::TensorList w, const at::T
       silu_mul(gate.data_ptr<bf16>() + r * stride, up.data_ptr<bf16>() + r * stride + offset,
                act.data_ptr<bf16>() + r * inner, inner);
   });
-  at::Tensor out = product(act, w, joined ? 12 : 15);
+  at::Tensor out = product(act, w, (joined ? 12 : 15) + extra);
   add(mid.data_ptr<bf16>(), out.data_ptr<bf16>(), out.data_ptr<bf16>(), R * s.H);
   return out.view({s.B, s.T, s.H});
 }
@@ -216,14 +246,15 @@ at::Tensor decoder_layer(const at::Tensor& hidden, at::TensorList w, const at::T
 // keys[i], values[i] at write[i]'s slots; the result is norm(h) * w_norm. The layers' steps are `decoder_layer`'s
 // (the same bits); what it spares is a Python call and a dispatch per layer, a measurable share of a small
 // model's step (docs/benchmarks.md).
-at::Tensor decoder_pass(const at::Tensor& hidden, at::TensorList weights, at::IntArrayRef sizes, const at::Tensor& cos,
+at::Tensor decoder_pass(const at::Tensor& hidden, at::TensorList weights, at::IntArrayRef sizes, at::IntArrayRef parts,
+                        const at::Tensor& cos,
                         const at::Tensor& sin, at::TensorList keys, at::TensorList values, at::TensorList write,
                         const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, int64_t heads,
                         int64_t kv_heads, double eps, double scale, const at::Tensor& norm, double norm_eps) {
   const int64_t layers = static_cast<int64_t>(sizes.size());
   TORCH_CHECK(static_cast<int64_t>(keys.size()) == layers && static_cast<int64_t>(values.size()) == layers &&
-                  static_cast<int64_t>(write.size()) == layers,
-              "decoder_pass: one keys, values and write tensor per layer (", layers, " layers)");
+                  static_cast<int64_t>(write.size()) == layers && static_cast<int64_t>(parts.size()) == layers,
+              "decoder_pass: one keys, values, write tensor and qkv part count per layer (", layers, " layers)");
   int64_t used = 0;
   for (int64_t size : sizes) used += size;
   TORCH_CHECK(used == static_cast<int64_t>(weights.size()), "decoder_pass: the sizes sum to ", used, " weights, got ",
@@ -235,7 +266,7 @@ at::Tensor decoder_pass(const at::Tensor& hidden, at::TensorList weights, at::In
   int64_t at = 0;
   for (int64_t i = 0; i < layers; ++i) {
     h = decoder_layer(h, weights.slice(at, sizes[i]), cos, sin, keys[i], values[i], write[i], start, tail, count, heads,
-                      kv_heads, eps, scale);
+                      kv_heads, eps, scale, parts[i]);
     at += sizes[i];
   }
   TORCH_CHECK(h.scalar_type() == at::kBFloat16 && h.is_contiguous(), "decoder_pass: hidden must be contiguous bf16");
@@ -249,8 +280,9 @@ at::Tensor decoder_pass(const at::Tensor& hidden, at::TensorList weights, at::In
 
 TORCH_LIBRARY(specdec_layer, m) {
   m.def("decoder_layer(Tensor hidden, Tensor[] weights, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, "
-        "Tensor write, Tensor start, Tensor tail, Tensor count, int heads, int kv_heads, float eps, float scale) -> Tensor");
-  m.def("decoder_pass(Tensor hidden, Tensor[] weights, int[] sizes, Tensor cos, Tensor sin, Tensor(a!)[] keys, "
+        "Tensor write, Tensor start, Tensor tail, Tensor count, int heads, int kv_heads, float eps, float scale, "
+        "int parts) -> Tensor");
+  m.def("decoder_pass(Tensor hidden, Tensor[] weights, int[] sizes, int[] parts, Tensor cos, Tensor sin, Tensor(a!)[] keys, "
         "Tensor(b!)[] values, Tensor[] write, Tensor start, Tensor tail, Tensor count, int heads, int kv_heads, "
         "float eps, float scale, Tensor norm, float norm_eps) -> Tensor");
 }
