@@ -218,3 +218,21 @@ def test_q6_k_layers_run_from_the_files_bits_on_the_fused_pass(tmp_path):
     fused.reset()
     singles = torch.cat([fused.append(prompt[t : t + 1]).float() for t in range(len(prompt))])
     assert torch.equal(singles, ours)
+
+
+def test_a_q6_k_layer_without_8_bit_activations_keeps_the_files_values(tmp_path, monkeypatch):
+    """Where the CPU runs no 8-bit activations a Q6_K layer is held as 8-bit blocks with a scale per 16: still
+    the file's values (not re-quantized to 4 bits); a Q4_K tensor or another weight gets None."""
+    if not q4_kernel.load_extension():
+        pytest.skip(q4_kernel.unavailable_reason())
+    raw, q4_raw = small_q6_k(32, 256, seed=7), random_q4_k(32, 256, seed=8)
+    path = tmp_path / "v.gguf"
+    write_gguf(path, {"blk.0.attn_v.weight": (raw, gguf.GGMLQuantizationType.Q6_K), "blk.0.attn_k.weight": (q4_raw, Q4_K)})
+    weight = dequantized(raw, gguf.GGMLQuantizationType.Q6_K)
+    file = gguf_blocks.FileBlocks.of(path)
+    monkeypatch.setattr(q4_kernel, "default_activations", lambda: "bf16")
+    layer = file.q6("blk.0.attn_v.weight", weight)
+    assert isinstance(layer, q4_kernel.Q8Linear)
+    assert torch.equal(q4_kernel.dequantize_q8(*layer.blocks()), weight)
+    assert file.q6("blk.0.attn_k.weight", dequantized(q4_raw)) is None
+    assert file.q6("blk.0.attn_v.weight", weight + 1) is None

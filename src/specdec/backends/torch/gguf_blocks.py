@@ -13,8 +13,8 @@ The decoder's layers under `pack="int4"` are Q4_1 blocks; where the file stores 
 files' usual type), `FileBlocks.q4` takes its blocks as they are (each 32 weights' d * scale and
 -dmin * min, exact in fp32) instead of re-quantizing the dequantized weights, which moves them; where it
 stores one as Q6_K (Q4_K_M files' `attn_v` and `ffn_down` in about half the layers), `FileBlocks.q6` runs
-it from its own bits as the head does, so the view holds the file's weights and reads the bytes
-llama.cpp reads.
+it from its own bits as the head does (or as 8-bit blocks with a scale per 16 where the CPU lacks VNNI),
+so the view holds the file's weights and, with VNNI, reads the bytes llama.cpp reads.
 
 Invariants:
 - a block layer is used only when its dequantized weights equal, bit for bit, the module it stands
@@ -153,19 +153,14 @@ class FileBlocks:
             return None
         return tuple(torch.cat(items) for items in zip(*parts, strict=True))  # type: ignore[return-value]
 
-    def kind(self, name: str | None) -> str | None:
-        """The named tensor's type in the file ('Q4_K', 'Q6_K', ...), or None where the file has no such tensor."""
-        tensor = self.tensors.get(name) if name else None
-        return None if tensor is None else tensor.tensor_type.name
-
     def q6(self, name: str | None, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.nn.Module | None:
-        """The named Q6_K tensor as `q6_k.Q6Linear` (its own bits, 8-bit activations), or None where it is not
-        Q6_K, the CPU runs no 8-bit activations, the shapes do not fit, or its values are not `weight`'s."""
+        """The named Q6_K tensor holding exactly `weight`'s values: `q6_k.Q6Linear` (its own bits, 8-bit
+        activations), else, where the CPU runs no 8-bit activations, `Q8Linear` with a scale per 16; None
+        where it is not Q6_K, the shapes do not fit, or its values are not `weight`'s."""
         tensor = self.tensors.get(name) if name else None
-        if tensor is None or tensor.tensor_type.name != "Q6_K" or q4_kernel.default_activations() != "int8":
+        if tensor is None or tensor.tensor_type.name != "Q6_K" or not q4_kernel.load_extension():
             return None
-        module, _ = _from_tensor(tensor, weight, bias, name)
-        return module if isinstance(module, q6_k.Q6Linear) else None
+        return _from_tensor(tensor, weight, bias, str(name))[0]
 
 
 def _read_tensor(path: Path, names: tuple[str, ...]):  # noqa: ANN202 - a gguf ReaderTensor or None

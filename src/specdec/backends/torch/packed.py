@@ -149,7 +149,7 @@ def _int4_products(linears: list[torch.nn.Linear], names: list[str | None], file
     def close_run() -> None:
         if run:
             stacked = _stacked([linears[i] for i in run])
-            parts.append(int4_linear(stacked, file.q4([names[i] for i in run], stacked.weight) if file else None))
+            parts.append(int4_linear(stacked, file.q4([names[i] for i in run], stacked.weight) if file is not None else None))
             run.clear()
 
     for index, linear in enumerate(linears):
