@@ -66,3 +66,19 @@ def test_reset_keeps_the_buffers_for_the_next_sequence():
     for layer, buffer in zip(cache.layers, buffers, strict=True):
         keys, _ = layer.update(*chunk(2, 6))
         assert layer._key_buffer is buffer and keys.shape[-2] == 2
+
+
+def test_views_follow_claims_and_trims_and_refuse_assignment():
+    """The filled prefixes are made when read: after a claim (the fused pass writes the slots itself) and a
+    trim they span exactly the kept entries of the current buffer; assigning them is refused, since it would
+    bypass the buffer."""
+    layer = PreallocatedLayer(capacity=4)
+    assert layer.keys is None and layer.values is None
+    keys, values, write = layer.claim(1, 2, 8, torch.float32, 6)  # grows past the capacity
+    assert int(write) == 0 and layer.keys.shape == (1, 2, 6, 8) and layer.keys.data_ptr() == keys.data_ptr()
+    keys[..., 5, :] = 1.0
+    assert torch.equal(layer.keys[..., 5, :], torch.ones(1, 2, 8))
+    layer.truncate(3)
+    assert layer.keys.shape == layer.values.shape == (1, 2, 3, 8)
+    with pytest.raises(NotImplementedError, match="views of its buffers"):
+        layer.keys = torch.zeros(1, 2, 3, 8)

@@ -34,13 +34,13 @@ class PreallocatedLayer(DynamicLayer):
     """One full-attention layer's keys and values in a growable preallocated buffer."""
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        self._key_buffer: torch.Tensor | None = None  # before the base's __init__, which reads no view
+        self._value_buffer: torch.Tensor | None = None
         super().__init__()
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.initial_capacity = capacity
         self.length = 0
-        self._key_buffer: torch.Tensor | None = None
-        self._value_buffer: torch.Tensor | None = None
 
     @property
     def capacity(self) -> int:
@@ -51,7 +51,6 @@ class PreallocatedLayer(DynamicLayer):
         self._key_buffer = self._empty(key_states, self.initial_capacity)
         self._value_buffer = self._empty(value_states, self.initial_capacity)
         self.length = 0
-        self._refresh_views()
         self.is_initialized = True
 
     @staticmethod
@@ -59,9 +58,30 @@ class PreallocatedLayer(DynamicLayer):
         batch, heads, _, dim = like.shape
         return torch.empty(batch, heads, capacity, dim, dtype=like.dtype, device=like.device)
 
-    def _refresh_views(self) -> None:
-        self.keys = self._key_buffer[..., : self.length, :]
-        self.values = self._value_buffer[..., : self.length, :]
+    # The filled prefixes, made when read: a fused pass claims and trims every layer each step and never
+    # reads them, and two views a layer a step were a measurable share of a small model's Python.
+    @property
+    def keys(self) -> torch.Tensor | None:
+        return None if self._key_buffer is None else self._key_buffer[..., : self.length, :]
+
+    @keys.setter
+    def keys(self, value: torch.Tensor | None) -> None:
+        self._refuse(value)
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return None if self._value_buffer is None else self._value_buffer[..., : self.length, :]
+
+    @values.setter
+    def values(self, value: torch.Tensor | None) -> None:
+        self._refuse(value)
+
+    @staticmethod
+    def _refuse(value: torch.Tensor | None) -> None:
+        """transformers' base sets None at construction; any other assignment would bypass the buffer."""
+        if value is not None:
+            raise NotImplementedError("PreallocatedLayer's keys and values are views of its buffers: write "
+                                      "through update(), not by assignment")
 
     def _grow(self, needed: int) -> None:
         capacity = max(self.capacity, 1)
@@ -85,7 +105,6 @@ class PreallocatedLayer(DynamicLayer):
         self._key_buffer[..., start:end, :] = key_states
         self._value_buffer[..., start:end, :] = value_states
         self.length = end
-        self._refresh_views()
         return self.keys, self.values
 
     def claim(self, batch: int, kv_heads: int, head_dim: int, dtype: torch.dtype, tokens: int
@@ -100,7 +119,6 @@ class PreallocatedLayer(DynamicLayer):
         if end > self.capacity:
             self._grow(end)
         self.length = end
-        self._refresh_views()
         return self._key_buffer, self._value_buffer, torch.tensor([start])
 
     def get_seq_length(self) -> int:
@@ -111,7 +129,6 @@ class PreallocatedLayer(DynamicLayer):
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot truncate {self.length} entries to {length}")
         self.length = length
-        self._refresh_views()
 
     def crop(self, tokens_to_remove: int) -> None:
         """transformers' convention: a negative count of entries to drop from the end."""
@@ -123,8 +140,6 @@ class PreallocatedLayer(DynamicLayer):
     def reset(self) -> None:
         """Forget the entries but keep the buffers: the next sequence reuses them."""
         self.length = 0
-        if self._key_buffer is not None:
-            self._refresh_views()
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         raise NotImplementedError("PreallocatedLayer holds one batch layout; build a new cache instead")
