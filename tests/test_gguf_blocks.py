@@ -6,6 +6,7 @@ them equal those with the expanded fp32 scales, bit for bit); an int4 view of a 
 file multiplies by the file's weights instead of re-quantizing them (a Q4_K weight re-quantized by Q4_1's
 rule moves); a layer whose file tensors mix Q4_K with another type holds fp32 scales (the Q4_K rows exact,
 the others re-quantized), and one whose blocks are not the module's weights is re-quantized as before.
+Q6_K and Q8_0 layers run from the file's blocks on the 8-bit kernels, in the fused pass too.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from specdec.backends.torch.q4_kernel import Q4Linear, dequantize_q4, pack_q4
 
 gguf = pytest.importorskip("gguf")
 Q4_K = gguf.GGMLQuantizationType.Q4_K
+Q6_K = gguf.GGMLQuantizationType.Q6_K
+Q8_0 = gguf.GGMLQuantizationType.Q8_0
 
 
 def random_q4_k(rows: int, cols: int, seed: int = 0) -> np.ndarray:
@@ -165,11 +168,25 @@ def small_q6_k(rows: int, cols: int, seed: int) -> np.ndarray:
     return data.reshape(rows, -1)
 
 
-def test_q6_k_layers_run_from_the_files_bits_on_the_fused_pass(tmp_path):
-    """Q4_K_M's mix: layer 0's v and down stored as Q6_K, every other tensor Q4_K. The int4 view runs v and
-    down from their own bits (`Q6Linear`, dequantizing to the module's weights bit for bit), q and k as one
-    4-bit product beside v (`Columns`); the fused pass on it computes what transformers' modules on the same
-    view compute, and a prompt's rows get the bits of one-token passes."""
+def small_q8_0(rows: int, cols: int, seed: int) -> np.ndarray:
+    """Q8_0 bytes of random weights of about 0.02 (gguf's own quantizer)."""
+    values = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32) * 0.02
+    return gguf.quants.quantize(values, gguf.GGMLQuantizationType.Q8_0)
+
+
+MIXES = {  # (layer, tensor) -> type; Q4_K where not named
+    "q4_k_m": {(0, "attn_v"): Q6_K, (0, "ffn_down"): Q6_K},
+    "q8_0": {(layer, tensor): Q8_0 for layer in range(2) for tensor in gguf_blocks.LAYER_TENSORS.values()},
+}
+
+
+@pytest.mark.parametrize("mix", sorted(MIXES))
+def test_8_bit_and_6_bit_layers_run_from_the_files_blocks_on_the_fused_pass(tmp_path, mix):
+    """Q4_K_M's mix (layer 0's v and down stored as Q6_K, every other tensor Q4_K) and a Q8_0 file's: the int4
+    view runs Q6_K tensors from their own bits (`Q6Linear`) and Q8_0 ones as 8-bit blocks (`Q8Linear`), each
+    dequantizing to the module's weights bit for bit, a q, k and v of two types as products side by side
+    (`Columns`); the fused pass on it computes what transformers' modules on the same view compute, and a
+    prompt's rows get the bits of one-token passes."""
     from specdec.backends.torch.attention_plan import AttentionPlan
     from specdec.backends.torch.invariant import kernel_runs_here
     from specdec.backends.torch.packed import Columns
@@ -177,36 +194,42 @@ def test_q6_k_layers_run_from_the_files_bits_on_the_fused_pass(tmp_path):
     from specdec.backends.torch.target import TargetModel
 
     if not (q4_kernel.load_extension() and kernel_runs_here() and q4_kernel.default_activations() == "int8"):
-        pytest.skip("Q6_K layers run on 8-bit activations (AVX-512 VNNI) and the fused pass on AVX-512 BF16")
+        pytest.skip("8-bit and 6-bit layers run on 8-bit activations (AVX-512 VNNI), the fused pass on AVX-512 BF16")
     config = Qwen2Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_attention_heads=4,
                          num_key_value_heads=2, num_hidden_layers=2, max_position_embeddings=256)
     torch.manual_seed(5)
     model = Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
-    tensors = {}
+    makers = {Q4_K: random_q4_k, Q6_K: small_q6_k, Q8_0: small_q8_0}
+    tensors, kinds = {}, {}
     for index, (layer, (module_name, tensor)) in enumerate(
             (layer, item) for layer in range(2) for item in gguf_blocks.LAYER_TENSORS.items()):
         linear = model.model.layers[layer].get_submodule(module_name)
-        six = layer == 0 and tensor in ("attn_v", "ffn_down")
-        kind = gguf.GGMLQuantizationType.Q6_K if six else Q4_K
-        make = small_q6_k if six else random_q4_k
-        raw = make(linear.out_features, linear.in_features, seed=20 + index)
+        kind = kinds[layer, module_name] = MIXES[mix].get((layer, tensor), Q4_K)
+        raw = makers[kind](linear.out_features, linear.in_features, seed=20 + index)
         linear.weight.data = dequantized(raw, kind)
         tensors[f"blk.{layer}.{tensor}.weight"] = (raw, kind)
-    path = tmp_path / "q4_k_m.gguf"
+    path = tmp_path / f"{mix}.gguf"
     write_gguf(path, tensors)
     view = packed_view(model, int4=True, gguf_path=path)
-    first, second = view.model.layers
-    qkv = first.self_attn.qkv_proj
-    assert isinstance(qkv, Columns) and [type(part) for part in qkv.parts] == [Q4Linear, Q6Linear]
-    assert isinstance(first.mlp.down_proj, Q6Linear) and isinstance(second.mlp.down_proj, Q4Linear)
-    assert isinstance(second.self_attn.qkv_proj, Q4Linear)
-    v, down = qkv.parts[1], first.mlp.down_proj
-    for product, module in ((v, model.model.layers[0].self_attn.v_proj), (down, model.model.layers[0].mlp.down_proj)):
-        assert torch.equal(q4_kernel.dequantize_q8(*product.blocks()), module.weight)
+    expected = {Q4_K: Q4Linear, Q6_K: Q6Linear, Q8_0: q4_kernel.Q8Linear}
+    for layer, (ours, theirs) in enumerate(zip(view.model.layers, model.model.layers, strict=True)):
+        for name in ("self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
+            product, kind = ours.get_submodule(name), kinds[layer, name]
+            assert type(product) is expected[kind], (layer, name)
+            if kind != Q4_K:
+                assert torch.equal(q4_kernel.dequantize_q8(*product.blocks()), theirs.get_submodule(name).weight)
+        qkv = ours.self_attn.qkv_proj
+        if all(kinds[layer, f"self_attn.{p}_proj"] == Q4_K for p in "qkv"):
+            assert isinstance(qkv, Q4Linear)
+            continue
+        assert isinstance(qkv, Columns)
+        wide = [p for p in "qkv" if kinds[layer, f"self_attn.{p}_proj"] != Q4_K]
+        for part, p in zip(qkv.parts[-len(wide):], wide, strict=True):
+            assert torch.equal(q4_kernel.dequantize_q8(*part.blocks()), theirs.get_submodule(f"self_attn.{p}_proj").weight)
     plan = AttentionPlan.invariant()
     fused, unfused = TargetModel(view, attention=plan), TargetModel(view, attention=plan)
     unfused._fused = None
-    assert fused._fused is not None and fused._fused.parts == [2, 1]
+    assert fused._fused is not None and fused._fused.parts == {"q4_k_m": [2, 1], "q8_0": [3, 3]}[mix]
     prompt = torch.randint(0, 512, (24,), generator=torch.Generator().manual_seed(6))
     logits = []
     for target in (fused, unfused):
@@ -222,7 +245,8 @@ def test_q6_k_layers_run_from_the_files_bits_on_the_fused_pass(tmp_path):
 
 def test_a_q6_k_layer_without_8_bit_activations_keeps_the_files_values(tmp_path, monkeypatch):
     """Where the CPU runs no 8-bit activations a Q6_K layer is held as 8-bit blocks with a scale per 16: still
-    the file's values (not re-quantized to 4 bits); a Q4_K tensor or another weight gets None."""
+    the file's values (not re-quantized to 4 bits); a Q4_K tensor or another weight gets None (`q8` takes
+    Q8_0 and Q6_K tensors only)."""
     if not q4_kernel.load_extension():
         pytest.skip(q4_kernel.unavailable_reason())
     raw, q4_raw = small_q6_k(32, 256, seed=7), random_q4_k(32, 256, seed=8)
@@ -231,8 +255,8 @@ def test_a_q6_k_layer_without_8_bit_activations_keeps_the_files_values(tmp_path,
     weight = dequantized(raw, gguf.GGMLQuantizationType.Q6_K)
     file = gguf_blocks.FileBlocks.of(path)
     monkeypatch.setattr(q4_kernel, "default_activations", lambda: "bf16")
-    layer = file.q6("blk.0.attn_v.weight", weight)
+    layer = file.q8("blk.0.attn_v.weight", weight)
     assert isinstance(layer, q4_kernel.Q8Linear)
     assert torch.equal(q4_kernel.dequantize_q8(*layer.blocks()), weight)
-    assert file.q6("blk.0.attn_k.weight", dequantized(q4_raw)) is None
-    assert file.q6("blk.0.attn_v.weight", weight + 1) is None
+    assert file.q8("blk.0.attn_k.weight", dequantized(q4_raw)) is None
+    assert file.q8("blk.0.attn_v.weight", weight + 1) is None

@@ -9,8 +9,8 @@ dispatch from Python per layer was itself a measurable share of a small model's 
 has the measurements).
 
 `FusedDecoder.of(model)` takes a packed int4 view (`specdec.backends.torch.packed.packed_view`) whose
-decoder layers all run on specdec's block kernels (4-bit blocks; a GGUF's Q6_K tensors on their own bits,
-a qkv projection then as two products side by side) and whose attention runs specdec's tree-attention
+decoder layers all run on specdec's block kernels (4-bit blocks; a GGUF's Q6_K tensors on their own bits
+and its Q8_0 ones as 8-bit blocks, a qkv projection of two types as two products side by side) and whose attention runs specdec's tree-attention
 kernel (bf16, heads of 64 or 128, a CPU with AVX-512 BF16); anything else gets None and keeps transformers'
 forward. `TargetModel.run` uses it for exact passes (the invariant attention plan): prompt chunks,
 one-token steps, trees and batched rows alike, so every pass of a generation runs the same arithmetic.
@@ -37,7 +37,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from specdec.backends.torch.invariant import KERNEL_DIMS, Layout, kernel_runs_here
-from specdec.backends.torch.q4_kernel import Q4Linear
+from specdec.backends.torch.q4_kernel import Q4Linear, Q8Linear
 from specdec.backends.torch.q6_k import Q6Linear
 from specdec.tree import DraftTree
 
@@ -74,7 +74,7 @@ def why_not(model: torch.nn.Module) -> str | None:
             return f"heads of {getattr(attention, 'head_dim', None)}, the attention kernel takes {KERNEL_DIMS}"
         linears = [*_parts(getattr(attention, "qkv_proj", None)), attention.o_proj, mlp.gate_proj, mlp.up_proj,
                    mlp.down_proj]
-        if not all(isinstance(linear, (Q4Linear, Q6Linear)) for linear in linears):
+        if not all(_runs_here(linear) for linear in linears):
             return "not every decoder product runs on specdec's 4-bit kernel (pack='int4' in bf16)"
         if any(linear.bias is not None for linear in linears[-4:]):
             return "a bias on o, gate, up or down"
@@ -83,15 +83,22 @@ def why_not(model: torch.nn.Module) -> str | None:
     return None
 
 
+def _runs_here(linear: torch.nn.Module | None) -> bool:
+    """A product `decoder_layer` runs: 4-bit blocks, Q6_K's bits, or 8-bit blocks on 8-bit activations."""
+    return isinstance(linear, (Q4Linear, Q6Linear)) or (isinstance(linear, Q8Linear) and linear.activations == "int8")
+
+
 def _parts(qkv: torch.nn.Module | None) -> list[torch.nn.Module | None]:
     """The products a qkv projection runs: `Columns`' parts (q and k apart from a Q6_K v), else itself."""
     return list(qkv.parts) if hasattr(qkv, "parts") else [qkv]
 
 
-def _blocks(linear: Q4Linear | Q6Linear) -> list[torch.Tensor]:
-    """A product's three tensors as `decoder_layer` reads them (it tells Q6_K's apart by qs's shape)."""
+def _blocks(linear: Q4Linear | Q6Linear | Q8Linear) -> list[torch.Tensor]:
+    """A product's three tensors as `decoder_layer` reads them (it tells the forms apart by qs's shape)."""
     if isinstance(linear, Q6Linear):
         return [linear.qs, linear.sub, linear.d]
+    if isinstance(linear, Q8Linear):
+        return [linear.qs, linear.scale, _NO_BIAS]  # no minimum: the 8-bit forms are symmetric
     return [linear.qs, linear.scale, linear.minimum]
 
 
@@ -115,7 +122,7 @@ def _weights(layer: torch.nn.Module) -> tuple[list[torch.Tensor], int]:
             layer.post_attention_layernorm.weight, *products], len(parts)
 
 
-def _join(gate: Q4Linear | Q6Linear, up: Q4Linear | Q6Linear) -> list[torch.Tensor] | None:
+def _join(gate: torch.nn.Module, up: torch.nn.Module) -> list[torch.Tensor] | None:
     """gate's and up's blocks as one product's (gate's columns first), or None where their forms differ.
 
     Each output column is reduced alone in either form of the kernel, so the joined product's columns are

@@ -12,9 +12,10 @@ blocks with an fp32 scale per 16 weights (d * sub-scale): both hold its exact va
 The decoder's layers under `pack="int4"` are Q4_1 blocks; where the file stores a layer as Q4_K (Q4_K_M
 files' usual type), `FileBlocks.q4` takes its blocks as they are (each 32 weights' d * scale and
 -dmin * min, exact in fp32) instead of re-quantizing the dequantized weights, which moves them; where it
-stores one as Q6_K (Q4_K_M files' `attn_v` and `ffn_down` in about half the layers), `FileBlocks.q6` runs
-it from its own bits as the head does (or as 8-bit blocks with a scale per 16 where the CPU lacks VNNI),
-so the view holds the file's weights and, with VNNI, reads the bytes llama.cpp reads.
+stores one as Q6_K (Q4_K_M files' `attn_v` and `ffn_down` in about half the layers) or Q8_0 (Q8_0
+files' every layer), `FileBlocks.q8` runs it on the 8-bit kernels as the head runs (a Q6_K tensor from
+its own bits, or as 8-bit blocks with a scale per 16 where the CPU lacks VNNI), so the view holds the
+file's weights instead of 4-bit copies of them.
 
 Invariants:
 - a block layer is used only when its dequantized weights equal, bit for bit, the module it stands
@@ -153,12 +154,13 @@ class FileBlocks:
             return None
         return tuple(torch.cat(items) for items in zip(*parts, strict=True))  # type: ignore[return-value]
 
-    def q6(self, name: str | None, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.nn.Module | None:
-        """The named Q6_K tensor holding exactly `weight`'s values: `q6_k.Q6Linear` (its own bits, 8-bit
-        activations), else, where the CPU runs no 8-bit activations, `Q8Linear` with a scale per 16; None
-        where it is not Q6_K, the shapes do not fit, or its values are not `weight`'s."""
+    def q8(self, name: str | None, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.nn.Module | None:
+        """The named Q8_0 or Q6_K tensor holding exactly `weight`'s values on the 8-bit kernels: `Q8Linear`
+        for Q8_0; `q6_k.Q6Linear` for Q6_K (its own bits, 8-bit activations), else, where the CPU runs no
+        8-bit activations, `Q8Linear` with a scale per 16. None where it is neither type, the shapes do not
+        fit, or its values are not `weight`'s."""
         tensor = self.tensors.get(name) if name else None
-        if tensor is None or tensor.tensor_type.name != "Q6_K" or not q4_kernel.load_extension():
+        if tensor is None or tensor.tensor_type.name not in ("Q8_0", "Q6_K") or not q4_kernel.load_extension():
             return None
         return _from_tensor(tensor, weight, bias, str(name))[0]
 

@@ -126,7 +126,7 @@ class PackedLinear(torch.nn.Module):
 
 class Columns(torch.nn.Module):
     """Products whose outputs, side by side, are one product's columns: q and k on 4-bit blocks and v on a
-    GGUF's own Q6_K bits, where the file stores them in two types. Each output column is its own dot
+    GGUF's own Q6_K bits (or 8-bit blocks), where the file stores them in two types. Each output column is its own dot
     product in every kernel here, so the columns are those of one product over the stacked weights."""
 
     def __init__(self, parts: list[torch.nn.Module]) -> None:
@@ -142,7 +142,8 @@ class Columns(torch.nn.Module):
 
 def _int4_products(linears: list[torch.nn.Linear], names: list[str | None], file: FileBlocks | None) -> torch.nn.Module:
     """The stacked product of `linears` in 4 bits (the file's Q4_K blocks where it has them), except that
-    each the file stores as Q6_K runs from its own bits: one product, or `Columns` of the runs."""
+    each the file stores as Q8_0 or Q6_K runs from the file's blocks on the 8-bit kernels: one product, or
+    `Columns` of the runs."""
     parts: list[torch.nn.Module] = []
     run: list[int] = []
 
@@ -153,12 +154,12 @@ def _int4_products(linears: list[torch.nn.Linear], names: list[str | None], file
             run.clear()
 
     for index, linear in enumerate(linears):
-        six = file.q6(names[index], linear.weight, linear.bias) if file is not None else None
-        if six is None:
+        wide = file.q8(names[index], linear.weight, linear.bias) if file is not None else None
+        if wide is None:
             run.append(index)
             continue
         close_run()
-        parts.append(six)
+        parts.append(wide)
     close_run()
     return parts[0] if len(parts) == 1 else Columns(parts)
 
@@ -269,8 +270,8 @@ def packed_view(
     """A copy of `model` sharing its tensors, with the decoder's Linear layers (and a bf16 head) packed,
     each product run over at least `min_rows` rows; int4: the decoder's Linear layers in 4-bit groups
     instead (`specdec.backends.torch.int4`; min_rows does not apply to them: their rows are computed alone),
-    where `gguf_path` (the file `model` came from) stores a layer as Q4_K its own blocks, as Q6_K its own bits
-    (`gguf_blocks.FileBlocks.q6`), and the head on the file's own Q8_0 or Q6_K blocks where it has them."""
+    where `gguf_path` (the file `model` came from) stores a layer as Q4_K its own blocks, as Q8_0 or Q6_K on the
+    8-bit kernels (`gguf_blocks.FileBlocks.q8`), and the head on the file's own Q8_0 or Q6_K blocks where it has them."""
     tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
     view = copy.deepcopy(model, tensors)  # modules and configs copied, tensors shared
     decoder = view.get_decoder() if hasattr(view, "get_decoder") else view

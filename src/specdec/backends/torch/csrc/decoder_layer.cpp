@@ -38,7 +38,8 @@ constexpr int64_t kGrain = 8;     // rows per task of the row-wise steps: one-to
 // Per layer: norm, qkv as P products of 3 tensors each (their outputs are q, k and v's columns in order: P > 1
 // where the file stores v in another type than q and k), the qkv bias, o (3), norm, then gate, up, down (3
 // each: kWeights) or gate and up as one product, gate's columns first (kJoined: one quantization of x and one
-// thread split fewer). A product is Q4 blocks (q4_linear) or, with qs [N/16, K/32, 384], Q6_K's (q6_linear).
+// thread split fewer). A product is Q4 blocks (q4_linear) or, told apart by qs [N/16, K/32, bytes], Q6_K's
+// (384 bytes: q6_linear) or 8-bit blocks on 8-bit activations (512 bytes: q8_linear; its third tensor unused).
 constexpr int64_t kWeights = 18, kJoined = 15;  // with P = 1; each further qkv part adds 3
 
 SPECDEC_AVX512 inline __mmask16 first(int64_t n) {  // the lanes of the first min(n, 16) values
@@ -145,13 +146,15 @@ void place(const Shape& s, const bf16* qkv, const bf16* cos, const bf16* sin, bf
 // A product's output size: qs is [N, K/2] (bf16 form) or [N/16, K/32, 256] (8-bit-activation form).
 int64_t outputs(const at::Tensor& qs) { return qs.dim() == 3 ? 16 * qs.size(0) : qs.size(0); }
 
-constexpr int64_t kQ6Bytes = 384;  // a Q6_K product's bytes per 16 columns and block of 32 (q6_k.py's layout)
-
-bool is_q6(const at::Tensor& qs) { return qs.dim() == 3 && qs.size(2) == kQ6Bytes; }
+// A product's bytes per 16 columns and block of 32 in the interleaved forms (q6_k.py's and q4_i8.py's layouts).
+constexpr int64_t kQ6Bytes = 384, kQ8Bytes = 512;
 
 at::Tensor product(const at::Tensor& x, at::TensorList w, int64_t first) {
-  if (is_q6(w[first])) return specdec::q6_linear(x, w[first], w[first + 1], w[first + 2], std::nullopt);
-  return specdec::q4_linear(x, w[first], w[first + 1], w[first + 2], std::nullopt);
+  const at::Tensor& qs = w[first];
+  const int64_t bytes = qs.dim() == 3 ? qs.size(2) : 0;
+  if (bytes == kQ6Bytes) return specdec::q6_linear(x, qs, w[first + 1], w[first + 2], std::nullopt);
+  if (bytes == kQ8Bytes) return specdec::q8_linear(x, qs, w[first + 1], std::nullopt);
+  return specdec::q4_linear(x, qs, w[first + 1], w[first + 2], std::nullopt);
 }
 
 // parts products from w[first], their outputs side by side: each output column is reduced alone in every
