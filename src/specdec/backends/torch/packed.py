@@ -125,9 +125,10 @@ class PackedLinear(torch.nn.Module):
 
 
 class Columns(torch.nn.Module):
-    """Products whose outputs, side by side, are one product's columns: q and k on 4-bit blocks and v on a
-    GGUF's own Q6_K bits (or 8-bit blocks), where the file stores them in two types. Each output column is its own dot
-    product in every kernel here, so the columns are those of one product over the stacked weights."""
+    """Products whose outputs, side by side, are one product's columns: e.g. q and k on 4-bit blocks and v on
+    a GGUF's own Q6_K bits, where the file stores them in types no one product takes. Each output column is
+    its own dot product in every kernel here, so the columns are those of one product over the stacked
+    weights."""
 
     def __init__(self, parts: list[torch.nn.Module]) -> None:
         super().__init__()

@@ -36,7 +36,7 @@ namespace {
 using bf16 = c10::BFloat16;
 constexpr int64_t kGrain = 8;     // rows per task of the row-wise steps: one-token passes stay on one thread
 // Per layer: norm, qkv as P products of 3 tensors each (their outputs are q, k and v's columns in order: P > 1
-// where the file stores v in another type than q and k), the qkv bias, o (3), norm, then gate, up, down (3
+// where the file stores them in types no one product takes), the qkv bias, o (3), norm, then gate, up, down (3
 // each: kWeights) or gate and up as one product, gate's columns first (kJoined: one quantization of x and one
 // thread split fewer). A product is Q4 blocks (q4_linear) or, told apart by qs [N/16, K/32, bytes], Q6_K's
 // (384 bytes: q6_linear) or 8-bit blocks on 8-bit activations (512 bytes: q8_linear; its third tensor unused).
@@ -245,13 +245,13 @@ at::Tensor decoder_layer(const at::Tensor& hidden, at::TensorList w, const at::T
   return out.view({s.B, s.T, s.H});
 }
 
-// Every layer, then the final norm, in one call: layer i reads weights[sum(sizes[:i]) .. + sizes[i]) and writes
+// Every layer, then the final norm, in one call: layer i reads weights[sum(sizes[:i]) .. + sizes[i]) (its qkv as
+// parts[i] products) and writes
 // keys[i], values[i] at write[i]'s slots; the result is norm(h) * w_norm. The layers' steps are `decoder_layer`'s
 // (the same bits); what it spares is a Python call and a dispatch per layer, a measurable share of a small
 // model's step (docs/benchmarks.md).
 at::Tensor decoder_pass(const at::Tensor& hidden, at::TensorList weights, at::IntArrayRef sizes, at::IntArrayRef parts,
-                        const at::Tensor& cos,
-                        const at::Tensor& sin, at::TensorList keys, at::TensorList values, at::TensorList write,
+                        const at::Tensor& cos, const at::Tensor& sin, at::TensorList keys, at::TensorList values, at::TensorList write,
                         const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, int64_t heads,
                         int64_t kv_heads, double eps, double scale, const at::Tensor& norm, double norm_eps) {
   const int64_t layers = static_cast<int64_t>(sizes.size());
