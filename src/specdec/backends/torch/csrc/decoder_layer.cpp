@@ -23,11 +23,12 @@
 #include <immintrin.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <optional>
-#include <vector>
+#include <tuple>
 
 #include "kernels.h"
 
@@ -143,28 +144,8 @@ void place(const Shape& s, const bf16* qkv, const bf16* cos, const bf16* sin, bf
   });
 }
 
-// A product's output size: qs is [N, K/2] (bf16 form) or [N/16, K/32, 256] (8-bit-activation form).
+// A product's output size: qs is [N, K/2] (bf16 form) or [N/16, K/32, bytes] (8-bit-activation form).
 int64_t outputs(const at::Tensor& qs) { return qs.dim() == 3 ? 16 * qs.size(0) : qs.size(0); }
-
-// A product's bytes per 16 columns and block of 32 in the interleaved forms (q6_k.py's and q4_i8.py's layouts).
-constexpr int64_t kQ6Bytes = 384, kQ8Bytes = 512;
-
-at::Tensor product(const at::Tensor& x, at::TensorList w, int64_t first) {
-  const at::Tensor& qs = w[first];
-  const int64_t bytes = qs.dim() == 3 ? qs.size(2) : 0;
-  if (bytes == kQ6Bytes) return specdec::q6_linear(x, qs, w[first + 1], w[first + 2], std::nullopt);
-  if (bytes == kQ8Bytes) return specdec::q8_linear(x, qs, w[first + 1], std::nullopt);
-  return specdec::q4_linear(x, qs, w[first + 1], w[first + 2], std::nullopt);
-}
-
-// parts products from w[first], their outputs side by side: each output column is reduced alone in every
-// form of the kernels, so the columns are those of one product over the stacked weights.
-at::Tensor products(const at::Tensor& x, at::TensorList w, int64_t first, int64_t parts) {
-  if (parts == 1) return product(x, w, first);
-  std::vector<at::Tensor> outs;
-  for (int64_t p = 0; p < parts; ++p) outs.push_back(product(x, w, first + 3 * p));
-  return at::cat(outs, 1);
-}
 
 int64_t outputs_of(at::TensorList w, int64_t first, int64_t parts) {
   int64_t n = 0;
@@ -172,14 +153,63 @@ int64_t outputs_of(at::TensorList w, int64_t first, int64_t parts) {
   return n;
 }
 
+// A pass's intermediate rows, carved from one allocation for all its layers: a layer allocates nothing, and a
+// one-token pass spends no time on tensors (at this size their bookkeeping was a measurable share of a pass).
+struct Workspace {
+  at::Tensor arena;
+  bf16 *x, *qkv, *query, *attended, *mid, *gate, *up, *act;
+  specdec::Activations scratch;  // a product's rows quantized to 8 bits
+};
+
+// Room for R rows of a model whose hidden size is H, qkv width `width`, attention width `heads_dim` and MLP
+// width at most `inner` (the joined gate and up: 2 * inner).
+Workspace workspace(int64_t R, int64_t H, int64_t width, int64_t heads_dim, int64_t inner) {
+  const int64_t widest = std::max({H, heads_dim, inner});
+  const int64_t words[] = {R * H, R * width, R * heads_dim, R * heads_dim, R * H, 2 * R * inner, R * inner, R * inner};
+  int64_t bytes = 0;
+  for (int64_t n : words) bytes += (2 * n + 63) / 64 * 64;
+  const int64_t q_bytes = (R * widest + 63) / 64 * 64, blocks = (R * widest / 32 + 15) / 16 * 16;
+  Workspace ws;
+  ws.arena = at::empty({bytes + q_bytes + 16 * blocks}, at::TensorOptions().dtype(at::kByte));
+  uint8_t* at = ws.arena.data_ptr<uint8_t>();
+  bf16** slots[] = {&ws.x, &ws.qkv, &ws.query, &ws.attended, &ws.mid, &ws.gate, &ws.up, &ws.act};
+  for (int i = 0; i < 8; ++i) {
+    *slots[i] = reinterpret_cast<bf16*>(at);
+    at += (2 * words[i] + 63) / 64 * 64;
+  }
+  ws.scratch.q = reinterpret_cast<int8_t*>(at);
+  at += q_bytes;
+  ws.scratch.d = reinterpret_cast<float*>(at);
+  ws.scratch.s = ws.scratch.d + blocks;
+  ws.scratch.sq = reinterpret_cast<int32_t*>(ws.scratch.s + blocks);
+  ws.scratch.sh = ws.scratch.sq + blocks;
+  return ws;
+}
+
+// A product's three tensors from w[first] over rows x [M, K], into out (rows ldo apart). Q4 blocks (q4_linear),
+// or, told apart by qs [N/16, K/32, bytes], Q6_K's (384 bytes: q6_linear) or 8-bit blocks on 8-bit activations
+// (512 bytes: q8_linear; its third tensor unused): the interleaved forms run in the workspace; the bf16 form
+// (qs 2-D) through its op, copied.
+void product(const bf16* x, int64_t M, int64_t K, at::TensorList w, int64_t first, bf16* out, int64_t ldo,
+             const Workspace& ws) {
+  const at::Tensor& qs = w[first];
+  if (qs.dim() == 3) {
+    specdec::interleaved_into(x, M, K, qs, w[first + 1], w[first + 2], out, ldo, ws.scratch);
+    return;
+  }
+  const at::Tensor rows = at::from_blob(const_cast<bf16*>(x), {M, K}, at::TensorOptions().dtype(at::kBFloat16));
+  const at::Tensor y = specdec::q4_linear(rows, qs, w[first + 1], w[first + 2], std::nullopt);
+  for (int64_t r = 0; r < M; ++r) std::memcpy(out + r * ldo, y.data_ptr<bf16>() + r * y.size(1), y.size(1) * sizeof(bf16));
+}
+
 void check(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, const at::Tensor& sin,
-           const at::Tensor& keys, const at::Tensor& values, const at::Tensor& write, int64_t heads, int64_t kv_heads,
-           int64_t parts) {
+           const at::Tensor& keys, const at::Tensor& values, const at::Tensor& write, const at::Tensor& start,
+           const at::Tensor& tail, const at::Tensor& count, int64_t heads, int64_t kv_heads, int64_t parts) {
   TORCH_CHECK(hidden.dim() == 3 && hidden.scalar_type() == at::kBFloat16 && hidden.is_contiguous() &&
                   hidden.device().is_cpu(), "decoder_layer: hidden must be contiguous bf16 [B, T, H] on the CPU");
   TORCH_CHECK(parts >= 1, "decoder_layer: the qkv product needs at least one part, got ", parts);
-  const int64_t extra = 3 * (parts - 1), count = static_cast<int64_t>(w.size());
-  TORCH_CHECK(count == kWeights + extra || count == kJoined + extra, "decoder_layer: expected ", kWeights + extra,
+  const int64_t extra = 3 * (parts - 1), given = static_cast<int64_t>(w.size());
+  TORCH_CHECK(given == kWeights + extra || given == kJoined + extra, "decoder_layer: expected ", kWeights + extra,
               " or ", kJoined + extra, " weights for ", parts, " qkv parts, got ", w.size());
   const int64_t B = hidden.size(0), T = hidden.size(1), dim = keys.size(3);
   TORCH_CHECK(keys.dim() == 4 && keys.sizes() == values.sizes() && keys.strides() == values.strides() &&
@@ -191,7 +221,7 @@ void check(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, co
                     t->sizes() == at::IntArrayRef({B, T, dim}), "decoder_layer: cos and sin must be bf16 [B, T, D]");
   TORCH_CHECK(write.scalar_type() == at::kLong && write.is_contiguous() && write.numel() >= B,
               "decoder_layer: write must be int64 [B]");
-  TORCH_CHECK(count == kWeights + extra || outputs(w[9 + extra]) % 2 == 0,
+  TORCH_CHECK(given == kWeights + extra || outputs(w[9 + extra]) % 2 == 0,
               "decoder_layer: a joined gate and up product must have an even number of outputs");
   const int64_t width = outputs_of(w, 1, parts);
   TORCH_CHECK(heads % kv_heads == 0 && width == (heads + 2 * kv_heads) * dim,
@@ -199,57 +229,83 @@ void check(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, co
   const at::Tensor& bias = w[4 + extra];
   TORCH_CHECK(bias.numel() == 0 || (bias.scalar_type() == at::kBFloat16 && bias.numel() == width),
               "decoder_layer: the qkv bias must be empty or bf16 [outputs]");
+  TORCH_CHECK(specdec::tree_attention_available() && (dim == 64 || dim == 128),
+              "decoder_layer: the attention kernel takes heads of 64 or 128 on a CPU with AVX-512 BF16, got ", dim);
+  TORCH_CHECK(start.scalar_type() == at::kLong && count.scalar_type() == at::kLong && tail.scalar_type() == at::kLong &&
+                  start.sizes() == at::IntArrayRef({B, T}) && count.sizes() == at::IntArrayRef({B, T}) &&
+                  tail.dim() == 3 && tail.size(0) == B && tail.size(1) == T && start.is_contiguous() &&
+                  count.is_contiguous() && tail.is_contiguous(),
+              "decoder_layer: start and count must be int64 [B, T], tail int64 [B, T, L]");
   const int64_t* slots = write.data_ptr<int64_t>();
   for (int64_t b = 0; b < B; ++b)
     TORCH_CHECK(slots[b] >= 0 && slots[b] + T <= keys.size(2), "decoder_layer: row ", b, " writes past the cache");
+}
+
+// The widths a layer's workspace needs: (qkv width, attention width, MLP width).
+std::tuple<int64_t, int64_t, int64_t> widths(at::TensorList w, int64_t heads, int64_t dim, int64_t parts) {
+  const int64_t extra = 3 * (parts - 1);
+  const bool joined = static_cast<int64_t>(w.size()) == kJoined + extra;
+  const int64_t gate = outputs(w[9 + extra]);
+  return {outputs_of(w, 1, parts), heads * dim, joined ? gate / 2 : gate};
+}
+
+// One layer over the rows h [R, H] (`check`ed), into out [R, H] (which may be h: h is read before out is
+// written); every intermediate in ws.
+void layer(const bf16* h, bf16* out, at::TensorList w, const at::Tensor& cos, const at::Tensor& sin,
+           const at::Tensor& keys, const at::Tensor& values, const at::Tensor& write, const at::Tensor& start,
+           const at::Tensor& tail, const at::Tensor& count, const Shape& s, double eps, double scale, int64_t parts,
+           const Workspace& ws) {
+  const int64_t extra = 3 * (parts - 1);  // past the qkv products every index moves by their extra tensors
+  const int64_t R = s.B * s.T, attn = s.heads * s.dim;
+  const float e = static_cast<float>(eps);
+  const auto shape = widths(w, s.heads, s.dim, parts);
+  const int64_t width = std::get<0>(shape), inner = std::get<2>(shape);
+  rms_norm(h, w[0].data_ptr<bf16>(), ws.x, R, s.H, e);
+  for (int64_t p = 0, column = 0; p < parts; column += outputs(w[1 + 3 * p]), ++p)
+    product(ws.x, R, s.H, w, 1 + 3 * p, ws.qkv + column, width, ws);
+  const at::Tensor& bias = w[4 + extra];
+  if (bias.numel())
+    for (int64_t r = 0; r < R; ++r) add(ws.qkv + r * width, bias.data_ptr<bf16>(), ws.qkv + r * width, width);
+  place(s, ws.qkv, cos.data_ptr<bf16>(), sin.data_ptr<bf16>(), ws.query, keys, values, write.data_ptr<int64_t>());
+  const specdec::AttentionJob job{ws.query, keys.data_ptr<bf16>(), values.data_ptr<bf16>(), start.data_ptr<int64_t>(),
+                                  tail.data_ptr<int64_t>(), count.data_ptr<int64_t>(), ws.attended, s.B, s.heads,
+                                  s.kv_heads, s.T, keys.size(2), tail.size(2), s.dim, keys.stride(0), keys.stride(1),
+                                  static_cast<float>(scale)};
+  TORCH_CHECK(specdec::attend(job), "decoder_layer: every row must see at least one key, all of them within the cache");
+  product(ws.attended, R, attn, w, 5 + extra, ws.mid, s.H, ws);
+  add(h, ws.mid, ws.mid, R * s.H);
+  rms_norm(ws.mid, w[8 + extra].data_ptr<bf16>(), ws.x, R, s.H, e);
+  const bool joined = static_cast<int64_t>(w.size()) == kJoined + extra;
+  // joined: gate's columns then up's in rows of 2 * inner; else gate's and up's rows apart
+  product(ws.x, R, s.H, w, 9 + extra, ws.gate, joined ? 2 * inner : inner, ws);
+  if (!joined) product(ws.x, R, s.H, w, 12 + extra, ws.up, inner, ws);
+  const int64_t stride = joined ? 2 * inner : inner;
+  const bf16* up = joined ? ws.gate + inner : ws.up;
+  at::parallel_for(0, R, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) silu_mul(ws.gate + r * stride, up + r * stride, ws.act + r * inner, inner);
+  });
+  product(ws.act, R, inner, w, (joined ? 12 : 15) + extra, out, s.H, ws);
+  add(ws.mid, out, out, R * s.H);
 }
 
 at::Tensor decoder_layer(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, const at::Tensor& sin,
                          const at::Tensor& keys, const at::Tensor& values, const at::Tensor& write,
                          const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, int64_t heads,
                          int64_t kv_heads, double eps, double scale, int64_t parts) {
-  check(hidden, w, cos, sin, keys, values, write, heads, kv_heads, parts);
-  const int64_t extra = 3 * (parts - 1);  // past the qkv products every index moves by their extra tensors
+  check(hidden, w, cos, sin, keys, values, write, start, tail, count, heads, kv_heads, parts);
   const Shape s{hidden.size(0), hidden.size(1), hidden.size(2), heads, kv_heads, keys.size(3)};
-  const int64_t R = s.B * s.T;
-  const float e = static_cast<float>(eps);
-  const at::Tensor h = hidden.view({R, s.H});
-  at::Tensor x = at::empty({R, s.H}, hidden.options());
-  rms_norm(h.data_ptr<bf16>(), w[0].data_ptr<bf16>(), x.data_ptr<bf16>(), R, s.H, e);
-  at::Tensor qkv = products(x, w, 1, parts);
-  const at::Tensor& bias = w[4 + extra];
-  if (bias.numel()) {
-    const int64_t width = qkv.size(1);
-    for (int64_t r = 0; r < R; ++r) add(qkv.data_ptr<bf16>() + r * width, bias.data_ptr<bf16>(), qkv.data_ptr<bf16>() + r * width, width);
-  }
-  at::Tensor query = at::empty({s.B, heads, s.T, s.dim}, hidden.options());
-  place(s, qkv.data_ptr<bf16>(), cos.data_ptr<bf16>(), sin.data_ptr<bf16>(), query.data_ptr<bf16>(), keys, values,
-        write.data_ptr<int64_t>());
-  const at::Tensor attended = specdec::tree_attention(query, keys.narrow(0, 0, s.B), values.narrow(0, 0, s.B), start,
-                                                      tail, count, scale);
-  at::Tensor mid = product(attended.view({R, heads * s.dim}), w, 5 + extra);
-  add(h.data_ptr<bf16>(), mid.data_ptr<bf16>(), mid.data_ptr<bf16>(), R * s.H);
-  rms_norm(mid.data_ptr<bf16>(), w[8 + extra].data_ptr<bf16>(), x.data_ptr<bf16>(), R, s.H, e);
-  const bool joined = static_cast<int64_t>(w.size()) == kJoined + extra;
-  const at::Tensor gate = product(x, w, 9 + extra);  // joined: [R, 2 * inner], gate's columns then up's
-  const at::Tensor up = joined ? gate : product(x, w, 12 + extra);
-  const int64_t inner = joined ? gate.size(1) / 2 : gate.size(1), stride = gate.size(1), offset = joined ? inner : 0;
-  at::Tensor act = at::empty({R, inner}, hidden.options());
-  at::parallel_for(0, R, kGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r)
-      silu_mul(gate.data_ptr<bf16>() + r * stride, up.data_ptr<bf16>() + r * stride + offset,
-               act.data_ptr<bf16>() + r * inner, inner);
-  });
-  at::Tensor out = product(act, w, (joined ? 12 : 15) + extra);
-  add(mid.data_ptr<bf16>(), out.data_ptr<bf16>(), out.data_ptr<bf16>(), R * s.H);
-  return out.view({s.B, s.T, s.H});
+  const auto [width, attn, inner] = widths(w, heads, s.dim, parts);
+  const Workspace ws = workspace(s.B * s.T, s.H, width, attn, inner);
+  at::Tensor out = at::empty_like(hidden);
+  layer(hidden.data_ptr<bf16>(), out.data_ptr<bf16>(), w, cos, sin, keys, values, write, start, tail, count, s, eps,
+        scale, parts, ws);
+  return out;
 }
 
 // Every layer, then the final norm, in one call: layer i reads weights[sum(sizes[:i]) .. + sizes[i]) (its qkv as
-// parts[i] products) and writes
-// keys[i], values[i] at write[i]'s slots; the result is norm(h) * w_norm. The layers' steps are `decoder_layer`'s
-// (the same bits); what it spares is a Python call and a dispatch per layer, a measurable share of a small
-// model's step (docs/benchmarks.md).
+// parts[i] products) and writes keys[i], values[i] at write[i]'s slots; the result is norm(h) * w_norm. The
+// layers' steps are `decoder_layer`'s (the same bits), in one workspace; what it spares is a Python call, a
+// dispatch and a workspace per layer, a measurable share of a small model's step (docs/benchmarks.md).
 at::Tensor decoder_pass(const at::Tensor& hidden, at::TensorList weights, at::IntArrayRef sizes, at::IntArrayRef parts,
                         const at::Tensor& cos, const at::Tensor& sin, at::TensorList keys, at::TensorList values, at::TensorList write,
                         const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, int64_t heads,
@@ -262,20 +318,32 @@ at::Tensor decoder_pass(const at::Tensor& hidden, at::TensorList weights, at::In
   for (int64_t size : sizes) used += size;
   TORCH_CHECK(used == static_cast<int64_t>(weights.size()), "decoder_pass: the sizes sum to ", used, " weights, got ",
               weights.size());
-  const int64_t H = hidden.dim() == 3 ? hidden.size(2) : -1;  // checked before any layer writes the cache
+  TORCH_CHECK(hidden.dim() == 3 && hidden.scalar_type() == at::kBFloat16 && hidden.is_contiguous(),
+              "decoder_pass: hidden must be contiguous bf16 [B, T, H]");
+  const int64_t H = hidden.size(2), R = hidden.size(0) * hidden.size(1);
   TORCH_CHECK(norm.scalar_type() == at::kBFloat16 && norm.is_contiguous() && norm.numel() == H,
               "decoder_pass: the final norm's weight must be bf16 [", H, "]");
-  at::Tensor h = hidden;
-  int64_t at = 0;
-  for (int64_t i = 0; i < layers; ++i) {
-    h = decoder_layer(h, weights.slice(at, sizes[i]), cos, sin, keys[i], values[i], write[i], start, tail, count, heads,
-                      kv_heads, eps, scale, parts[i]);
-    at += sizes[i];
+  // Every layer checked before the first writes the cache; the workspace fits the widest.
+  int64_t width = 0, attn = 0, inner = 0;
+  for (int64_t i = 0, at = 0; i < layers; at += sizes[i], ++i) {
+    const at::TensorList w = weights.slice(at, sizes[i]);
+    check(hidden, w, cos, sin, keys[i], values[i], write[i], start, tail, count, heads, kv_heads, parts[i]);
+    const auto [a, b, c] = widths(w, heads, keys[i].size(3), parts[i]);
+    width = std::max(width, a), attn = std::max(attn, b), inner = std::max(inner, c);
   }
-  TORCH_CHECK(h.scalar_type() == at::kBFloat16 && h.is_contiguous(), "decoder_pass: hidden must be contiguous bf16");
-  at::Tensor out = at::empty_like(h);
-  rms_norm(h.data_ptr<bf16>(), norm.data_ptr<bf16>(), out.data_ptr<bf16>(), h.size(0) * h.size(1), H,
-           static_cast<float>(norm_eps));
+  at::Tensor out = at::empty_like(hidden);
+  if (layers == 0) {
+    rms_norm(hidden.data_ptr<bf16>(), norm.data_ptr<bf16>(), out.data_ptr<bf16>(), R, H, static_cast<float>(norm_eps));
+    return out;
+  }
+  const Workspace ws = workspace(R, H, width, attn, inner);
+  at::Tensor h = hidden.clone();  // the layers run in place on it; the caller's hidden is left as it was
+  for (int64_t i = 0, at = 0; i < layers; at += sizes[i], ++i) {
+    const Shape s{hidden.size(0), hidden.size(1), H, heads, kv_heads, keys[i].size(3)};
+    layer(h.data_ptr<bf16>(), h.data_ptr<bf16>(), weights.slice(at, sizes[i]), cos, sin, keys[i], values[i], write[i],
+          start, tail, count, s, eps, scale, parts[i], ws);
+  }
+  rms_norm(h.data_ptr<bf16>(), norm.data_ptr<bf16>(), out.data_ptr<bf16>(), R, H, static_cast<float>(norm_eps));
   return out;
 }
 

@@ -29,6 +29,13 @@ struct QuantizedRows {
   at::Tensor q, d, s, sq, sh;
 };
 QuantizedRows quantize_rows(const at::Tensor& x, bool fast);
+// The same values into caller-held memory (a fused pass's workspace): q [M, K], the others [M, K/32].
+struct Activations {
+  int8_t* q;
+  float *d, *s;
+  int32_t *sq, *sh;
+};
+void quantize_into(const at::BFloat16* x, int64_t M, int64_t K, const Activations& out, bool fast);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_activations(const at::Tensor& x,
                                                                     std::optional<c10::string_view> path);
 // The 8-bit sibling: qs [N/16, K/32, 512] holding q + 128, fp16 scales [N/16, K/32, 16] (Q8_0's blocks).
@@ -39,11 +46,33 @@ at::Tensor q8_linear_i8(const at::Tensor& x, const at::Tensor& qs, const at::Ten
 at::Tensor q6_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale, const at::Tensor& d,
                      std::optional<c10::string_view> path);
 bool q4_linear_i8_fast();
+// An interleaved product (4-, 6- or 8-bit blocks, told apart by qs [N/16, K/32, 256 | 384 | 512]; minimum
+// undefined for 8-bit ones) of bf16 rows x [M, K] into caller-held memory: out row r at out + r * ldo, the rows'
+// quantized activations in `scratch`. The same bits as q4_linear_i8 / q6_linear / q8_linear on the auto path;
+// no tensor is allocated.
+void interleaved_into(const at::BFloat16* x, int64_t M, int64_t K, const at::Tensor& qs, const at::Tensor& scale,
+                      const at::Tensor& minimum, at::BFloat16* out, int64_t ldo, const Activations& scratch);
 
 // Each query row over its own key sequence (tree_attention.cpp); [B, T, H, D].
 at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                           const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, double scale);
 bool tree_attention_available();
+// The same over caller-held memory (decoder_layer.cpp), its checks the caller's: query [B, H, T, D]
+// contiguous, out [B, T, H, D]; key and value [>= B, KV, S, D] rows of D contiguous, with the given strides.
+struct AttentionJob {
+  const c10::BFloat16* query;
+  const c10::BFloat16* key;
+  const c10::BFloat16* value;
+  const int64_t* start;  // [B, T]: contiguous slots [0, start) come first
+  const int64_t* tail;   // [B, T, L]: then `count` gathered slots, in position order
+  const int64_t* count;  // [B, T]
+  c10::BFloat16* out;
+  int64_t B, H, KV, T, S, L, D;
+  int64_t batch_stride, head_stride;  // of key and value
+  float scale;
+};
+// False (the output partly written) where a row sees no key or a key outside the cache.
+bool attend(const AttentionJob& job);
 
 // exp(x) for x <= 0, Cephes' single-precision polynomial: the same instructions for every lane.
 SPECDEC_AVX512 inline __m512 exp_avx512(__m512 x) {

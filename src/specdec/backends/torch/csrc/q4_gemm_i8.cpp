@@ -72,6 +72,7 @@ struct Problem {
   int64_t M, N, K, nb;
   float* out_f;             // [M, N] when x is fp32 ...
   at::BFloat16* out_b;      // ... or bf16
+  int64_t ldo;              // out's row stride (N, or wider for a part of a bigger output)
 };
 
 // Column n's block b: scale and minimum as fp32 (Q4_K: d * scale and -(dmin * min), exact products).
@@ -97,8 +98,8 @@ inline void block_scales(const Problem& p, int64_t n, int64_t b, float& scale, f
 }
 
 inline void store(const Problem& p, int64_t r, int64_t n, float v) {
-  if (p.out_b != nullptr) p.out_b[r * p.N + n] = c10::BFloat16(v);  // nearest even
-  else p.out_f[r * p.N + n] = v;
+  if (p.out_b != nullptr) p.out_b[r * p.ldo + n] = c10::BFloat16(v);  // nearest even
+  else p.out_f[r * p.ldo + n] = v;
 }
 
 #define I8_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,f16c")))
@@ -268,9 +269,9 @@ I8_AVX512 void rows_avx512(const Problem& p, int64_t g, int64_t r0) {
   for (int r = 0; r < R; ++r) {
     const int64_t row = r0 + r, n0 = g * kGroup;
     if (p.out_b != nullptr)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.out_b + row * p.N + n0), (__m256i)_mm512_cvtneps_pbh(acc[r]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.out_b + row * p.ldo + n0), (__m256i)_mm512_cvtneps_pbh(acc[r]));
     else
-      _mm512_storeu_ps(p.out_f + row * p.N + n0, acc[r]);
+      _mm512_storeu_ps(p.out_f + row * p.ldo + n0, acc[r]);
   }
 }
 
@@ -328,22 +329,18 @@ Scales checked_scales(const at::Tensor& scale, const at::Tensor& minimum, int64_
   return pairs ? Scales::kPairs : scale.scalar_type() == at::kHalf ? Scales::kHalf : Scales::kFloat;
 }
 
-// x [M, K] by interleaved blocks: 4-bit (qs [N/16, K/32, 256], a scale and a minimum a block), 8-bit
-// (wide: qs [N/16, K/32, 512] holding q + 128, an fp16 scale a block or an fp32 scale per 16 weights) or 6-bit
-// (six: qs [N/16, K/32, 384], int8 sub-scales [N/16, K/16, 16] and their fp16 d [N/16, K/256, 16] in `minimum`).
-at::Tensor interleaved_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
-                              const at::Tensor* minimum, std::optional<c10::string_view> path, const char* op,
-                              bool six = false) {
+// The weights' part of a product over interleaved blocks, checked: 4-bit (qs [N/16, K/32, 256], a scale and a
+// minimum a block), 8-bit (wide: qs [N/16, K/32, 512] holding q + 128, an fp16 scale a block or an fp32 scale per
+// 16 weights) or 6-bit (six: qs [N/16, K/32, 384], int8 sub-scales [N/16, K/16, 16] and their fp16 d
+// [N/16, K/256, 16] in `minimum`). The rows, their activations and the output are the caller's to fill in.
+Problem weights(const at::Tensor& qs, const at::Tensor& scale, const at::Tensor* minimum, const char* op, bool six) {
   const bool wide = minimum == nullptr || six;
-  TORCH_CHECK(x.device().is_cpu() && qs.device().is_cpu() && scale.device().is_cpu() &&
-                  (minimum == nullptr || minimum->device().is_cpu()), op, ": every tensor must be on the CPU");
-  TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat),
-              op, ": x must be bf16 or fp32 [M, K], got ", x.scalar_type(), " ", x.sizes());
+  TORCH_CHECK(qs.device().is_cpu() && scale.device().is_cpu() && (minimum == nullptr || minimum->device().is_cpu()),
+              op, ": every tensor must be on the CPU");
   const int64_t bytes = six ? kRun + kRun / 2 : wide ? 2 * kRun : kRun;
   TORCH_CHECK(qs.scalar_type() == at::kByte && qs.dim() == 3 && qs.size(2) == bytes && qs.is_contiguous(),
               op, ": interleaved qs must be contiguous uint8 [N/16, K/32, ", bytes, "], got ", qs.sizes());
-  const int64_t M = x.size(0), K = x.size(1), G = qs.size(0), nb = qs.size(1), N = G * kGroup;
-  TORCH_CHECK(K == nb * kBlock, op, ": x has K = ", K, " but the blocks hold ", nb * kBlock);
+  const int64_t G = qs.size(0), nb = qs.size(1);
   Scales form = Scales::kHalf;
   const bool halves = wide && !six && scale.scalar_type() == at::kFloat;
   if (six) {
@@ -358,19 +355,53 @@ at::Tensor interleaved_linear(const at::Tensor& x, const at::Tensor& qs, const a
   } else {
     form = checked_scales(scale, *minimum, G, nb);
   }
+  Problem p{};
+  p.qs = qs.data_ptr<uint8_t>();
+  p.scale = scale.data_ptr();
+  p.minimum = minimum == nullptr ? nullptr : minimum->data_ptr();
+  p.form = form;
+  p.wide = wide;
+  p.halves = halves;
+  p.six = six;
+  p.N = G * kGroup;
+  p.K = nb * kBlock;
+  p.nb = nb;
+  return p;
+}
+
+// p's product over the quantized rows a (M of them), column groups split across threads (each output element
+// reduced by one thread).
+void run(Problem& p, const specdec::Activations& a, int64_t M, bool fast) {
+  p.xq = a.q;
+  p.d = a.d;
+  p.s = a.s;
+  p.sq = a.sq;
+  p.sh = a.sh;
+  p.M = M;
+  if (M == 0 || p.N == 0) return;
+  auto kernel = !fast ? groups_scalar : p.six ? groups_avx512<6> : p.wide ? groups_avx512<8> : groups_avx512<4>;
+  const int64_t grain = std::max<int64_t>(1, 16384 / (kGroup * p.K));
+  at::parallel_for(0, p.N / kGroup, grain, [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
+}
+
+// x [M, K] by interleaved blocks (`weights`' forms), into a new [M, N] tensor of x's dtype.
+at::Tensor interleaved_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale,
+                              const at::Tensor* minimum, std::optional<c10::string_view> path, const char* op,
+                              bool six = false) {
+  Problem p = weights(qs, scale, minimum, op, six);
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat),
+              op, ": x must be bf16 or fp32 [M, K] on the CPU, got ", x.scalar_type(), " ", x.sizes());
+  const int64_t M = x.size(0), K = x.size(1);
+  TORCH_CHECK(K == p.K, op, ": x has K = ", K, " but the blocks hold ", p.K);
   const std::string chosen = chosen_path(path);
-  at::Tensor out = at::empty({M, N}, x.options());
-  if (M == 0 || N == 0) return out;
+  at::Tensor out = at::empty({M, p.N}, x.options());
+  if (M == 0 || p.N == 0) return out;
   const specdec::QuantizedRows a = specdec::quantize_rows(x, chosen == "avx512_vnni");
-  Problem p{qs.data_ptr<uint8_t>(), scale.data_ptr(), minimum == nullptr ? nullptr : minimum->data_ptr(), form,
-            a.q.data_ptr<int8_t>(), a.d.data_ptr<float>(), a.s.data_ptr<float>(), a.sq.data_ptr<int32_t>(),
-            a.sh.data_ptr<int32_t>(), wide, halves, six, M, N, K, nb,
-            x.scalar_type() == at::kFloat ? out.data_ptr<float>() : nullptr,
-            x.scalar_type() == at::kBFloat16 ? out.data_ptr<at::BFloat16>() : nullptr};
-  auto kernel = chosen == "scalar" ? groups_scalar : six ? groups_avx512<6> : wide ? groups_avx512<8> : groups_avx512<4>;
-  // Column groups split across threads (each output element reduced by one thread).
-  const int64_t grain = std::max<int64_t>(1, 16384 / (kGroup * K));
-  at::parallel_for(0, G, grain, [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
+  p.out_f = x.scalar_type() == at::kFloat ? out.data_ptr<float>() : nullptr;
+  p.out_b = x.scalar_type() == at::kBFloat16 ? out.data_ptr<at::BFloat16>() : nullptr;
+  p.ldo = p.N;
+  run(p, {a.q.data_ptr<int8_t>(), a.d.data_ptr<float>(), a.s.data_ptr<float>(), a.sq.data_ptr<int32_t>(),
+          a.sh.data_ptr<int32_t>()}, M, chosen == "avx512_vnni");
   return out;
 }
 
@@ -399,5 +430,18 @@ at::Tensor q6_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor
 }
 
 bool q4_linear_i8_fast() { return vnni_here(); }
+
+void interleaved_into(const at::BFloat16* x, int64_t M, int64_t K, const at::Tensor& qs, const at::Tensor& scale,
+                      const at::Tensor& minimum, at::BFloat16* out, int64_t ldo, const Activations& scratch) {
+  const int64_t bytes = qs.dim() == 3 ? qs.size(2) : 0;
+  const bool six = bytes == kRun + kRun / 2;
+  Problem p = weights(qs, scale, bytes == 2 * kRun ? nullptr : &minimum, "interleaved_into", six);
+  TORCH_CHECK(K == p.K && ldo >= p.N, "interleaved_into: x has K = ", K, " but the blocks hold ", p.K);
+  const bool fast = vnni_here();
+  quantize_into(x, M, K, scratch, fast);
+  p.out_b = out;
+  p.ldo = ldo;
+  run(p, scratch, M, fast);
+}
 
 }  // namespace specdec

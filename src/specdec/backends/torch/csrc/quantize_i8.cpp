@@ -66,6 +66,19 @@ QUANTIZE_AVX512 void quantize_row_avx512(const at::BFloat16* x, int64_t K, int8_
 
 namespace specdec {
 
+void quantize_into(const at::BFloat16* x, int64_t M, int64_t K, const Activations& out, bool fast) {
+  const int64_t nb = K / kBlock;
+  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int8_t* q = out.q + r * K;
+      float *d = out.d + r * nb, *s = out.s + r * nb;
+      int32_t *sq = out.sq + r * nb, *sh = out.sh + r * nb;
+      if (fast) quantize_row_avx512(x + r * K, K, q, d, s, sq, sh);
+      else quantize_row_scalar(x + r * K, K, q, d, s, sq, sh);
+    }
+  });
+}
+
 QuantizedRows quantize_rows(const at::Tensor& x, bool fast) {
   TORCH_CHECK(x.dim() == 2 && x.size(1) % kBlock == 0 && x.device().is_cpu() &&
                   (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat),
@@ -75,16 +88,16 @@ QuantizedRows quantize_rows(const at::Tensor& x, bool fast) {
   QuantizedRows out{at::empty({M, K}, x.options().dtype(at::kChar)), at::empty({M, nb}, x.options().dtype(at::kFloat)),
                 at::empty({M, nb}, x.options().dtype(at::kFloat)), at::empty({M, nb}, x.options().dtype(at::kInt)),
                 at::empty({M, nb}, x.options().dtype(at::kInt))};
-  fast = fast && rows.scalar_type() == at::kBFloat16;
+  const Activations into{out.q.data_ptr<int8_t>(), out.d.data_ptr<float>(), out.s.data_ptr<float>(),
+                         out.sq.data_ptr<int32_t>(), out.sh.data_ptr<int32_t>()};
+  if (rows.scalar_type() == at::kBFloat16) {
+    quantize_into(rows.data_ptr<at::BFloat16>(), M, K, into, fast);
+    return out;
+  }
   at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      int8_t* q = out.q.data_ptr<int8_t>() + r * K;
-      float *d = out.d.data_ptr<float>() + r * nb, *s = out.s.data_ptr<float>() + r * nb;
-      int32_t *sq = out.sq.data_ptr<int32_t>() + r * nb, *sh = out.sh.data_ptr<int32_t>() + r * nb;
-      if (fast) quantize_row_avx512(rows.data_ptr<at::BFloat16>() + r * K, K, q, d, s, sq, sh);
-      else if (rows.scalar_type() == at::kBFloat16) quantize_row_scalar(rows.data_ptr<at::BFloat16>() + r * K, K, q, d, s, sq, sh);
-      else quantize_row_scalar(rows.data_ptr<float>() + r * K, K, q, d, s, sq, sh);
-    }
+    for (int64_t r = begin; r < end; ++r)
+      quantize_row_scalar(rows.data_ptr<float>() + r * K, K, into.q + r * K, into.d + r * nb, into.s + r * nb,
+                          into.sq + r * nb, into.sh + r * nb);
   });
   return out;
 }

@@ -43,18 +43,7 @@ using specdec::exp_avx512;
 // Head sizes this kernel takes (SmolLM2, Llama 3.2 1B: 64; Qwen2.5 1.5B, Llama 3 8B: 128): D / 32 zmm of query.
 bool takes_dim(int64_t dim) { return dim == 64 || dim == 128; }
 
-struct Job {
-  const c10::BFloat16* query;   // [B, H, T, D]
-  const c10::BFloat16* key;     // [B, KV, S, D], rows of D contiguous (a cache buffer's view)
-  const c10::BFloat16* value;   // [B, KV, S, D], strided alike
-  const int64_t* start;         // [B, T]: contiguous slots [0, start) come first
-  const int64_t* tail;          // [B, T, L]: then `count` gathered slots, in position order
-  const int64_t* count;         // [B, T]
-  c10::BFloat16* out;           // [B, T, H, D]
-  int64_t B, H, KV, T, S, L;
-  int64_t batch_stride, head_stride;  // of key and value
-  float scale;
-};
+using Job = specdec::AttentionJob;
 
 // The sums of 16 accumulators, lane i holding accumulator i's: the same tree `_mm512_reduce_add_ps` takes
 // for each alone (lanes (l, l + 8), then (l, l + 4), (l, l + 2), (l, l + 1); a sum is a sum of the same
@@ -229,25 +218,30 @@ at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const 
               "tree_attention: start and count must be int64 [B, T], tail int64 [B, T, L]");
   const int64_t L = tail.size(2);
   at::Tensor out = at::empty({B, T, H, dim}, query.options());
-  Job j{query.data_ptr<c10::BFloat16>(), key.data_ptr<c10::BFloat16>(), value.data_ptr<c10::BFloat16>(),
-        start.data_ptr<int64_t>(), tail.data_ptr<int64_t>(), count.data_ptr<int64_t>(),
-        out.data_ptr<c10::BFloat16>(), B, H, KV, T, S, L, key.stride(0), key.stride(1), static_cast<float>(scale)};
-  const int64_t longest = S + L + 16;
-  const int64_t together = heads_together(dim, H / KV, B * H * T, at::get_num_threads());
-  const int64_t chunks = H / together;  // items: (b, chunk of query heads, t)
+  const Job j{query.data_ptr<c10::BFloat16>(), key.data_ptr<c10::BFloat16>(), value.data_ptr<c10::BFloat16>(),
+              start.data_ptr<int64_t>(), tail.data_ptr<int64_t>(), count.data_ptr<int64_t>(),
+              out.data_ptr<c10::BFloat16>(), B, H, KV, T, S, L, dim, key.stride(0), key.stride(1),
+              static_cast<float>(scale)};
+  TORCH_CHECK(attend(j), "tree_attention: every row must see at least one key, all of them within the cache");
+  return out;
+}
+
+bool attend(const AttentionJob& j) {
+  const int64_t longest = j.S + j.L + 16;
+  const int64_t together = heads_together(j.D, j.H / j.KV, j.B * j.H * j.T, at::get_num_threads());
+  const int64_t chunks = j.H / together;  // items: (b, chunk of query heads, t)
   std::atomic<bool> bad{false};
-  at::parallel_for(0, B * chunks * T, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, j.B * chunks * j.T, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(together * longest);
     std::vector<uint16_t> probs(together * longest);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item % T, h0 = (item / T) % chunks * together, b = item / (T * chunks);
-      const bool ok = dim == 64 ? run_heads<64>(j, together, b, h0, t, scores.data(), probs.data(), longest)
+      const int64_t t = item % j.T, h0 = (item / j.T) % chunks * together, b = item / (j.T * chunks);
+      const bool ok = j.D == 64 ? run_heads<64>(j, together, b, h0, t, scores.data(), probs.data(), longest)
                                 : run_heads<128>(j, together, b, h0, t, scores.data(), probs.data(), longest);
       if (!ok) bad = true;
     }
   });
-  TORCH_CHECK(!bad, "tree_attention: every row must see at least one key, all of them within the cache");
-  return out;
+  return !bad;
 }
 
 }  // namespace specdec
