@@ -150,6 +150,20 @@ def _joined(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
     return torch.cat([first, second])
 
 
+def _slot_tensors(claims: list[tuple]) -> list[tuple]:
+    """Claims with their write slots as tensors: a one-sequence cache's layers claim an int start, the same for
+    every layer of a pass, made a tensor once (a batched cache's claim is its layout's tensor already)."""
+    made: dict[int, torch.Tensor] = {}
+    out = []
+    for keys, values, write in claims:
+        if isinstance(write, int):
+            if write not in made:
+                made[write] = torch.tensor([write])
+            write = made[write]
+        out.append((keys, values, write))
+    return out
+
+
 @dataclass(frozen=True)
 class KeySequences:
     """Where each query row of a fused pass reads its keys: cache slots [0, start), then `count` gathered
@@ -233,6 +247,7 @@ class FusedDecoder:
         hidden = self.embed(input_ids)
         cos, sin = self.angles(hidden, position_ids)
         claims = [layer.claim(batch, self.kv_heads, self.dim, hidden.dtype, tokens) for layer in cache.layers]
+        claims = _slot_tensors(claims)
         if not capture:
             keys, values, writes = (list(part) for part in zip(*claims, strict=True))
             hidden = torch.ops.specdec_layer.decoder_pass(

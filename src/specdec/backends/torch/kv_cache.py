@@ -108,10 +108,11 @@ class PreallocatedLayer(DynamicLayer):
         return self.keys, self.values
 
     def claim(self, batch: int, kv_heads: int, head_dim: int, dtype: torch.dtype, tokens: int
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """`update` for a caller that writes the entries itself (`specdec.backends.torch.fused`): room for
         `tokens` more, counted in; returns the key and value buffers [batch, kv_heads, capacity, head_dim]
-        and where the new entries go: slots write[0] .. write[0] + tokens - 1 (write int64 [1])."""
+        and where the new entries go: slots start .. start + tokens - 1 (an int: every layer of a pass claims
+        the same start, so the caller makes one tensor of it, not one a layer)."""
         if not self.is_initialized:
             like = torch.empty(batch, kv_heads, 0, head_dim, dtype=dtype)
             self.lazy_initialization(like, like)
@@ -119,7 +120,7 @@ class PreallocatedLayer(DynamicLayer):
         if end > self.capacity:
             self._grow(end)
         self.length = end
-        return self._key_buffer, self._value_buffer, torch.tensor([start])
+        return self._key_buffer, self._value_buffer, start
 
     def get_seq_length(self) -> int:
         return self.length if self.is_initialized else 0
