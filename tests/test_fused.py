@@ -258,7 +258,18 @@ def test_one_call_refuses_a_wrong_final_norm_before_any_layer_writes():
     writes = [torch.tensor([0]) for _ in fused.layers]
     with pytest.raises(RuntimeError, match="final norm"):
         torch.ops.specdec_layer.decoder_pass(
-            hidden, fused.weights, fused.sizes, fused.parts, cos, sin, caches, caches, writes, torch.arange(1, 4)[None],
+            hidden, fused.stack, cos, sin, caches, caches, writes, torch.arange(1, 4)[None],
             torch.zeros(1, 3, 0, dtype=torch.int64), torch.zeros(1, 3, dtype=torch.int64), fused.heads,
             fused.kv_heads, fused.eps, fused.scale, fused.norm_weight[:-1].contiguous(), fused.norm_eps)
     assert all(not cache.any() for cache in caches)
+
+
+@needs_kernel
+def test_the_weights_handed_over_must_match_their_layer_sizes():
+    """The layers' weights pass to C++ once; a size list that does not cover them is refused there."""
+    fused = FusedDecoder(packed_view(tiny_qwen2_64(), int4=True))
+    weights = [t for layer in fused.layers for t in layer]
+    with pytest.raises(RuntimeError, match="sizes summing"):
+        torch.classes.specdec_layer.Layers(weights, [len(weights) - 1], [1])
+    with pytest.raises(RuntimeError, match="one size and one qkv part count per layer"):
+        torch.classes.specdec_layer.Layers(weights, [len(weights)], [1, 1])

@@ -206,8 +206,10 @@ class FusedDecoder:
         self.dim, self.scale = attention.head_dim, float(attention.scaling)
         self.kv_heads = model.config.num_key_value_heads
         self.heads = model.config.num_attention_heads
-        self.weights = [tensor for layer in self.layers for tensor in layer]  # `decoder_pass`'s flat list
-        self.sizes = [len(layer) for layer in self.layers]
+        weights = [tensor for layer in self.layers for tensor in layer]
+        # `decoder_pass`'s weights, handed to C++ once: a list of them every pass cost a measurable dispatch
+        self.stack = torch.classes.specdec_layer.Layers(weights, [len(layer) for layer in self.layers], self.parts)
+        self.no_layers = torch.classes.specdec_layer.Layers([], [], [])  # the final norm alone
         self.norm_weight = self.norm.weight.contiguous()
         self.norm_eps = float(self.norm.variance_epsilon)
         rope = getattr(self.rotary, "rope_type", "default")
@@ -251,8 +253,8 @@ class FusedDecoder:
         if not capture:
             keys, values, writes = (list(part) for part in zip(*claims, strict=True))
             hidden = torch.ops.specdec_layer.decoder_pass(
-                hidden, self.weights, self.sizes, self.parts, cos, sin, keys, values, writes, starts, tail, counts, self.heads,
-                self.kv_heads, self.eps, self.scale, self.norm_weight, self.norm_eps)
+                hidden, self.stack, cos, sin, keys, values, writes, starts, tail, counts, self.heads, self.kv_heads,
+                self.eps, self.scale, self.norm_weight, self.norm_eps)
             return self.head(hidden[:, -1:] if last_only else hidden), None
         wanted = {index % (len(self.layers) + 1) for index in capture}
         states = {}
@@ -263,7 +265,7 @@ class FusedDecoder:
                                                            tail, counts, self.heads, self.kv_heads, self.eps, self.scale,
                                                            parts)
         hidden = torch.ops.specdec_layer.decoder_pass(
-            hidden, [], [], [], cos, sin, [], [], [], starts, tail, counts, self.heads, self.kv_heads, self.eps,
+            hidden, self.no_layers, cos, sin, [], [], [], starts, tail, counts, self.heads, self.kv_heads, self.eps,
             self.scale, self.norm_weight, self.norm_eps)  # no layers: the final norm alone, as above
         states[len(self.layers)] = hidden
         features = torch.cat([states[i % (len(self.layers) + 1)] for i in capture], -1)

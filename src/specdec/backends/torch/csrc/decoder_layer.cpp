@@ -21,6 +21,7 @@
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <immintrin.h>
+#include <torch/custom_class.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -302,22 +303,35 @@ at::Tensor decoder_layer(const at::Tensor& hidden, at::TensorList w, const at::T
   return out;
 }
 
-// Every layer, then the final norm, in one call: layer i reads weights[sum(sizes[:i]) .. + sizes[i]) (its qkv as
-// parts[i] products) and writes keys[i], values[i] at write[i]'s slots; the result is norm(h) * w_norm. The
-// layers' steps are `decoder_layer`'s (the same bits), in one workspace; what it spares is a Python call, a
-// dispatch and a workspace per layer, a measurable share of a small model's step (docs/benchmarks.md).
-at::Tensor decoder_pass(const at::Tensor& hidden, at::TensorList weights, at::IntArrayRef sizes, at::IntArrayRef parts,
-                        const at::Tensor& cos, const at::Tensor& sin, at::TensorList keys, at::TensorList values, at::TensorList write,
+// A model's decoder weights as `decoder_pass` reads them, handed over once (`FusedDecoder` holds one): layer i
+// is weights[sum(sizes[:i]) .. + sizes[i]), its qkv as parts[i] products. Passing ~15 tensors a layer through
+// the dispatcher every pass was a measurable share of a small model's step.
+struct Layers : torch::CustomClassHolder {
+  std::vector<at::Tensor> weights;
+  std::vector<int64_t> sizes, parts;
+  Layers(std::vector<at::Tensor> w, std::vector<int64_t> s, std::vector<int64_t> p)
+      : weights(std::move(w)), sizes(std::move(s)), parts(std::move(p)) {
+    int64_t used = 0;
+    for (int64_t size : sizes) used += size;
+    TORCH_CHECK(parts.size() == sizes.size() && used == static_cast<int64_t>(weights.size()),
+                "Layers: one size and one qkv part count per layer, the sizes summing to the ", weights.size(),
+                " weights (", used, ")");
+  }
+  at::TensorList layer(int64_t i, int64_t at) const { return at::TensorList(weights).slice(at, sizes[i]); }
+};
+
+// Every layer, then the final norm, in one call: layer i writes keys[i], values[i] at write[i]'s slots; the
+// result is norm(h) * w_norm. The layers' steps are `decoder_layer`'s (the same bits), in one workspace; what
+// it spares is a Python call, a dispatch and a workspace per layer, a measurable share of a small model's step
+// (docs/benchmarks.md).
+at::Tensor decoder_pass(const at::Tensor& hidden, const c10::intrusive_ptr<Layers>& model, const at::Tensor& cos,
+                        const at::Tensor& sin, at::TensorList keys, at::TensorList values, at::TensorList write,
                         const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, int64_t heads,
                         int64_t kv_heads, double eps, double scale, const at::Tensor& norm, double norm_eps) {
-  const int64_t layers = static_cast<int64_t>(sizes.size());
+  const int64_t layers = static_cast<int64_t>(model->sizes.size());
   TORCH_CHECK(static_cast<int64_t>(keys.size()) == layers && static_cast<int64_t>(values.size()) == layers &&
-                  static_cast<int64_t>(write.size()) == layers && static_cast<int64_t>(parts.size()) == layers,
-              "decoder_pass: one keys, values, write tensor and qkv part count per layer (", layers, " layers)");
-  int64_t used = 0;
-  for (int64_t size : sizes) used += size;
-  TORCH_CHECK(used == static_cast<int64_t>(weights.size()), "decoder_pass: the sizes sum to ", used, " weights, got ",
-              weights.size());
+                  static_cast<int64_t>(write.size()) == layers,
+              "decoder_pass: one keys, values and write tensor per layer (", layers, " layers)");
   TORCH_CHECK(hidden.dim() == 3 && hidden.scalar_type() == at::kBFloat16 && hidden.is_contiguous(),
               "decoder_pass: hidden must be contiguous bf16 [B, T, H]");
   const int64_t H = hidden.size(2), R = hidden.size(0) * hidden.size(1);
@@ -325,10 +339,10 @@ at::Tensor decoder_pass(const at::Tensor& hidden, at::TensorList weights, at::In
               "decoder_pass: the final norm's weight must be bf16 [", H, "]");
   // Every layer checked before the first writes the cache; the workspace fits the widest.
   int64_t width = 0, attn = 0, inner = 0;
-  for (int64_t i = 0, at = 0; i < layers; at += sizes[i], ++i) {
-    const at::TensorList w = weights.slice(at, sizes[i]);
-    check(hidden, w, cos, sin, keys[i], values[i], write[i], start, tail, count, heads, kv_heads, parts[i]);
-    const auto [a, b, c] = widths(w, heads, keys[i].size(3), parts[i]);
+  for (int64_t i = 0, at = 0; i < layers; at += model->sizes[i], ++i) {
+    const at::TensorList w = model->layer(i, at);
+    check(hidden, w, cos, sin, keys[i], values[i], write[i], start, tail, count, heads, kv_heads, model->parts[i]);
+    const auto [a, b, c] = widths(w, heads, keys[i].size(3), model->parts[i]);
     width = std::max(width, a), attn = std::max(attn, b), inner = std::max(inner, c);
   }
   at::Tensor out = at::empty_like(hidden);
@@ -338,10 +352,10 @@ at::Tensor decoder_pass(const at::Tensor& hidden, at::TensorList weights, at::In
   }
   const Workspace ws = workspace(R, H, width, attn, inner);
   at::Tensor h = hidden.clone();  // the layers run in place on it; the caller's hidden is left as it was
-  for (int64_t i = 0, at = 0; i < layers; at += sizes[i], ++i) {
+  for (int64_t i = 0, at = 0; i < layers; at += model->sizes[i], ++i) {
     const Shape s{hidden.size(0), hidden.size(1), H, heads, kv_heads, keys[i].size(3)};
-    layer(h.data_ptr<bf16>(), h.data_ptr<bf16>(), weights.slice(at, sizes[i]), cos, sin, keys[i], values[i], write[i],
-          start, tail, count, s, eps, scale, parts[i], ws);
+    layer(h.data_ptr<bf16>(), h.data_ptr<bf16>(), model->layer(i, at), cos, sin, keys[i], values[i], write[i], start,
+          tail, count, s, eps, scale, model->parts[i], ws);
   }
   rms_norm(h.data_ptr<bf16>(), norm.data_ptr<bf16>(), out.data_ptr<bf16>(), R, H, static_cast<float>(norm_eps));
   return out;
@@ -350,10 +364,11 @@ at::Tensor decoder_pass(const at::Tensor& hidden, at::TensorList weights, at::In
 }  // namespace
 
 TORCH_LIBRARY(specdec_layer, m) {
+  m.class_<Layers>("Layers").def(torch::init<std::vector<at::Tensor>, std::vector<int64_t>, std::vector<int64_t>>());
   m.def("decoder_layer(Tensor hidden, Tensor[] weights, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, "
         "Tensor write, Tensor start, Tensor tail, Tensor count, int heads, int kv_heads, float eps, float scale, "
         "int parts) -> Tensor");
-  m.def("decoder_pass(Tensor hidden, Tensor[] weights, int[] sizes, int[] parts, Tensor cos, Tensor sin, Tensor(a!)[] keys, "
+  m.def("decoder_pass(Tensor hidden, __torch__.torch.classes.specdec_layer.Layers layers, Tensor cos, Tensor sin, Tensor(a!)[] keys, "
         "Tensor(b!)[] values, Tensor[] write, Tensor start, Tensor tail, Tensor count, int heads, int kv_heads, "
         "float eps, float scale, Tensor norm, float norm_eps) -> Tensor");
 }
