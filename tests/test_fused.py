@@ -258,7 +258,7 @@ def test_one_call_refuses_a_wrong_final_norm_before_any_layer_writes():
     writes = [torch.tensor([0]) for _ in fused.layers]
     with pytest.raises(RuntimeError, match="final norm"):
         torch.ops.specdec_layer.decoder_pass(
-            hidden, fused.stack, cos, sin, caches, caches, writes, torch.arange(1, 4)[None],
+            hidden, fused.weights, cos, sin, caches, caches, writes, torch.arange(1, 4)[None],
             torch.zeros(1, 3, 0, dtype=torch.int64), torch.zeros(1, 3, dtype=torch.int64), fused.heads,
             fused.kv_heads, fused.eps, fused.scale, fused.norm_weight[:-1].contiguous(), fused.norm_eps)
     assert all(not cache.any() for cache in caches)

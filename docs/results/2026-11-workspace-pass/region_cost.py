@@ -1,5 +1,4 @@
 """Cost of an at::parallel_for region (2 threads, trivial body) against an omp barrier inside one region."""
-import time, torch
 from torch.utils import cpp_extension
 src = r'''
 #include <torch/extension.h>

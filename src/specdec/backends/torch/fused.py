@@ -16,7 +16,8 @@ forward. `TargetModel.run` uses it for exact passes (the invariant attention pla
 one-token steps, trees and batched rows alike, so every pass of a generation runs the same arithmetic.
 
 Invariants:
-- the weights are the view's own tensors (nothing copied or quantized again); the embeddings and the
+- the weights are the view's own tensors (nothing copied or quantized again), handed to C++ once as a
+  `Layers` object; a pass's intermediate rows live in one workspace it allocates; the embeddings and the
   head are the model's own modules, the rotary angles rows of tables its rotary module fills, the final
   norm the layers' C++ norm with the model's weight (`decoder_pass` runs every layer and that norm in
   one call where no layer's input is captured);
@@ -208,7 +209,7 @@ class FusedDecoder:
         self.heads = model.config.num_attention_heads
         weights = [tensor for layer in self.layers for tensor in layer]
         # `decoder_pass`'s weights, handed to C++ once: a list of them every pass cost a measurable dispatch
-        self.stack = torch.classes.specdec_layer.Layers(weights, [len(layer) for layer in self.layers], self.parts)
+        self.weights = torch.classes.specdec_layer.Layers(weights, [len(layer) for layer in self.layers], self.parts)
         self.no_layers = torch.classes.specdec_layer.Layers([], [], [])  # the final norm alone
         self.norm_weight = self.norm.weight.contiguous()
         self.norm_eps = float(self.norm.variance_epsilon)
@@ -253,7 +254,7 @@ class FusedDecoder:
         if not capture:
             keys, values, writes = (list(part) for part in zip(*claims, strict=True))
             hidden = torch.ops.specdec_layer.decoder_pass(
-                hidden, self.stack, cos, sin, keys, values, writes, starts, tail, counts, self.heads, self.kv_heads,
+                hidden, self.weights, cos, sin, keys, values, writes, starts, tail, counts, self.heads, self.kv_heads,
                 self.eps, self.scale, self.norm_weight, self.norm_eps)
             return self.head(hidden[:, -1:] if last_only else hidden), None
         wanted = {index % (len(self.layers) + 1) for index in capture}
