@@ -47,7 +47,7 @@ at::Tensor q6_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor
                      std::optional<c10::string_view> path);
 bool q4_linear_i8_fast();
 // An interleaved product (4-, 6- or 8-bit blocks, told apart by qs [N/16, K/32, 256 | 384 | 512]; minimum
-// undefined for 8-bit ones) of bf16 rows x [M, K] into caller-held memory: out row r at out + r * ldo, the rows'
+// not read for 8-bit ones) of bf16 rows x [M, K] into caller-held memory: out row r at out + r * ldo, the rows'
 // quantized activations in `scratch`. The same bits as q4_linear_i8 / q6_linear / q8_linear on the auto path;
 // no tensor is allocated.
 void interleaved_into(const at::BFloat16* x, int64_t M, int64_t K, const at::Tensor& qs, const at::Tensor& scale,
