@@ -168,14 +168,17 @@ JUMP_SETTINGS = dict(k=3, max_k=3, schedule="cost", cost_ratio=0.3, jump=1)  # a
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "prompt,options", [([3, 5, 7], dict(k=2, adaptive=False)), ([3, 5, 3, 5, 3], JUMP_SETTINGS)], ids=["draft", "jump"]
+    "prompt,options",
+    [([3, 5, 7], dict(k=2, adaptive=False)), ([3, 5, 3, 5, 3], JUMP_SETTINGS), ([3, 5, 7], dict(k=2, adaptive=False, vocab=8))],
+    ids=["draft", "jump", "vocab cut"],
 )
 @torch.inference_mode()
 def test_sampling_is_lossless_in_distribution(prompt, options):
     """The k tokens after the first (the first speculative step drafts up to k) are distributed as the
     target's own. With `jump` the draft also runs passes over the repetitive prompt's continuation and
     picks from passes made ahead, under a length rule that stops on the draft's confidence: whether a
-    pick joins the chain must not depend on its value, even where it follows the text."""
+    pick joins the chain must not depend on its value, even where it follows the text. With `vocab` the draft
+    scores half the vocabulary: the target's tokens past it come from the residual alone."""
     vocab, runs, k, jump = 16, 3000, options["k"], options.get("jump", 0)
     make = _repeating_llama if jump else _tiny_llama
     target = LoadedModel(make(0), _word_tokenizer([f"w{i}" for i in range(vocab)]), "tiny")

@@ -29,6 +29,12 @@ Invariants:
   (the default) does so on CPU for drafts of at least `draft_module.AUTO_INT8_PARAMS`
   (with Qwen2.5-Coder-1.5B's 0.5B draft `draft` ran well faster with the int8 draft);
   a smaller draft loses more agreement than its cheaper pass buys (docs/benchmarks.md).
+  Where the target verifies on 4-bit weights batch-invariantly (a GGUF target in bf16 on
+  an AVX-512 BF16 CPU, the fused pass) and the draft is a GGUF too, `auto` runs the draft
+  on the same path, on its own file's blocks: one C++ call a draft pass;
+- with `vocab=N` the draft's head scores the first N token ids only (`with_head_rows`):
+  a cheaper draft pass; logits past N are -inf, so neither its picks nor its draws ever
+  leave them, and the rule that verifies them needs nothing else.
 
 The chain's length (fixed `k`, transformers' heuristic, or the cost-aware
 `cost` / `timed` rules) is decided by `specdec.proposers.chain_length`; which
@@ -57,7 +63,8 @@ from typing import Annotated, Literal
 
 import torch
 
-from specdec.backends.torch.packed import maybe_packed, verify_model
+from specdec.backends.torch.attention_plan import AttentionPlan
+from specdec.backends.torch.packed import is_invariant, maybe_packed, pack_of, verify_model
 from specdec.backends.torch.target import TargetModel
 from specdec.engine.generation import ProposalContext
 from specdec.engine.verify import VerifyResult
@@ -73,6 +80,7 @@ from specdec.proposers.draft_module import (
     compute_params,
     quantize_int8,
     wants_int8,
+    with_head_rows,
 )
 from specdec.proposers.schema import Preparation, method_config, option
 from specdec.proposers.universal import UniversalDraftProposer
@@ -114,6 +122,8 @@ class DraftConfig:
     jump_length: Annotated[int, option(ge=1)] = 10  # most tokens one jump copies
     # greedy: verify up to this many nodes, spare ones holding the draft's runner-up picks (0 = the chain)
     fill: Annotated[int, option(ge=0, le=MAX_FILL)] = 0
+    # >0: the draft scores only the first this many token ids (a cheaper head; see draft_module.with_head_rows)
+    vocab: Annotated[int, option(ge=0)] = 0
 
     def __post_init__(self) -> None:
         self.chain_settings(0.5)  # k <= max_k
@@ -135,20 +145,21 @@ class DraftConfig:
     def _prepare_loaded(self, loaded: LoadedModel) -> PreparedDraft:
         if not self.draft_model:
             raise ValueError("draft: give the draft model, e.g. --method-config draft:draft_model=qwen2.5-coder-0.5b")
-        draft = load_model(
-            self.draft_model, dtype=loaded.dtype, device=str(loaded.device), cache_dir=self.cache_dir or None
-        )
+        draft = self._load(loaded)
         check_same_tokenizer(draft.tokenizer, loaded.tokenizer, f"draft model {self.draft_model!r}")
-        return self.prepare(loaded, draft.model)
+        return self.prepare(loaded, draft.model, draft)
+
+    def _load(self, loaded: LoadedModel) -> LoadedModel:
+        """The draft model, loaded with the target's dtype, device, pack and exactness (so a GGUF draft
+        beside a GGUF target verified on the fused pass runs that pass too: `prepare`)."""
+        return load_model(self.draft_model, dtype=loaded.dtype, device=str(loaded.device),
+                          cache_dir=self.cache_dir or None, pack=loaded.pack, exact=loaded.exact)
 
     def build(self, loaded: LoadedModel) -> DraftProposer | UniversalDraftProposer:
         """Load the draft model; a draft with another tokenizer drafts through text (`text=auto`)."""
         if not self.draft_model:
             raise ValueError("draft: give the draft model, e.g. draft:draft_model=qwen2.5-coder-0.5b")
-        draft = load_model(
-            self.draft_model, dtype=loaded.dtype, device=str(loaded.device), cache_dir=self.cache_dir or None
-        )
-        return self.build_loaded(loaded, draft)
+        return self.build_loaded(loaded, self._load(loaded))
 
     def build_loaded(self, loaded: LoadedModel, draft: LoadedModel) -> DraftProposer | UniversalDraftProposer:
         name = f"draft model {self.draft_model!r}"
@@ -160,9 +171,11 @@ class DraftConfig:
                 raise
             via_text = True
         if not via_text:
-            return self.build_with(loaded, draft.model)
+            return self.build_prepared(loaded, self.prepare(loaded, draft.model, draft))
         # a draft through text hands on its chain's tokens only: no leaves
-        inner = replace(self, fill=0).build_with(loaded, draft.model, draft.model.config.vocab_size)
+        inner = replace(self, fill=0)
+        prepared = inner.prepare(loaded, draft.model, draft)
+        inner = inner.build_prepared(loaded, prepared, draft.model.config.vocab_size)
         return UniversalDraftProposer(inner, draft.tokenizer, loaded.tokenizer)
 
     def build_with(
@@ -174,18 +187,31 @@ class DraftConfig:
         """
         return self.build_prepared(loaded, self.prepare(loaded, draft_model), vocab_size)
 
-    def prepare(self, loaded: LoadedModel, draft_model: torch.nn.Module) -> PreparedDraft:
+    def prepare(
+        self, loaded: LoadedModel, draft_model: torch.nn.Module, source: LoadedModel | None = None
+    ) -> PreparedDraft:
         """The draft module as it will run (int8 when `quantize` asks for it) and its cost ratio.
 
+        `source`: the LoadedModel `draft_model` is the module of, when there is one. Where the target
+        and the draft both verify on 4-bit weights batch-invariantly (a GGUF pair in bf16 on an
+        AVX-512 BF16 CPU), `quantize=auto` runs the draft on that path too, its own view and the
+        invariant attention plan: the fused pass (`specdec.backends.torch.fused`), one C++ call a
+        draft pass, on the draft file's own blocks.
         The server prepares once and builds a proposer per concurrent request from it, so the
         int8 copy (seconds, and a float32 copy of the draft's weights on the way) is made once.
         """
         ratio = compute_params(draft_model) / compute_params(loaded.model)
+        if self.quantize == "auto" and source is not None and _verifies_on_int4(loaded) and _verifies_on_int4(source):
+            view = verify_model(source)
+            return PreparedDraft(with_head_rows(view, self.vocab) if self.vocab else view, ratio,
+                                 AttentionPlan.invariant())
+        own = draft_model is loaded.model and not self.vocab
+        if self.vocab:  # cut before quantizing or packing, which take the cut head as any other
+            draft_model = with_head_rows(draft_model, self.vocab)
         if wants_int8(self.quantize, draft_model):
             draft_model = quantize_int8(draft_model)
             ratio *= INT8_COST_FACTOR.get(loaded.dtype, 0.32)
         else:  # packed as the target is, so the cost ratio still holds; the target's own view if it drafts itself
-            own = draft_model is loaded.model
             draft_model = verify_model(loaded) if own else maybe_packed(draft_model, loaded.pack, None)
         return PreparedDraft(draft_model, ratio)
 
@@ -196,15 +222,23 @@ class DraftConfig:
         vocab_size = vocab_size or loaded.model.config.vocab_size
         jump = RetrievalJump(self.jump, self.jump_length, loaded.eos_token_ids) if self.jump else None
         settings = self.chain_settings(prepared.cost_ratio)
-        return DraftProposer(LastLogitsOnly(prepared.module), settings, vocab_size, jump, self.fill)
+        # a view on the invariant plan runs its own head over the last row (the fused pass's `last_only`)
+        module = prepared.module if prepared.attention is not None else LastLogitsOnly(prepared.module)
+        return DraftProposer(module, settings, vocab_size, jump, self.fill, prepared.attention)
+
+
+def _verifies_on_int4(loaded: LoadedModel) -> bool:
+    return pack_of(loaded) == "int4" and is_invariant(loaded)
 
 
 @dataclass(frozen=True)
 class PreparedDraft:
-    """A draft module ready to run (maybe an int8 copy) and its pass cost relative to the target's."""
+    """A draft module ready to run (maybe an int8 copy) and its pass cost relative to the target's;
+    `attention`: the plan its passes run on (the invariant one on 4-bit weights), None for its own."""
 
     module: torch.nn.Module
     cost_ratio: float
+    attention: AttentionPlan | None = None
 
 
 class DraftProposer(ProposerBase):
@@ -219,8 +253,9 @@ class DraftProposer(ProposerBase):
         vocab_size: int,
         jump: RetrievalJump | None = None,
         fill: int = 0,
+        attention: AttentionPlan | None = None,
     ) -> None:
-        self.runner = TargetModel(draft_model)  # the draft's own KV cache
+        self.runner = TargetModel(draft_model, attention=attention)  # the draft's own KV cache
         self.jump = jump
         self.fill = fill
         self._leaves: list[tuple[float, int, int]] = []  # greedy fill candidates: (gain, parent node, token)
@@ -244,7 +279,7 @@ class DraftProposer(ProposerBase):
             self.jump.begin()
         self.cached, self.num_checked, self.generator = [], 0, None
         if len(prompt_ids) > 1:  # the prompt's last token is fed with the first root
-            self.runner.append(prompt_ids[:-1])
+            self.runner.append(prompt_ids[:-1], last_only=True)
             self.cached = list(prompt_ids[:-1])
             self.num_checked = len(self.cached)
 
@@ -262,7 +297,7 @@ class DraftProposer(ProposerBase):
             self.runner.trim(shared)
             del self.cached[shared:]
         new = token_ids[shared:]
-        logits = self.runner.append(new)[-1]
+        logits = self.runner.append(new, last_only=True)[-1]
         self.cached.extend(new)
         self.num_checked = len(token_ids)
         return logits, len(new)
@@ -386,11 +421,14 @@ class DraftProposer(ProposerBase):
         """
         copy = self.jump.after(drafts, room - 1) if self.jump is not None else []
         if not copy:
-            logits = self.runner.append([token])[-1]
+            logits = self.runner.append([token], last_only=True)[-1]
             self.cached.append(token)
             return logits, []
-        with self.runner.model.keeping(len(copy) + 1):
-            logits = self.runner.append([token, *copy])  # [1 + c, V]
+        if isinstance(self.runner.model, LastLogitsOnly):
+            with self.runner.model.keeping(len(copy) + 1):
+                logits = self.runner.append([token, *copy])  # [1 + c, V]
+        else:
+            logits = self.runner.append([token, *copy])
         self.cached.extend([token, *copy])
         self.jump.copies += 1
         return logits[0], list(zip(copy, logits[1:], strict=True))

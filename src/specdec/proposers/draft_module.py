@@ -1,4 +1,5 @@
-"""The draft module as it runs: its pass cost in parameters, an int8 copy, a last-row head, the tokenizer check.
+"""The draft module as it runs: its pass cost in parameters, an int8 copy, a last-row head, a head over fewer
+token ids, the tokenizer check.
 
 Why a module of its own: these decide what a draft *is* (which module runs, what
 it costs, whether it may draft for this target at all), apart from how the
@@ -6,7 +7,8 @@ draft proposer builds and schedules its chains (`specdec.proposers.draft`); the
 layer-skipping draft and the server's draft preparation use them too.
 
 Invariants: nothing here changes the caller's module (the int8 copy is a deep
-copy); a draft never needs more than its last position's logits.
+copy, the cut head's view a copy sharing its tensors); a draft never needs more
+than its last position's logits.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from contextlib import contextmanager
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from specdec.backends.torch import q4_i8
 from specdec.backends.torch.packed import PackedLinear
+from specdec.backends.torch.q4_kernel import Q8Linear
 from specdec.backends.torch.target import FAST_HEAD_TYPES
 
 AUTO_INT8_PARAMS = 300e6  # `compute_params` from which `quantize=auto` picks int8 on CPU
@@ -89,6 +93,43 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
     with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
         warnings.simplefilter("ignore")
         return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+
+
+def with_head_rows(model: torch.nn.Module, rows: int) -> torch.nn.Module:
+    """A copy of `model` (its tensors shared) whose head scores the first `rows` token ids only.
+
+    Why: a draft's pass reads its whole head, and a large vocabulary's head is a large part of a
+    small draft (Qwen2.5-Coder-0.5B: 152k x 896 of its ~0.5B weights). Byte-level BPE numbers its
+    tokens in merge order, the commonest first, so the first ids hold most of what a draft is asked
+    to guess (FR-Spec, Zhao et al. 2025, ranks by counted frequency instead). Lossless whatever is cut:
+    the target verifies every token; a token the draft cannot score is one it does not propose.
+    Takes a head of 8-bit blocks (`Q8Linear`, `Q6Linear`: their rows as they are, rounded up to a whole group
+    of `q4_i8.GROUP`, so a Q8_0 head's rows keep their bits) or a `torch.nn.Linear`.
+    """
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None:
+        raise ValueError("vocab: the draft has no output head to cut")
+    if not 0 < rows <= head.out_features:
+        raise ValueError(f"vocab: {rows} token ids, the draft's head scores {head.out_features}")
+    if hasattr(head, "blocks"):  # 8-bit blocks: whole groups of rows keep the 8-bit activations' form
+        rows = min(-(-rows // q4_i8.GROUP) * q4_i8.GROUP, head.out_features)
+        qs, scale = head.blocks()
+        bias = None if head.bias is None else head.bias[:rows]
+        cut = Q8Linear(qs[:rows], scale[:rows], bias, getattr(head, "activations", None))
+    elif type(head) is torch.nn.Linear:
+        bias = None if head.bias is None else head.bias[:rows]
+        cut = torch.nn.Linear(head.in_features, rows, bias is not None, device=head.weight.device,
+                              dtype=head.weight.dtype)
+        cut.weight = torch.nn.Parameter(head.weight[:rows], requires_grad=False)
+        if bias is not None:
+            cut.bias = torch.nn.Parameter(bias, requires_grad=False)
+    else:
+        raise ValueError(f"vocab: a draft head of type {type(head).__name__} cannot be cut (8-bit blocks or a "
+                         "Linear can); leave vocab out")
+    tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    view = copy.deepcopy(model, tensors)  # modules copied, tensors shared: the caller's model keeps its head
+    view.set_output_embeddings(cut)
+    return view
 
 
 def wants_int8(quantize: str, draft_model: torch.nn.Module, min_params: float = AUTO_INT8_PARAMS) -> bool:

@@ -170,10 +170,11 @@ class TargetModel:
         return logits[-1]
 
     @torch.inference_mode()
-    def append(self, token_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
-        """Feed tokens after the cache and commit them all; returns their logits [T, V]."""
+    def append(self, token_ids: Sequence[int] | torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """Feed tokens after the cache and commit them all; returns their logits [T, V] (the last
+        position's, [1, V], with last_only)."""
         ids = _as_ids(token_ids, self.device)
-        logits = self._forward(ids, position_ids=None, attention_mask=None)
+        logits = self._forward(ids, position_ids=None, attention_mask=None, last_only=last_only)
         self._num_committed += ids.numel()
         self._num_pending = 0
         return logits
