@@ -135,7 +135,7 @@ class DraftConfig:
     def preparation(self) -> Preparation:
         """The draft model, loaded (and quantized, when `quantize` asks for it) once."""
         return Preparation(
-            ("draft", self.draft_model, self.cache_dir, self.quantize),
+            ("draft", self.draft_model, self.cache_dir, self.quantize, self.vocab),
             self._prepare_loaded,
             self.build_prepared,
             "draft needs a draft model set by the server, and this server has none "
@@ -151,9 +151,12 @@ class DraftConfig:
 
     def _load(self, loaded: LoadedModel) -> LoadedModel:
         """The draft model, loaded with the target's dtype, device, pack and exactness (so a GGUF draft
-        beside a GGUF target verified on the fused pass runs that pass too: `prepare`)."""
-        return load_model(self.draft_model, dtype=loaded.dtype, device=str(loaded.device),
-                          cache_dir=self.cache_dir or None, pack=loaded.pack, exact=loaded.exact)
+        beside a GGUF target verified on the fused pass runs that pass too: `prepare`). Loaded once per
+        target, kept in its state: later builds (a proposer a request) reuse it and the views made of it."""
+        key = ("draft model", self.draft_model, self.cache_dir)
+        return loaded.state.shared(key, lambda: load_model(
+            self.draft_model, dtype=loaded.dtype, device=str(loaded.device), cache_dir=self.cache_dir or None,
+            pack=loaded.pack, exact=loaded.exact))
 
     def build(self, loaded: LoadedModel) -> DraftProposer | UniversalDraftProposer:
         """Load the draft model; a draft with another tokenizer drafts through text (`text=auto`)."""
@@ -162,14 +165,10 @@ class DraftConfig:
         return self.build_loaded(loaded, self._load(loaded))
 
     def build_loaded(self, loaded: LoadedModel, draft: LoadedModel) -> DraftProposer | UniversalDraftProposer:
-        name = f"draft model {self.draft_model!r}"
-        try:
-            check_same_tokenizer(draft.tokenizer, loaded.tokenizer, name)
-            via_text = self.text == "always"
-        except TokenizerMismatchError:
-            if self.text == "never":
-                raise
-            via_text = True
+        mismatch = loaded.state.shared(("draft tokenizer", draft.tokenizer), lambda: self._mismatch(loaded, draft))
+        if mismatch is not None and self.text == "never":
+            raise mismatch
+        via_text = mismatch is not None or self.text == "always"
         if not via_text:
             return self.build_prepared(loaded, self.prepare(loaded, draft.model, draft))
         # a draft through text hands on its chain's tokens only: no leaves
@@ -177,6 +176,15 @@ class DraftConfig:
         prepared = inner.prepare(loaded, draft.model, draft)
         inner = inner.build_prepared(loaded, prepared, draft.model.config.vocab_size)
         return UniversalDraftProposer(inner, draft.tokenizer, loaded.tokenizer)
+
+    def _mismatch(self, loaded: LoadedModel, draft: LoadedModel) -> TokenizerMismatchError | None:
+        """Why the draft's tokenizer is not the target's, or None (asked once per pair: the key holds the
+        tokenizer, so the answer lives as long as it does; a fifth of a second for a 152k vocabulary)."""
+        try:
+            check_same_tokenizer(draft.tokenizer, loaded.tokenizer, f"draft model {self.draft_model!r}")
+        except TokenizerMismatchError as error:
+            return error
+        return None
 
     def build_with(
         self, loaded: LoadedModel, draft_model: torch.nn.Module, vocab_size: int | None = None
@@ -203,8 +211,9 @@ class DraftConfig:
         ratio = compute_params(draft_model) / compute_params(loaded.model)
         if self.quantize == "auto" and source is not None and _verifies_on_int4(loaded) and _verifies_on_int4(source):
             view = verify_model(source)
-            return PreparedDraft(with_head_rows(view, self.vocab) if self.vocab else view, ratio,
-                                 AttentionPlan.invariant())
+            if self.vocab:  # kept beside the view it cuts: made once per draft model
+                view = source.state.shared(("head rows", self.vocab), lambda: with_head_rows(view, self.vocab))
+            return PreparedDraft(view, ratio, AttentionPlan.invariant())
         own = draft_model is loaded.model and not self.vocab
         if self.vocab:  # cut before quantizing or packing, which take the cut head as any other
             draft_model = with_head_rows(draft_model, self.vocab)
@@ -279,9 +288,14 @@ class DraftProposer(ProposerBase):
             self.jump.begin()
         self.cached, self.num_checked, self.generator = [], 0, None
         if len(prompt_ids) > 1:  # the prompt's last token is fed with the first root
-            self.runner.append(prompt_ids[:-1], last_only=True)
+            self._append(prompt_ids[:-1])
             self.cached = list(prompt_ids[:-1])
             self.num_checked = len(self.cached)
+
+    def _append(self, token_ids: list[int]) -> torch.Tensor:
+        """Feed and commit tokens; the last position's logits [1, V] (a draft's own module, `LastLogitsOnly` or
+        a layer-skipping view, returns only those; a fused view is asked for them)."""
+        return self.runner.append(token_ids, last_only=self.runner.runs_fused)
 
     def sync(self, token_ids: list[int]) -> tuple[torch.Tensor, int]:
         """Roll the draft cache back to the part shared with the context, feed the rest.
@@ -297,7 +311,7 @@ class DraftProposer(ProposerBase):
             self.runner.trim(shared)
             del self.cached[shared:]
         new = token_ids[shared:]
-        logits = self.runner.append(new, last_only=True)[-1]
+        logits = self._append(new)[-1]
         self.cached.extend(new)
         self.num_checked = len(token_ids)
         return logits, len(new)
@@ -421,7 +435,7 @@ class DraftProposer(ProposerBase):
         """
         copy = self.jump.after(drafts, room - 1) if self.jump is not None else []
         if not copy:
-            logits = self.runner.append([token], last_only=True)[-1]
+            logits = self._append([token])[-1]
             self.cached.append(token)
             return logits, []
         if isinstance(self.runner.model, LastLogitsOnly):
