@@ -288,7 +288,10 @@ class DraftProposer(ProposerBase):
             self.jump.begin()
         self.cached, self.num_checked, self.generator = [], 0, None
         if len(prompt_ids) > 1:  # the prompt's last token is fed with the first root
-            self._append(prompt_ids[:-1])
+            if self.runner.runs_fused:  # in chunks, as a target's prompt: its attention scores stay bounded
+                self.runner.prefill(prompt_ids[:-1])
+            else:
+                self._append(prompt_ids[:-1])
             self.cached = list(prompt_ids[:-1])
             self.num_checked = len(self.cached)
 
