@@ -15,3 +15,12 @@ step spec-bench-qwen.md $py benchmarks/llamacpp_bench.py --model qwen2.5-coder-1
   --per-category 10 --backends default --methods "plain,logitspec,$draft,$draft,jump=2,fill=6" \
   --spec-types ngram-mod --interleave --out $out/spec-bench-qwen.jsonl
 uptime >> $out/machine.txt
+# A second sitting of the same (on the code that reads a fused draft's prompt in chunks), then SmolLM2's 60 first
+# turns at default settings beside llama-server, to place this build's default method on this machine again.
+step spec-bench-qwen-repeat.md $py benchmarks/llamacpp_bench.py --model qwen2.5-coder-1.5b --categories coding,math \
+  --per-category 10 --backends default --methods "plain,logitspec,$draft,jump=2,fill=6" \
+  --spec-types ngram-mod --interleave --out $out/spec-bench-qwen-repeat.jsonl
+uptime >> $out/machine.txt
+step spec-bench-smollm2.md $py benchmarks/llamacpp_bench.py --per-category 10 --backends default \
+  --methods plain,logitspec --spec-types ngram-map-k,ngram-mod --interleave --out $out/spec-bench-smollm2.jsonl
+uptime >> $out/machine.txt
