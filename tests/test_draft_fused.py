@@ -53,6 +53,18 @@ def test_a_gguf_draft_beside_a_fused_target_runs_the_fused_pass_and_agrees_on_ev
     assert out.stats.acceptance_rate == 1.0  # the draft's logits are the verifier's, bit for bit
 
 
+def test_the_servers_preparation_and_later_builds_reuse_one_fused_draft(gguf_bf16):
+    config = DraftConfig(draft_model="smollm2-135m", vocab=4096)
+    prepared = config.preparation().prepare(gguf_bf16)
+    assert prepared.attention is not None and prepared.attention.is_invariant
+    assert config.build_prepared(gguf_bf16, prepared).runner.runs_fused
+    first, second = config.build(gguf_bf16), config.build(gguf_bf16)  # a proposer a request
+    assert first.runner.model is second.runner.model is prepared.module  # the draft and its cut head made once
+    first.begin([1, 2, 3])
+    second.begin([4, 5, 6])
+    assert first.runner.cache is not second.runner.cache and first.cached != second.cached  # each its own KV cache
+
+
 def test_quantize_other_than_auto_keeps_the_draft_off_the_fused_pass(gguf_bf16):
     proposer = DraftConfig(draft_model="smollm2-135m", quantize="none", k=3, adaptive=False).build(gguf_bf16)
     assert not proposer.runner.runs_fused

@@ -178,8 +178,8 @@ class DraftConfig:
         return UniversalDraftProposer(inner, draft.tokenizer, loaded.tokenizer)
 
     def _mismatch(self, loaded: LoadedModel, draft: LoadedModel) -> TokenizerMismatchError | None:
-        """Why the draft's tokenizer is not the target's, or None (asked once per pair: the key holds the
-        tokenizer, so the answer lives as long as it does; a fifth of a second for a 152k vocabulary)."""
+        """Why the draft's tokenizer is not the target's, or None (asked once per pair, as comparing large
+        vocabularies is slow: the state's key holds the tokenizer, so the answer lives as long as it does)."""
         try:
             check_same_tokenizer(draft.tokenizer, loaded.tokenizer, f"draft model {self.draft_model!r}")
         except TokenizerMismatchError as error:
