@@ -165,23 +165,21 @@ class FileBlocks:
         return _from_tensor(tensor, weight, bias, str(name))[0]
 
 
-def _read_tensor(path: Path, names: tuple[str, ...]):  # noqa: ANN202 - a gguf ReaderTensor or None
-    tensors = FileBlocks(path).tensors
-    return next((tensors[name] for name in names if name in tensors), None)
-
-
-def head_q8(gguf_path: Path | None, head: torch.nn.Module) -> tuple[torch.nn.Module | None, str]:
+def head_q8(gguf_path: Path | None, head: torch.nn.Module, file: FileBlocks | None = None
+            ) -> tuple[torch.nn.Module | None, str]:
     """The head over the GGUF's own blocks (`Q8Linear` for Q8_0, `q6_k.Q6Linear` for Q6_K on 8-bit activations,
-    else `Q8Linear` with a scale per 16), or (None, why not)."""
+    else `Q8Linear` with a scale per 16), or (None, why not). `file`: the file's tensors where the caller has
+    read them already (reading a GGUF parses all its metadata, a large vocabulary's too: once a view)."""
     weight = getattr(head, "weight", None)
     if gguf_path is None or weight is None or weight.dtype != torch.bfloat16:
         return None, "the head is not a bf16 weight of a GGUF model"
     if not q4_kernel.load_extension():
         return None, str(q4_kernel.unavailable_reason())
     try:
-        tensor = _read_tensor(Path(gguf_path), HEAD_NAMES)
+        tensors = (file or FileBlocks(Path(gguf_path))).tensors
     except Exception as error:  # a file gguf cannot read keeps the bf16 head
         return None, f"{Path(gguf_path).name} could not be read ({type(error).__name__}: {error})"
+    tensor = next((tensors[name] for name in HEAD_NAMES if name in tensors), None)
     if tensor is None:
         return None, "the GGUF has no head tensor"
     return _from_tensor(tensor, weight, getattr(head, "bias", None), "head")

@@ -293,7 +293,7 @@ def packed_view(
                 setattr(parent, name, _int4_products([child], [gguf_name(path)], file))
     # The head keeps its weights' precision under int4 too: a GGUF's head is usually of more bits than its
     # layers (the bundled model's: Q8_0, which 4 bits would move by up to 5% of its largest weight).
-    blocks = head_q8(gguf_path, head)[0] if int4 and head is not None else None
+    blocks = head_q8(gguf_path, head, file)[0] if int4 and head is not None else None
     if blocks is not None:
         view.set_output_embeddings(blocks)
     elif _packable(head, False) and head.weight.dtype in _EXACT_DTYPES:
