@@ -176,7 +176,7 @@ def head_q8(gguf_path: Path | None, head: torch.nn.Module, file: FileBlocks | No
     if not q4_kernel.load_extension():
         return None, str(q4_kernel.unavailable_reason())
     try:
-        tensors = (file or FileBlocks(Path(gguf_path))).tensors
+        tensors = (file if file is not None else FileBlocks(Path(gguf_path))).tensors
     except Exception as error:  # a file gguf cannot read keeps the bf16 head
         return None, f"{Path(gguf_path).name} could not be read ({type(error).__name__}: {error})"
     tensor = next((tensors[name] for name in HEAD_NAMES if name in tensors), None)
