@@ -184,10 +184,10 @@ def test_sampling_is_lossless_in_distribution(prompt, options):
     target = LoadedModel(make(0), _word_tokenizer([f"w{i}" for i in range(vocab)]), "tiny")
     engine = Engine(target)
     settings = DraftConfig(**options)
-    counts, saved = torch.zeros(k, vocab), 0
+    counts, saved, draft = torch.zeros(k, vocab), 0, make(1)  # one draft module: each run's proposer is new
     for seed in range(runs):
         config = GenerationConfig(k + 2, SamplingParams(temperature=1.0, seed=seed), ignore_eos=True)
-        proposer = settings.build_with(target, make(1))
+        proposer = settings.build_with(target, draft)
         tokens = engine.generate(prompt, proposer, config).token_ids
         saved += proposer.jump.saved if jump else 0
         for i in range(k):
