@@ -15,7 +15,7 @@ import pytest
 from specdec.extras import DISTRIBUTION, EXTRAS
 
 SRC = str(Path(__file__).parents[1] / "src")
-OPTIONAL = sorted({name for names in EXTRAS.values() for name in names} - {"pydantic"})
+OPTIONAL = sorted({name for names in EXTRAS.values() for name in names})
 
 
 def _run(code: str) -> subprocess.CompletedProcess:

@@ -21,7 +21,7 @@ from specdec.errors import SpecdecError
 DISTRIBUTION = "specdec-hf"
 
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "serve": ("fastapi", "starlette", "uvicorn", "pydantic", "prometheus_client"),
+    "serve": ("fastapi", "starlette", "uvicorn", "h11", "prometheus_client"),
     "bench": ("matplotlib",),
 }
 
