@@ -42,6 +42,24 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     return found
 
 
+# What a module outside `specdec.backends` may import of it: the contract and the registry, which answers
+# every per-backend question as a capability (docs: DESIGN.md, "Layout"); a backend's own modules stay inside.
+BACKENDS_BOUNDARY = ("specdec.backends", "specdec.backends.contract", "specdec.backends.registry")
+
+
+def past_the_backend_boundary(graph: dict[str, set[str]]) -> list[str]:
+    """Each import from outside `specdec.backends` into one of its modules other than BACKENDS_BOUNDARY,
+    as 'importer -> imported'."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        if module == "specdec.backends" or module.startswith("specdec.backends."):
+            continue  # inside, a backend's modules import each other freely
+        for target in sorted(targets):
+            if target.startswith("specdec.backends.") and target not in BACKENDS_BOUNDARY:
+                found.append(f"{module} -> {target}")
+    return found
+
+
 def module_graph(src: Path) -> dict[str, set[str]]:
     modules = {}
     for path in (src / "specdec").rglob("*.py"):
@@ -132,6 +150,35 @@ def test_every_module_has_a_layer_and_imports_only_downward():
     graph = module_graph(SRC)
     assert all(layer_of(module) >= 0 for module in graph)
     assert upward_imports(graph) == []
+
+
+def test_boundary_check_finds_a_planted_import_of_a_backends_own_module():
+    graph = {name: set(targets) for name, targets in module_graph(SRC).items()}
+    graph["specdec.engine.loop"].add("specdec.backends.torch.target")  # the plant
+    graph["specdec.cli"].add("specdec.backends.llamacpp")  # and another, from an application
+    assert "specdec.backends.registry" in graph["specdec.engine.loop"]  # a boundary import is no finding
+    assert past_the_backend_boundary(graph) == [
+        "specdec.cli -> specdec.backends.llamacpp",
+        "specdec.engine.loop -> specdec.backends.torch.target",
+    ]
+
+
+def test_boundary_check_reads_a_planted_import_from_source(tmp_path):
+    """The same check on a tiny package written to disk: the AST walk turns `from ... import` into the edge."""
+    package = tmp_path / "specdec"
+    for folder in ("backends", "backends/torch", "engine"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "backends" / "registry.py").write_text("from specdec.backends.torch.target import head\n")
+    (package / "backends" / "torch" / "target.py").write_text("head = None\n")
+    (package / "engine" / "loop.py").write_text(
+        "from specdec.backends.registry import head\nfrom specdec.backends.torch import target\n")
+    assert past_the_backend_boundary(module_graph(tmp_path)) == ["specdec.engine.loop -> specdec.backends.torch.target"]
+
+
+def test_nothing_outside_backends_imports_a_backends_own_modules():
+    assert past_the_backend_boundary(module_graph(SRC)) == []
 
 
 def test_test_modules_import_shared_pieces_from_shared_modules_only():

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from specdec.backends.torch.target import TargetModel
+from specdec.backends.registry import scores_every_position
 from specdec.data import Question
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
@@ -144,7 +144,7 @@ def plot(table: dict[str, dict[str, float]], path: Path) -> None:
 
 def run_analysis(engine: Engine, questions: Sequence[Question], config: AnalyzeConfig, out_dir: Path) -> dict:
     """Analyse every question, write analysis.md / analysis.json / analysis.png to out_dir; return the table."""
-    if not isinstance(engine.target, TargetModel):
+    if not scores_every_position(engine.target):
         raise ValueError("analyze reads every position's logits from the transformers model: load it with "
                          f"backend 'torch' (not {engine.loaded.backend!r})")
     out_dir.mkdir(parents=True, exist_ok=False)

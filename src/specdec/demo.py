@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from specdec.backends.torch.packed import is_invariant
+from specdec.backends.registry import verifies_exactly
 from specdec.choices import BACKENDS, ModelSpec
 from specdec.data import DataError, load_questions
 from specdec.drafters.eagle3 import ARCHITECTURE as EAGLE3
@@ -65,7 +65,7 @@ def run_demo(spec: ModelSpec | None = None, max_new_tokens: int = 128) -> None:
     # Batch-invariant verification makes this dtype's own comparison exact; otherwise float32 decides
     # (the same model reloaded in float32 on the eager pass). On a GGUF backend (llama.cpp) the reference
     # is its own plain decoding, in this run (exact with --exact on).
-    check = not backend.gguf and loaded.dtype != torch.float32 and not is_invariant(loaded)
+    check = not backend.gguf and loaded.dtype != torch.float32 and not verifies_exactly(loaded)
     exact = _fp32_identity(spec, prompt_ids, methods, max_new_tokens) if check else {}
     _print_table(results, loaded.dtype, exact)
 

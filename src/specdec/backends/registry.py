@@ -1,10 +1,16 @@
-"""Which engine verifies a loaded model's trees: one entry per backend name of `specdec.choices.BACKENDS`.
+"""Which engine verifies a loaded model's trees, and what else the layers above may ask of a backend.
 
 Why a module of its own: the engine (`specdec.engine.loop`) and the cost curve that sizes drafts
 (`specdec.engine.costs`) must time and run the same verifier, and both pick it here from
 `LoadedModel.backend`. Adding a backend: a name in `specdec.choices`, a module that gives a
 `contract.Target` and its `contract.Rows`, and one entry in `_VERIFIERS` (tests/test_backends.py checks
 that every declared name has one and that it keeps the contract).
+
+It is also the boundary: nothing outside `specdec.backends` imports a backend's own modules
+(tests/test_imports.py checks it). What the engine, proposers and applications need to know of a
+backend (is its pass exact, may a tree go through it as drafted, which module a draft runs on) is a
+capability function here, dispatched on the backend where the answer differs; the few torch helpers
+drafting uses (`head_logits`, `top_tokens`, the attention plans) are re-exported as they are.
 
 Invariant: one llama.cpp context per loaded model (kept in its `state`), so every engine and cost
 measurement of that model shares one KV memory and its sequence ids.
@@ -14,14 +20,34 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
+
 from specdec.backends.compiled import CompiledTarget
 from specdec.backends.contract import Rows, Target
 from specdec.backends.llamacpp import LlamaCppModel, LlamaCppTarget
+from specdec.backends.timing_cache import contended, cost_file, cost_key, write_json_atomic
 from specdec.backends.torch.attention import AttentionPlan, resolve_plan
-from specdec.backends.torch.packed import is_invariant, verify_model
+from specdec.backends.torch.invariant import verifiable
+from specdec.backends.torch.packed import PackedLinear, is_invariant, maybe_packed, pack_of, verify_model
+from specdec.backends.torch.q4_kernel import block_head_rows
 from specdec.backends.torch.rows import BatchedTarget, OneSequence
-from specdec.backends.torch.target import TargetModel
+from specdec.backends.torch.target import FAST_HEAD_TYPES, TargetModel, head_logits
+from specdec.backends.torch.top_tokens import top_tokens
+from specdec.choices import BACKENDS
 from specdec.models import LoadedModel
+from specdec.tree import DraftTree
+
+__all__ = [
+    # verifiers
+    "AttentionPlan", "Timed", "llamacpp_model", "verifier", "rows_of", "timing_target",
+    # capabilities
+    "verifies_exactly", "verifies_on_int4", "verifiable_tree", "scores_every_position",
+    "sequence_runner", "verify_model", "pack_draft", "separable_head", "block_head_rows",
+    # torch helpers for drafting, and the cost curves' cache (`timing_cache`), as they are
+    "head_logits", "top_tokens", "contended", "cost_file", "cost_key", "write_json_atomic",
+]
+
+Timed = TargetModel | OneSequence  # prefill, forward_tree, trim on a sequence of its own (`timing_target`)
 
 
 def llamacpp_model(loaded: LoadedModel) -> LlamaCppModel:
@@ -63,7 +89,7 @@ def rows_of(target: Target) -> Rows:
     raise TypeError(f"no rows for a {type(target).__name__}")
 
 
-def timing_target(loaded: LoadedModel) -> TargetModel | OneSequence:
+def timing_target(loaded: LoadedModel) -> Timed:
     """A one-sequence target of its own (prefill, forward_tree, trim) on what the engine verifies with.
     The torch pass is timed with the model's own attention (measuring the attention plan needs the
     cost curve's sizes, not the other way round); where verification is exact, and on other backends,
@@ -76,3 +102,61 @@ def timing_target(loaded: LoadedModel) -> TargetModel | OneSequence:
     else:
         return TargetModel(verify_model(loaded), attention=None)
     return OneSequence(rows_of(target), target.config, target.device, target.max_length)
+
+
+# ------------------------------------------------------------------ capabilities
+def verifies_exactly(loaded: LoadedModel) -> bool:
+    """Whether the engine verifies `loaded` exactly: each row's logits bit-identical whatever shares its pass.
+
+    A GGUF backend (llama.cpp) holds exactness in its own engine: on when `loaded.exact` is "on". The
+    torch passes (eager, compiled) answer from dtype, device, packing and `loaded.exact`
+    (`torch.packed.is_invariant`), and raise ValueError where `exact="on"` cannot hold."""
+    if BACKENDS[loaded.backend].gguf:
+        return loaded.exact == "on"
+    return is_invariant(loaded)
+
+
+def verifies_on_int4(loaded: LoadedModel) -> bool:
+    """Whether the torch pass verifies `loaded` on 4-bit weights batch-invariantly (the fused pass:
+    specdec's block and attention kernels, one C++ call a pass); a draft beside such a target may run
+    the same pass (`specdec.proposers.draft`)."""
+    return pack_of(loaded) == "int4" and is_invariant(loaded)
+
+
+def verifiable_tree(rows: Rows, tree: DraftTree) -> DraftTree:
+    """`tree` as `rows` can verify it. The torch pass on its invariant plan cannot read every node
+    invariantly and drops those (and their descendants: `torch.invariant.verifiable`), which verifies
+    to the same text; every other pass (not invariant, or llama.cpp's) takes the tree as drafted."""
+    if isinstance(rows, BatchedTarget) and rows.invariant:
+        return verifiable(tree)
+    return tree
+
+
+def scores_every_position(target: Target) -> bool:
+    """Whether `target` returns the logits of every position it is fed (`reset`, then `append`): the
+    torch targets (eager and compiled, the transformers model) do; llama.cpp's does not."""
+    return isinstance(target, TargetModel)
+
+
+def sequence_runner(module: torch.nn.Module, attention: AttentionPlan | None = None) -> TargetModel:
+    """A torch module run as one sequence with a KV cache of its own (`prefill`, `append`, `forward_tree`,
+    `trim`, `reset`): a draft's runner, or a target timed or read apart from any engine. `attention`:
+    the plan its passes run on, None for the model's own."""
+    return TargetModel(module, attention=attention)
+
+
+def pack_draft(module: torch.nn.Module, loaded: LoadedModel) -> torch.nn.Module:
+    """A draft `module` (no `LoadedModel` holds it) with its Linear weights packed as `loaded`'s are
+    (`loaded.pack`), so its pass costs what its parameter count says beside the target's; the view is
+    the caller's own, `module` itself where packing does not apply."""
+    return maybe_packed(module, loaded.pack, None)
+
+
+def separable_head(model: torch.nn.Module) -> torch.nn.Module | None:
+    """`model`'s output head where its logits are exactly head(decoder(...).last_hidden_state) (a model
+    type in `FAST_HEAD_TYPES` with a Linear or packed Linear head), so the head may run outside the
+    model on the rows the caller keeps; else None."""
+    if model.config.model_type not in FAST_HEAD_TYPES:
+        return None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return head if isinstance(head, (torch.nn.Linear, PackedLinear)) else None

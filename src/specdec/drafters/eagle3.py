@@ -40,7 +40,7 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
 )
 
-from specdec.backends.torch.target import head_logits
+from specdec.backends.registry import head_logits
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 WEIGHTS_FILE = "model.safetensors"

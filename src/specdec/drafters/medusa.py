@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from specdec.backends.torch.target import head_logits
+from specdec.backends.registry import head_logits
 from specdec.drafters.eagle3 import WEIGHTS_FILE, HeadError, read_head_folder, trained_for
 
 ARCHITECTURE = "MedusaModel"

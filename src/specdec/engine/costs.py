@@ -8,7 +8,7 @@ size depends on the forward-pass cost curve of the model on the machine at hand
 
 - `CostModel`: seconds per target forward pass as a function of the number of
   tree nodes, measured once per (model, dtype, device, machine, threads, torch
-  version) on a throwaway `TargetModel` (its own KV cache: the generation's
+  version) on a throwaway target (`registry.timing_target`, its own KV cache: the generation's
   cache is never touched) and cached as JSON under `~/.cache/specdec/costs/`;
   a curve timed while other work took CPU time from ours
   (`timing_cache.contended`) serves its own run but is not cached, so one noisy
@@ -34,13 +34,16 @@ from pathlib import Path
 
 import torch
 
-from specdec.backends.registry import timing_target
-from specdec.backends.timing_cache import contended, cost_file, cost_key, write_json_atomic
-from specdec.backends.torch.rows import OneSequence
-from specdec.backends.torch.target import TargetModel
+from specdec.backends.registry import (
+    Timed,
+    contended,
+    cost_file,
+    cost_key,
+    sequence_runner,
+    timing_target,
+    write_json_atomic,
+)
 from specdec.models import LoadedModel, default_cache_dir
-
-Timed = TargetModel | OneSequence  # prefill, forward_tree, trim on a sequence of its own
 
 DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 DEFAULT_REPEATS = 5
@@ -97,7 +100,7 @@ def measure_costs(
     context_len: int = DEFAULT_CONTEXT,
 ) -> CostModel:
     """Fastest of `repeats` timings of `TargetModel.forward_tree` per tree size, on a cache of its own."""
-    return _measure(TargetModel(model), sizes, repeats, context_len)[0]
+    return _measure(sequence_runner(model), sizes, repeats, context_len)[0]
 
 
 def _measure(target: Timed, sizes: Sequence[int], repeats: int, context_len: int) -> tuple[CostModel, float]:

@@ -45,9 +45,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specdec.backends.contract import PromptFill
-from specdec.backends.registry import rows_of, verifier
-from specdec.backends.torch.attention import AttentionPlan
-from specdec.backends.torch.invariant import verifiable
+from specdec.backends.registry import AttentionPlan, rows_of, verifiable_tree, verifier
 from specdec.engine.costs import CostModel
 from specdec.engine.generation import (
     Emitter,
@@ -314,8 +312,7 @@ class Batch:
                     raise RuntimeError(f"{type(row.proposer).__name__} drafted past the model's context")
             except Exception as err:  # noqa: BLE001 - the row ends; verify its root alone this step
                 row.error, tree = err, DraftTree.chain(row.tokens[-1])
-            if self.target.invariant:
-                tree = verifiable(tree)
+            tree = verifiable_tree(self.target, tree)  # what this backend's pass can verify of it
             row.draft_s = time.perf_counter() - t0
             trees.append(tree)
         return trees if self.costs is None else self._budget(trees)

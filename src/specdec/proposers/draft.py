@@ -63,9 +63,13 @@ from typing import Annotated, Literal
 
 import torch
 
-from specdec.backends.torch.attention_plan import AttentionPlan
-from specdec.backends.torch.packed import is_invariant, maybe_packed, pack_of, verify_model
-from specdec.backends.torch.target import TargetModel
+from specdec.backends.registry import (
+    AttentionPlan,
+    pack_draft,
+    sequence_runner,
+    verifies_on_int4,
+    verify_model,
+)
 from specdec.engine.generation import ProposalContext
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel, load_model
@@ -209,7 +213,7 @@ class DraftConfig:
         int8 copy (seconds, and a float32 copy of the draft's weights on the way) is made once.
         """
         ratio = compute_params(draft_model) / compute_params(loaded.model)
-        if self.quantize == "auto" and source is not None and _verifies_on_int4(loaded) and _verifies_on_int4(source):
+        if self.quantize == "auto" and source is not None and verifies_on_int4(loaded) and verifies_on_int4(source):
             view = verify_model(source)
             if self.vocab:  # kept beside the view it cuts: made once per draft model
                 view = source.state.shared(("head rows", self.vocab), lambda: with_head_rows(view, self.vocab))
@@ -221,7 +225,7 @@ class DraftConfig:
             draft_model = quantize_int8(draft_model)
             ratio *= INT8_COST_FACTOR.get(loaded.dtype, 0.32)
         else:  # packed as the target is, so the cost ratio still holds; the target's own view if it drafts itself
-            draft_model = verify_model(loaded) if own else maybe_packed(draft_model, loaded.pack, None)
+            draft_model = verify_model(loaded) if own else pack_draft(draft_model, loaded)
         return PreparedDraft(draft_model, ratio)
 
     def build_prepared(
@@ -234,10 +238,6 @@ class DraftConfig:
         # a view on the invariant plan runs its own head over the last row (the fused pass's `last_only`)
         module = prepared.module if prepared.attention is not None else LastLogitsOnly(prepared.module)
         return DraftProposer(module, settings, vocab_size, jump, self.fill, prepared.attention)
-
-
-def _verifies_on_int4(loaded: LoadedModel) -> bool:
-    return pack_of(loaded) == "int4" and is_invariant(loaded)
 
 
 @dataclass(frozen=True)
@@ -264,7 +264,7 @@ class DraftProposer(ProposerBase):
         fill: int = 0,
         attention: AttentionPlan | None = None,
     ) -> None:
-        self.runner = TargetModel(draft_model, attention=attention)  # the draft's own KV cache
+        self.runner = sequence_runner(draft_model, attention)  # the draft's own KV cache
         self.jump = jump
         self.fill = fill
         self._leaves: list[tuple[float, int, int]] = []  # greedy fill candidates: (gain, parent node, token)

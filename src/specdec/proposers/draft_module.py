@@ -21,10 +21,7 @@ from contextlib import contextmanager
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from specdec.backends.torch import q4_i8
-from specdec.backends.torch.packed import PackedLinear
-from specdec.backends.torch.q4_kernel import Q8Linear
-from specdec.backends.torch.target import FAST_HEAD_TYPES
+from specdec.backends.registry import block_head_rows, separable_head
 
 AUTO_INT8_PARAMS = 300e6  # `compute_params` from which `quantize=auto` picks int8 on CPU
 # A transformers decoder layer costs some fixed Python/dispatch time on top of its
@@ -104,7 +101,7 @@ def with_head_rows(model: torch.nn.Module, rows: int) -> torch.nn.Module:
     to guess (FR-Spec, Zhao et al. 2025, ranks by counted frequency instead). Lossless whatever is cut:
     the target verifies every token; a token the draft cannot score is one it does not propose.
     Takes a head of 8-bit blocks (`Q8Linear`, `Q6Linear`: their rows as they are, rounded up to a whole group
-    of `q4_i8.GROUP`, so a Q8_0 head's rows keep their bits) or a `torch.nn.Linear`.
+    of `q4_i8.GROUP`, so a Q8_0 head's rows keep their bits: `block_head_rows`) or a `torch.nn.Linear`.
     """
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is None:
@@ -112,10 +109,7 @@ def with_head_rows(model: torch.nn.Module, rows: int) -> torch.nn.Module:
     if not 0 < rows <= head.out_features:
         raise ValueError(f"vocab: {rows} token ids, the draft's head scores {head.out_features}")
     if hasattr(head, "blocks"):  # 8-bit blocks: whole groups of rows keep the 8-bit activations' form
-        rows = min(-(-rows // q4_i8.GROUP) * q4_i8.GROUP, head.out_features)
-        qs, scale = head.blocks()
-        bias = None if head.bias is None else head.bias[:rows]
-        cut = Q8Linear(qs[:rows], scale[:rows], bias, getattr(head, "activations", None))
+        cut = block_head_rows(head, rows)
     elif type(head) is torch.nn.Linear:
         bias = None if head.bias is None else head.bias[:rows]
         cut = torch.nn.Linear(head.in_features, rows, bias is not None, device=head.weight.device,
@@ -145,10 +139,10 @@ def last_row_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Mod
 
     Why not transformers' own `logits_to_keep=1`: see `last_logits`.
     """
-    if model.config.model_type not in FAST_HEAD_TYPES or not hasattr(model, "get_decoder"):
+    if not hasattr(model, "get_decoder"):
         return None
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    return (model.get_decoder(), head) if isinstance(head, (torch.nn.Linear, PackedLinear)) else None
+    head = separable_head(model)  # a Linear or packed head applied to the decoder's last hidden state
+    return None if head is None else (model.get_decoder(), head)
 
 
 def last_logits(head: torch.nn.Module, hidden: torch.Tensor, rows: int = 1) -> torch.Tensor:

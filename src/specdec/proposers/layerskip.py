@@ -51,8 +51,7 @@ from typing import Annotated, Literal
 import torch
 from transformers import DynamicCache
 
-from specdec.backends.torch.packed import verify_model
-from specdec.backends.torch.target import TargetModel
+from specdec.backends.registry import sequence_runner, verify_model
 from specdec.models import LoadedModel, default_cache_dir
 from specdec.proposers.chain_length import SCHEDULES, ChainSettings
 from specdec.proposers.draft import VERIFY_COST_PER_TOKEN, DraftProposer
@@ -208,7 +207,7 @@ def _calibration_text(loaded: LoadedModel) -> list[tuple[list[int], int]]:
     from specdec.prompts import encode_prompt
 
     chat = bool(getattr(loaded.tokenizer, "chat_template", None))
-    target = TargetModel(verify_model(loaded))  # the text the engine's own target would write
+    target = sequence_runner(verify_model(loaded))  # the text the engine's own target would write
     texts = []
     for prompt in CALIBRATION_PROMPTS:
         ids = encode_prompt(loaded.tokenizer, prompt, chat=chat)

@@ -52,7 +52,7 @@ from typing import Annotated, Any
 import numpy as np
 import torch
 
-from specdec.backends.torch.top_tokens import top_tokens
+from specdec.backends.registry import top_tokens
 from specdec.engine.generation import ProposalContext
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from specdec.backends.torch.packed import is_invariant
+from specdec.backends.registry import verifies_exactly
 from specdec.choices import BACKENDS, check_exact
 from specdec.models import LoadedModel
 
@@ -40,7 +40,7 @@ def why_not_exact(loaded: LoadedModel) -> str | None:
     if backend.gguf:  # its engine holds exactness itself (`specdec.backends.llamacpp`)
         return None
     try:
-        is_invariant(dataclasses.replace(loaded, exact="on"))
+        verifies_exactly(dataclasses.replace(loaded, exact="on"))
     except ValueError as error:
         return str(error)
     return None

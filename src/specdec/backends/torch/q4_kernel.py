@@ -369,6 +369,15 @@ class Q8Linear(torch.nn.Module):
                 f"{self.activations} activations")
 
 
+def block_head_rows(head: torch.nn.Module, rows: int) -> Q8Linear:
+    """A head of 8-bit blocks (`Q8Linear`, `Q6Linear`) cut to its first `rows` output rows, rounded up to a
+    whole group of `q4_i8.GROUP` so a Q8_0 head's rows keep their bits and its 8-bit activations' form."""
+    rows = min(-(-rows // q4_i8.GROUP) * q4_i8.GROUP, head.out_features)
+    qs, scale = head.blocks()
+    bias = None if head.bias is None else head.bias[:rows]
+    return Q8Linear(qs[:rows], scale[:rows], bias, getattr(head, "activations", None))
+
+
 def main() -> int:
     """Builds the extension (e.g. at install time) and says which path it runs, or why it cannot."""
     if load_extension():

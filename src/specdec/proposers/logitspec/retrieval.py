@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.backends.torch.top_tokens import top_tokens
+from specdec.backends.registry import top_tokens
 from specdec.proposers.logitspec.plan import ROOT, NodePool
 from specdec.proposers.ngram_index import NGramIndex
 from specdec.tree import DraftTree
