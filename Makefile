@@ -26,7 +26,7 @@ demo: $(STAMP)
 	$(VENV)/bin/specdec-hf demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests tests_vllm benchmarks/custom_generate_overhead.py benchmarks/decode_rates.py benchmarks/decode_step.py benchmarks/exact_bench.py benchmarks/head_data.py benchmarks/int8_products.py benchmarks/llamacpp_bench.py benchmarks/q4_products.py benchmarks/serve_probe.py benchmarks/step_cost.py benchmarks/stream_gap.py benchmarks/vllm_bench.py benchmarks/vllm_profile.py benchmarks/vllm_serve_client.py
+	$(VENV)/bin/ruff check src tests tests_vllm benchmarks
 
 # Tests marked `slow` (pyproject.toml) are the full tier's only.
 test: lint

@@ -10,6 +10,7 @@ summed over every turn of a folder: what a user waits for once the answer starts
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -18,7 +19,12 @@ from pathlib import Path
 def rates(folder: Path) -> dict[str, dict[str, float]]:
     """method -> decode tokens/s, end-to-end tokens/s, MAT, share of turns equal to `plain`, turns."""
     sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for line in (folder / "responses.jsonl").read_text().splitlines():
+    path = folder / "responses.jsonl"
+    if not path.is_file():  # published folders keep their rows gzipped
+        path = folder / "responses.jsonl.gz"
+    with gzip.open(path, "rt") if path.name.endswith(".gz") else path.open() as rows:
+        lines = rows.read().splitlines()
+    for line in lines:
         r = json.loads(line)
         s = sums[r["method"]]
         s["tokens"] += r["new_tokens"]

@@ -34,6 +34,7 @@ engine then meets the same drift, rather than one engine a fast phase and anothe
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import os
@@ -323,7 +324,9 @@ def main() -> None:
     parser.add_argument("--summary-only", action="store_true", help="print the tables of --out's rows, run nothing")
     args = parser.parse_args()
     if args.summary_only:
-        summarize([json.loads(line) for line in Path(args.out).read_text().splitlines()])
+        # published rows are stored gzipped (docs/results/*/rows.jsonl.gz)
+        with (gzip.open(args.out, "rt") if args.out.endswith(".gz") else open(args.out)) as rows:
+            summarize([json.loads(line) for line in rows])
         return
     binary = Path(args.server) if args.server else build_server()
     if args.build_only:

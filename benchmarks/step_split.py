@@ -33,21 +33,32 @@ class Timed:
     def begin(self, ids): self.p.begin(ids)
     def propose(self, ctx): return self.p.propose(ctx)
     def observe(self, r):
-        t = time.perf_counter(); self.p.observe(r); self.obs += time.perf_counter() - t
+        t = time.perf_counter()
+        self.p.observe(r)
+        self.obs += time.perf_counter() - t
     def __getattr__(self, name): return getattr(self.p, name)
 
 props = {m: Timed(parse_method_spec(m).config.build(dataclasses.replace(loaded, state_scope=m))) for m in methods}
-for m, p in props.items():
+for _m, p in props.items():
     engine.generate(encode_prompt(loaded.tokenizer, "Name three colours.", chat=True), p, GenerationConfig(max_new_tokens=16))
 agg = {m: dict(wall=0.0, draft=0.0, verify=0.0, obs=0.0, steps=0, nodes=0, tok=0, prefill=0.0) for m in methods}
 for q in qs:
     ids = encode_prompt(loaded.tokenizer, q["turns"][0], chat=True)
     for m in methods:
-        p = props[m]; p.obs = 0.0
-        t = time.perf_counter(); out = engine.generate(ids, p, cfg); w = time.perf_counter() - t
-        s = out.stats; a = agg[m]
-        a["wall"] += w; a["draft"] += s.draft_time_s; a["verify"] += s.verify_time_s; a["obs"] += p.obs
-        a["steps"] += s.num_decode_steps; a["nodes"] += sum(x.tree_size for x in s.steps); a["tok"] += s.num_new_tokens
+        p = props[m]
+        p.obs = 0.0
+        t = time.perf_counter()
+        out = engine.generate(ids, p, cfg)
+        w = time.perf_counter() - t
+        s = out.stats
+        a = agg[m]
+        a["wall"] += w
+        a["draft"] += s.draft_time_s
+        a["verify"] += s.verify_time_s
+        a["obs"] += p.obs
+        a["steps"] += s.num_decode_steps
+        a["nodes"] += sum(x.tree_size for x in s.steps)
+        a["tok"] += s.num_new_tokens
         a["prefill"] += s.prefill_s
     print(q["category"], len(ids), {m: round(agg[m]["tok"] / agg[m]["wall"], 1) for m in methods}, flush=True)
 for m, a in agg.items():

@@ -34,11 +34,15 @@ for ctx in (384, 1024, 2048):
             t = TargetModel(model, attention=plan)
             t.prefill(prompt)
             times = []
-            for r in range(25):
-                s = time.perf_counter(); logits = t.forward_tree(tokens, parents); times.append(time.perf_counter() - s)
+            for _r in range(25):
+                s = time.perf_counter()
+                logits = t.forward_tree(tokens, parents)
+                times.append(time.perf_counter() - s)
                 t.trim(ctx)
             row.append(f"{name} {1e3*min(times):.1f}/{1e3*statistics.median(times[2:]):.1f}")
-            if name == "auto": ref = logits.float()
-            else: row.append(f"maxdiff {(logits.float()-ref).abs().max():.3f}")
+            if name == "auto":
+                ref = logits.float()
+            else:
+                row.append(f"maxdiff {(logits.float()-ref).abs().max():.3f}")
         print(ctx, n, " | ".join(row), flush=True)
 model.set_attn_implementation("sdpa")

@@ -15,8 +15,11 @@ from specdec.backends.torch.target import TargetModel
 from specdec.models.loading import load_model
 
 IMPLEMENTATIONS = ("sdpa", "eager", "gqa")
-loaded = load_model(dtype="bf16"); model = verify_model(loaded)
-target = TargetModel(model); V = model.config.vocab_size; g = torch.Generator().manual_seed(0)
+loaded = load_model(dtype="bf16")
+model = verify_model(loaded)
+target = TargetModel(model)
+V = model.config.vocab_size
+g = torch.Generator().manual_seed(0)
 for ctx in (128, 512, 1024, 2048):
     target.prefill(torch.randint(0, V, (ctx,), generator=g))
     for size in (4, 8, 16, 32):
@@ -28,9 +31,12 @@ for ctx in (128, 512, 1024, 2048):
             for a in range(7):
                 for impl in IMPLEMENTATIONS:
                     model.set_attn_implementation(impl)
-                    s = time.perf_counter(); target.forward_tree(tokens, parents); e = time.perf_counter() - s
+                    s = time.perf_counter()
+                    target.forward_tree(tokens, parents)
+                    e = time.perf_counter() - s
                     target.trim(ctx)
-                    if a: best[impl] = min(best[impl], e)
+                    if a:
+                        best[impl] = min(best[impl], e)
             out.append(shape + " " + " ".join(f"{k} {1e3*v:.1f}" for k, v in best.items()))
         print(ctx, size, " | ".join(out), flush=True)
 model.set_attn_implementation("sdpa")

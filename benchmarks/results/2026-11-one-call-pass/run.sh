@@ -21,9 +21,9 @@ step() { local file=$1; shift; [ -s "$out/$file" ] && return; echo "== $file: $*
 side() {  # after|before, then ab.py's arguments
   local which=$1; shift
   if [ "$which" = before ]; then
-    SRC=$before/src XDG_CACHE_HOME=$before_cache $py $out/ab.py "$@" 2>/dev/null | tail -1 | sed "s/^/before /"
+    SRC=$before/src XDG_CACHE_HOME=$before_cache $py benchmarks/results/2026-11-one-call-pass/ab.py "$@" 2>/dev/null | tail -1 | sed "s/^/before /"
   else
-    SRC=$PWD/src $py $out/ab.py "$@" 2>/dev/null | tail -1 | sed "s/^/after  /"
+    SRC=$PWD/src $py benchmarks/results/2026-11-one-call-pass/ab.py "$@" 2>/dev/null | tail -1 | sed "s/^/after  /"
   fi
 }
 abba() { for order in "after before" "before after" "after before"; do for which in $order; do side $which "$@"; done; done; }

@@ -1,7 +1,10 @@
 """How many vdpbf16ps, vpdpbusd and vfmadd231ps (zmm) one core issues a second: 24 independent accumulator
 chains, 20 M iterations, built here (a C++ compiler is needed). Fewer chains measure latency instead."""
-import tempfile, time, torch
+import tempfile
+import time
+
 from torch.utils.cpp_extension import load_inline
+
 src = r'''
 #include <immintrin.h>
 #include <torch/extension.h>
@@ -26,5 +29,7 @@ m = load_inline("specdec_throughput", cpp_sources=[src], functions=["run"], buil
 n = 20_000_000
 for which, name in ((0, "vdpbf16ps"), (1, "vpdpbusd"), (2, "vfmadd")):
     m.run(1000, which)
-    s = time.perf_counter(); m.run(n, which); e = time.perf_counter() - s
+    s = time.perf_counter()
+    m.run(n, which)
+    e = time.perf_counter() - s
     print(f"{name}: {n * 24 / e / 1e9:.2f} G instr/s on one core")

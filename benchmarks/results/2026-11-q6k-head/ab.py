@@ -1,3 +1,4 @@
+# ruff: noqa: B023  (each timed closure runs within the loop iteration that defines it)
 """The Q6_K head from its own bits (`q6_k.Q6Linear`) against the 8-bit form with fp32 scales per 16 (`Q8Linear`),
 in one process: the head alone at 1 / 4 / 8 rows, then decoding held-out Spec-Bench turns (math_reasoning
 questions 11-13, first turns; Spec-Bench's coding questions are MT-bench's ten, all among the reported first

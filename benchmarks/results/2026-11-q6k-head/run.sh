@@ -16,7 +16,7 @@ qwen=$HOME/.cache/specdec/pulled/qwen2.5-coder-1.5b.gguf
 uptime >> $out/machine.txt
 step() { local file=$1; shift; [ -s "$out/$file" ] && return; echo "== $file: $*" >&2; "$@" > "$out/$file.tmp" && mv "$out/$file.tmp" "$out/$file"; }
 # The head alone and whole decoding, both forms in one process (held-out math_reasoning questions 11-13).
-step ab.txt $py $out/ab.py plain logitspec
+step ab.txt $py benchmarks/results/2026-11-q6k-head/ab.py plain logitspec
 # Pass costs at 512 tokens of context: llama-bench (-p N at depth 512: one pass over N tokens), the engine's passes.
 step llama-bench-qwen.md $bench_bin -m "$qwen" -p 1,2,4,8 -n 16 -d 512 -t 2 -r 3 -o md
 step step_cost-qwen.md $py benchmarks/step_cost.py --model qwen2.5-coder-1.5b --dtype bf16 \

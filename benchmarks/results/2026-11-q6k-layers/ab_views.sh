@@ -6,7 +6,7 @@
 set -u
 cd "$(dirname "$0")/../../.."
 out=docs/results/2026-11-q6k-layers
-py=$PWD/.venv/bin/python; ab=$PWD/docs/results/2026-11-one-call-pass/ab.py
+py=$PWD/.venv/bin/python; ab=$PWD/benchmarks/results/2026-11-one-call-pass/ab.py
 before=${BEFORE:-/tmp/wt-before}; before_cache=${BEFORE_CACHE:-/tmp/xdg-before}
 steps() { $py benchmarks/step_cost.py --dtype bf16 --backend torch-int4-exact --contexts 512 --sizes 1,8 --no-profile \
   --repeats 21 2>/dev/null | grep '^| torch' | awk -F'|' '{printf "%s ", $6} END {print ""}'; }

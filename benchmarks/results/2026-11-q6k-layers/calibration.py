@@ -4,7 +4,10 @@ greedy. Per verified node: its estimated chance of acceptance (the planner's), i
 the target accepted it; printed by probability bucket and by depth, and per step the expected against the
 accepted drafts. OPTIONS: logitspec's options (e.g. "budget=4"). Usage: calibration.py MODEL FIRST LAST
 [CATEGORIES] [OPTIONS]. SRC picks the source tree."""
-import collections, os, sys, time
+import collections
+import os
+import sys
+
 sys.path.insert(0, os.environ.get("SRC", "src"))
 from specdec.data import load_questions
 from specdec.engine.generation import GenerationConfig
@@ -18,7 +21,8 @@ cats = sys.argv[4].split(",") if len(sys.argv) > 4 and sys.argv[4] else None
 method = "logitspec" + (":" + sys.argv[5] if len(sys.argv) > 5 else "")
 loaded = load_model(model)
 engine = Engine(loaded)
-seen = collections.Counter(); held = []
+seen = collections.Counter()
+held = []
 for q in load_questions():
     seen[q.category] += 1
     if lo <= seen[q.category] <= hi and (cats is None or q.category in cats):
@@ -61,12 +65,13 @@ toks = dec = 0.0
 for p in prompts:
     proposer = watched(parse_method(method).build(loaded))
     out = engine.generate(p, proposer, GenerationConfig(max_new_tokens=128))
-    toks += out.stats.num_new_tokens; dec += out.stats.wall_time_s - out.stats.prefill_s
+    toks += out.stats.num_new_tokens
+    dec += out.stats.wall_time_s - out.stats.prefill_s
 print(f"{model} {method} questions {lo}-{hi} {cats or 'all'}: {len(prompts)} prompts, {toks / dec:.1f} decode tokens/s, "
       f"{len(steps)} steps, {toks / len(steps):.3f} tokens a step")
 edges = [0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.01]
 print("estimated chance      nodes  mean estimate  accepted")
-for a, b in zip(edges, edges[1:]):
+for a, b in zip(edges, edges[1:], strict=False):
     part = [r for r in rows if a <= r[2] < b]
     if part:
         print(f"[{a:.2f}, {min(b, 1):.2f})  {len(part):10d}  {sum(r[2] for r in part) / len(part):13.3f}  "

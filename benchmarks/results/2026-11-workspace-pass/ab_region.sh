@@ -6,6 +6,6 @@ cd "$(dirname "$0")/../../.."
 for r in $(seq $rounds); do
   for side in main team; do
     if [ $side = main ]; then unset XDG_CACHE_HOME; export PYTHONPATH=$PWD/src; else export XDG_CACHE_HOME=/tmp/xdg-omp PYTHONPATH=/tmp/wt-omp/src; fi
-    echo "$side $($PWD/.venv/bin/python docs/results/2026-11-workspace-pass/abpass.py $model 2>/dev/null | tail -1)"
+    echo "$side $($PWD/.venv/bin/python benchmarks/results/2026-11-workspace-pass/abpass.py $model 2>/dev/null | tail -1)"
   done
 done

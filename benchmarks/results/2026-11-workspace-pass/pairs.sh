@@ -11,7 +11,7 @@ qwen=$HOME/.cache/specdec/pulled/qwen2.5-coder-1.5b.gguf
 for pair in "smollm2-135m $smol" "qwen2.5-coder-1.5b $qwen"; do
   set -- $pair
   for r in 1 2 3; do
-    echo "$1 specdec $($py docs/results/2026-11-workspace-pass/abpass.py $1 2>/dev/null | tail -1)"
+    echo "$1 specdec $($py benchmarks/results/2026-11-workspace-pass/abpass.py $1 2>/dev/null | tail -1)"
     echo "$1 llama-bench $($bench_bin -m "$2" -p 1,8 -n 0 -d 512 -t 2 -r 5 -o md 2>/dev/null | grep -E "pp[18] " | awk -F'|' '{print $7 ":" $8}' | tr -s ' ' | tr '\n' ' ')"
   done
 done

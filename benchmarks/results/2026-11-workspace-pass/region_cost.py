@@ -1,5 +1,6 @@
 """Cost of an at::parallel_for region (2 threads, trivial body) against an omp barrier inside one region."""
 from torch.utils import cpp_extension
+
 src = r'''
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
