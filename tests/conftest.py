@@ -146,26 +146,10 @@ def data_file(tiny, tmp_path_factory):
     return path
 
 
-# The C++ kernels' tests skip on a CPU without AVX-512 BF16 (or where the extension cannot build):
-# such a run passes without testing a kernel, so the summary says so in the log.
-KERNEL_TEST_FILES = frozenset({
-    "test_q4_kernel.py", "test_q8_kernel.py", "test_q4_i8.py", "test_q6_k.py", "test_fused.py",
-    "test_tree_attention.py", "test_invariant.py", "test_draft_fused.py", "test_gguf_blocks.py",
-})  # fmt: skip
-
-
-def kernel_test_outcomes(reports: dict[str, list]) -> tuple[int, int, set[str]]:
-    """(passed, skipped, skip reasons) of the kernel files' tests, from the terminal reporter's stats."""
-    def in_kernel_files(report) -> bool:
-        return Path(report.nodeid.split("::")[0]).name in KERNEL_TEST_FILES
-
-    passed = sum(in_kernel_files(r) for r in reports.get("passed", []) if r.when == "call")
-    skipped = [r for r in reports.get("skipped", []) if in_kernel_files(r)]
-    reasons = {str(r.longrepr[-1]) if isinstance(r.longrepr, tuple) else str(r.longrepr) for r in skipped}
-    return passed, len(skipped), reasons
-
-
 def pytest_terminal_summary(terminalreporter):
+    """A run where every C++ kernel test skipped says so in the log (`helpers.kernel_test_outcomes`)."""
+    from helpers import kernel_test_outcomes
+
     passed, skipped, reasons = kernel_test_outcomes(terminalreporter.stats)
     if passed == 0 and skipped == 0:
         return  # no kernel test was selected

