@@ -33,8 +33,12 @@ EXTRA_MODULES = {
 def declared() -> tuple[set[str], dict[str, set[str]]]:
     """(base distributions, extra -> its distributions), canonical names, self-references left out."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    names = lambda reqs: {canonicalize_name(Requirement(r).name) for r in reqs} - {"specdec-hf"}  # noqa: E731
-    return names(project["dependencies"]), {k: names(v) for k, v in project["optional-dependencies"].items()}
+    base = _names(project["dependencies"])
+    return base, {extra: _names(reqs) for extra, reqs in project["optional-dependencies"].items()}
+
+
+def _names(requirements: list[str]) -> set[str]:
+    return {canonicalize_name(Requirement(r).name) for r in requirements} - {"specdec-hf"}
 
 
 def imports(path: Path) -> list[tuple[str, bool, int]]:
