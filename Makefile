@@ -28,12 +28,16 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests tests_vllm benchmarks
 
-# Tests marked `slow` (pyproject.toml) are the full tier's only.
+# Tests marked `slow` (pyproject.toml) are the full tier's only. Two workers (pytest-xdist), each test
+# module on one worker with its module fixtures (tests/conftest.py); TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
 test: lint
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 test-all: lint
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV)

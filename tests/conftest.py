@@ -25,6 +25,15 @@ TEST_CACHE_HOME = Path(tempfile.gettempdir()) / f"specdec-tests-{os.getuid()}"
 
 def pytest_configure(config):
     os.environ["XDG_CACHE_HOME"] = str(TEST_CACHE_HOME)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        # Under pytest-xdist the cores are shared: each worker (and the servers it starts) takes its
+        # share, so the workers do not fight over one another's threads.
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
@@ -144,6 +153,14 @@ def data_file(tiny, tmp_path_factory):
         rows.append({"input_ids": ids + engine.generate(ids, PlainProposer(), config).token_ids})
     path.write_text("\n".join(json.dumps(r) for r in rows * 4) + "\n")
     return path
+
+
+def pytest_collection_modifyitems(items):
+    """Under `--dist loadgroup` a group runs on one worker: a test module is one group (its module fixtures
+    built once), unless a test names its own group (test_lossless.py's cases, each serving its rows in turn)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -159,20 +159,22 @@ def run_trials(
     return first_t, first_t * VOCAB + second_t
 
 
-def check(scenario: Scenario, seed: int) -> tuple[tuple[float, float], tuple[float, float]]:
+def check(
+    scenario: Scenario, seed: int, num_trials: int = NUM_TRIALS
+) -> tuple[tuple[float, float], tuple[float, float]]:
     """((TV, bound) of the first token, (TV, bound) of the first two tokens)."""
     models = Models.make(seed, scenario.params)
-    first, two = run_trials(scenario, models, seed=seed)
+    first, two = run_trials(scenario, models, num_trials, seed=seed)
     true_first, true_two = models.truth()
     return (
-        (total_variation(first, true_first), tv_bound(true_first, NUM_TRIALS)),
-        (total_variation(two, true_two), tv_bound(true_two, NUM_TRIALS)),
+        (total_variation(first, true_first), tv_bound(true_first, num_trials)),
+        (total_variation(two, true_two), tv_bound(true_two, num_trials)),
     )
 
 
-def assert_check(name: str, scenario: Scenario, seed: int, *, lossless: bool) -> None:
+def assert_check(name: str, scenario: Scenario, seed: int, *, lossless: bool, num_trials: int = NUM_TRIALS) -> None:
     """`check`, then both TVs within the bound (a lossless rule) or both beyond it (a broken one)."""
-    (tv_first, bound_first), (tv_two, bound_two) = check(scenario, seed)
+    (tv_first, bound_first), (tv_two, bound_two) = check(scenario, seed, num_trials)
     sign = "<" if lossless else ">"
     print(f"{name}: TV first {tv_first:.4f} {sign} {bound_first:.4f}, first two {tv_two:.4f} {sign} {bound_two:.4f}")
     assert (tv_first < bound_first, tv_two < bound_two) == (lossless, lossless)

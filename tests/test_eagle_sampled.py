@@ -221,6 +221,6 @@ def test_sampled_eagle_generates_single_and_batched(default_model, engine, bench
         assert len(out.token_ids) == 32 and out.finish_reason == "length"
     solo_mats = [round(out.stats.mat, 2) for out in solo]
     print(f"sampled={sampled}: MAT alone {solo_mats}, batched {[round(o.stats.mat, 2) for o in batched]}")
-    # seeded: a row alone and in a batch draw the same numbers (drawn trees are not cut by the batch)
-    if sampled == "true":
-        assert [o.token_ids for o in solo] == [o.token_ids for o in batched]
+    # That a row alone and in a batch draw the same tokens needs logits with the same bits in both passes:
+    # fp32 here rounds a batch of two differently from a batch of one (seen with one thread), so
+    # tests/test_invariant.py checks it on the batch-invariant bf16 pass.

@@ -230,3 +230,23 @@ def test_seeded_sampling_in_bf16_equals_plain_sampling(bf16, prompts, method):
     for prompt in list(prompts.values())[:3]:
         out = engine.generate(prompt, parse_method(method).build(loaded), config)
         assert out.token_ids == _plain(engine, loaded, prompt, config), method
+
+
+@pytest.mark.slow
+def test_seeded_drawn_trees_alone_and_batched_draw_the_same_tokens(bf16, prompts):
+    """`eagle:sampled=true` draws its trees: a seeded row gives the same tokens alone and in a batch of two
+    (the batch never cuts a drawn tree, and the invariant pass gives both the same logits)."""
+    from helpers import save_fixed_costs
+
+    from specdec.engine.costs import load_or_measure
+
+    loaded, engine = bf16["on"]
+    costs = load_or_measure(save_fixed_costs(loaded))  # fixed: no timing in tests
+    chosen = list(prompts.values())[:2]
+    configs = [GenerationConfig(max_new_tokens=32, sampling=SamplingParams(temperature=0.9, seed=s), ignore_eos=True)
+               for s in (1, 2)]  # fmt: skip
+    method = parse_method("eagle:sampled=true")
+    solo = [engine.generate(p, method.build(loaded), c) for p, c in zip(chosen, configs, strict=True)]
+    batched = generate_batch(engine, chosen, lambda: method.build(loaded), configs, costs=costs, max_batch=2)
+    assert [o.token_ids for o in solo] == [o.token_ids for o in batched]
+    assert all(len(o.token_ids) == 32 for o in batched)

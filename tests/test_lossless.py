@@ -287,8 +287,14 @@ def row_id(case: Case, index: int) -> str:
     return f"{case.name}-{category}{temperature}" + (f"-again{seen}" if seen else "")
 
 
+def row_marks(case: Case, index: int) -> list[pytest.MarkDecorator]:
+    """A case's rows and its path check share one pytest-xdist worker (the proposer's state carries)."""
+    group = pytest.mark.xdist_group(f"lossless-{case.name}")
+    return [group] if case.fast and index == 0 else [group, pytest.mark.slow]
+
+
 ROWS = [
-    pytest.param(case, index, id=row_id(case, index), marks=() if case.fast and index == 0 else pytest.mark.slow)
+    pytest.param(case, index, id=row_id(case, index), marks=row_marks(case, index))
     for case in CASES
     for index in range(len(case.rows))
 ]
@@ -301,8 +307,9 @@ def test_output_is_plain_decodings(case_runs, plain_runs, request, case, index):
     assert outs[index].token_ids == plain_runs.tokens(category, case.new_tokens, sampling)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("case", [case for case in CASES if case.ran], ids=lambda case: case.name)
+@pytest.mark.parametrize(
+    "case", [pytest.param(case, marks=row_marks(case, -1), id=case.name) for case in CASES if case.ran]
+)
 def test_the_case_exercised_its_path(case_runs, request, case):
     proposer, outs = case_runs.upto(case, len(case.rows) - 1, request)
     assert case.ran(proposer, outs), [out.stats.mat for out in outs]
