@@ -17,6 +17,7 @@ from specdec.drafters.eagle3 import ARCHITECTURE as EAGLE3
 from specdec.drafters.eagle3 import HeadError
 from specdec.drafters.medusa import ARCHITECTURE as MEDUSA
 from specdec.drafters.shipped import find_shipped_head
+from specdec.engine.floor import Floor
 from specdec.engine.generation import GenerationConfig, GenerationOutput
 from specdec.engine.loop import Engine
 from specdec.models import load_model
@@ -45,7 +46,7 @@ def run_demo(spec: ModelSpec | None = None, max_new_tokens: int = 128) -> None:
     spec = spec or ModelSpec()
     loaded = load_model(spec)
     backend = BACKENDS[spec.backend]
-    engine = Engine(loaded)
+    engine = Engine(loaded, floor=Floor())
     prompt = demo_prompt()
     prompt_ids = encode_prompt(loaded.tokenizer, prompt, chat=True)
     settings = GenerationConfig(max_new_tokens=max_new_tokens)

@@ -44,6 +44,7 @@ from specdec.bench.records import PairKey, RunResult, fill_match_flags, from_eng
 from specdec.bench.report import new_session, write_manifest, write_reports
 from specdec.bench.resume import RESPONSES, ResumeState, open_resume, run_identity
 from specdec.data import Question
+from specdec.engine.floor import Floor
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
 from specdec.models import LoadedModel, load_model
@@ -98,7 +99,7 @@ class Prompting:
 def build_contenders(
     plan: BenchPlan, config: BenchConfig, loaded: LoadedModel, assistant: LoadedModel | None
 ) -> dict[str, Contender]:
-    engine = Engine(loaded)
+    engine = Engine(loaded, floor=Floor())
     sampling = SamplingParams(temperature=config.temperature, seed=config.seed)
     settings = GenerationConfig(max_new_tokens=config.max_new_tokens, sampling=sampling)
     contenders: dict[str, Contender] = {}

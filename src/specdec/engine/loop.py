@@ -47,6 +47,7 @@ import torch
 from specdec.backends.contract import PromptFill
 from specdec.backends.registry import AttentionPlan, rows_of, verifiable_tree, verifier
 from specdec.engine.costs import CostModel
+from specdec.engine.floor import Floor, FloorState
 from specdec.engine.generation import (
     Emitter,
     GenerationConfig,
@@ -74,12 +75,17 @@ DEFAULT_PREFILL_CHUNK = 256
 class Engine:
     """One loaded target model and its limits; decodes through `Batch`es of rows."""
 
-    def __init__(self, loaded: LoadedModel, attention: str | AttentionPlan = "auto") -> None:
+    def __init__(
+        self, loaded: LoadedModel, attention: str | AttentionPlan = "auto", floor: Floor | None = None
+    ) -> None:
         """attention: "auto" (the plan measured once per machine, see `specdec.backends.torch.attention`), an
         implementation name for every pass ("sdpa", "eager"), or an `AttentionPlan`. Verification
         runs on `specdec.backends.registry.verifier(loaded)`: the transformers model (prepacked Linear weights as
-        `loaded.pack` says) or llama.cpp's engine (`loaded.backend`)."""
+        `loaded.pack` says) or llama.cpp's engine (`loaded.backend`). floor: a row drafts only while its
+        drafting steps out-earn plain ones (`specdec.engine.floor`); None: every step drafts as its
+        proposer chose (what the user-facing entry points turn on, the tests of a method's own trees off)."""
         self.loaded = loaded
+        self.floor = floor
         self.tokenizer = loaded.tokenizer
         self.target = verifier(loaded, attention)
         self.eos_token_ids = frozenset(loaded.eos_token_ids)
@@ -147,6 +153,8 @@ class Row:
     error: Exception | None = None
     cancelled: bool = False
     draft_s: float = 0.0  # the current step's proposal time
+    floor: FloorState | None = None  # greedy rows under the engine's floor (`specdec.engine.floor`)
+    drafting: bool = True  # the current step asked the proposer for drafts
     fill: PromptFill | None = None  # the prompt's chunked prefill while the row waits for it
     features: torch.Tensor | None = None  # target features the proposer has not read yet (ProposalContext)
 
@@ -212,6 +220,8 @@ class Batch:
         draws = Draws(config.sampling, generator, positions, proposer.multi_draft)
         emitter = Emitter(engine.tokenizer, engine.eos_token_ids, config, on_text, on_piece)
         row = Row(prompt_ids, proposer, config, emitter, draws, time.perf_counter())
+        if engine.floor is not None and config.sampling.greedy:
+            row.floor = engine.floor.start(proposer)
         row.stats.num_prompt_tokens = len(prompt_ids)
         try:
             self._capture(proposer.feature_layers)
@@ -281,12 +291,17 @@ class Batch:
         joined = self._prefill() if self.waiting else []
         if not self.rows:
             return joined
+        began = time.perf_counter()
         trees = self._propose()
         start = time.perf_counter()
         results = verify(self.target, trees, [row.draws for row in self.rows])
         verify_s = time.perf_counter() - start
         rows = list(self.rows)  # _advance may end rows; the results follow the pass's order
         finished = [row for row, res in zip(rows, results, strict=True) if self._advance(row, res, verify_s)]
+        if len(rows) == 1 and rows[0].floor is not None:  # the step was the row's alone: its price
+            row, result = rows[0], results[0]
+            seconds = self.engine.floor.price(result.tree.num_nodes, time.perf_counter() - began)
+            row.floor.observe(row.drafting, len(result.tokens), seconds)
         for row in finished:
             self._finish(row)
         return joined + finished
@@ -301,6 +316,8 @@ class Batch:
         for row in self.rows:
             t0 = time.perf_counter()
             depth = self.engine.max_depth(row.tokens, row.emitter)
+            row.drafting = row.floor is None or len(self.rows) > 1 or row.floor.drafts()
+            depth = depth if row.drafting else 0  # a plain step: the proposer keeps its state, drafts nothing
             ctx = ProposalContext(
                 row.tokens, row.logits, len(row.prompt_ids), row.config.sampling, depth, row.features
             )
@@ -355,6 +372,8 @@ class Batch:
         self._leave(row)
         if row.error is not None or row.cancelled:
             return
+        if row.floor is not None:
+            self.engine.floor.finish(row.proposer, row.floor)
         row.stats.wall_time_s = time.perf_counter() - row.started
         row.stats.num_new_tokens = len(row.emitter.stream.token_ids)
         text = row.emitter.finish()

@@ -51,6 +51,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from specdec.engine.floor import Floor
 from specdec.engine.generation import GenerationConfig, GenerationStats
 from specdec.engine.loop import Batch, Engine, Row
 from specdec.models import ModelLoadError, load_model
@@ -135,7 +136,7 @@ class SpecdecDecoder:
             return self._engine
         tokenizer = tokenizer or self.tokenizer or _tokenizer_of(model)
         loaded = load_model(model, tokenizer=tokenizer, pack=self.pack, exact=self.exact)
-        self._engine = Engine(loaded, attention=self.attention)
+        self._engine = Engine(loaded, attention=self.attention, floor=Floor())
         return self._engine
 
     def __call__(

@@ -147,10 +147,11 @@ class EagleProposer(ProposerBase):
         self._drew = self.config.sampled and self.retrieval is None and not ctx.sampling.greedy
         if ctx.features is not None:
             self.pending.append(ctx.features)
-        logits, state = self._feed(ctx.token_ids)
         depth = min(self.config.depth, ctx.max_depth)
-        if depth <= 0:
+        if depth <= 0:  # nothing to draft: the head only takes in the committed positions
+            self._feed(ctx.token_ids, finish=False)
             return DraftTree.chain(root)
+        logits, state = self._feed(ctx.token_ids)
         steps = HeadSteps(self.head, self.keys, self.values, state, len(ctx.token_ids) - 1)
         if self._drew:
             return self._sampled(root, logits, steps, depth, ctx)
@@ -177,8 +178,9 @@ class EagleProposer(ProposerBase):
             self.source_stats[node.source]["accepted"] += j in accepted
         self.retrieval.observe(kept, result.tree.parents.tolist(), result.path)
 
-    def _feed(self, token_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Give the head the committed positions it lacks; its logits and state at the last one."""
+    def _feed(self, token_ids: list[int], finish: bool = True) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Give the head the committed positions it lacks; its logits and state at the last one (with
+        `finish`: the head's layer and vocabulary product, which only drafting needs)."""
         committed = len(token_ids) - 1
         features = torch.cat(self.pending) if self.pending else None
         new = 0 if features is None else features.shape[0]
@@ -193,9 +195,11 @@ class EagleProposer(ProposerBase):
         q, k, v = head.qkv(hidden, tokens, positions)
         keys = k if self.keys is None else torch.cat([self.keys, k], dim=2)
         values = v if self.values is None else torch.cat([self.values, v], dim=2)
+        self.keys, self.values, self.pending = keys, values, []
+        if not finish:
+            return None
         mask = positions[0, :, None] >= torch.arange(committed, device=hidden.device)[None]  # [m, committed]
         logits, state = head.finish(hidden, q, keys, values, mask[None, None])
-        self.keys, self.values, self.pending = keys, values, []
         return logits[0, -1], state[0, -1]
 
     def _grow(self, logits: torch.Tensor, steps: HeadSteps, depth: int) -> list[Node]:

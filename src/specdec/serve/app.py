@@ -77,6 +77,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from specdec.engine.costs import load_or_measure
+from specdec.engine.floor import Floor
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
 from specdec.models import LoadedModel
@@ -131,7 +132,7 @@ class Service:
         # decided before anything measures or runs the model: cost curves time the pass that will run
         loaded, self.exact_note = settle_exact(loaded, config.model.exact)
         self.loaded = loaded
-        self.engine = Engine(loaded)
+        self.engine = Engine(loaded, floor=Floor())
         self.metrics = ServerMetrics()
         self.methods = config.method_settings()
         self.pool = ProposerPool(loaded, config.pool_capacity)

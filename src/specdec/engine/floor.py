@@ -1,0 +1,132 @@
+"""The floor under every method: a row drafts only while its drafting steps out-earn plain steps.
+
+Why: a draft pays when the tokens it adds are worth more than what proposing, the wider
+pass, acceptance and the commit cost. The cost curve and the acceptance rates size a tree
+from a probe and a model of the text; what the user gets is the outcome, and on a fast pass
+the fixed work around it made whole methods slower than plain decoding. So the floor
+prices every method by one rule, measured as it decodes: tokens per second of the row's
+drafting steps against tokens per second of its plain steps, each step timed whole
+(proposal, pass, acceptance, commit). While drafting loses, the row's steps are plain:
+the proposer is asked for depth 0 (it keeps its state and drafts nothing). Now and then
+the losing mode runs one step, so the floor follows the text: a plain step keeps the plain
+rate current, a drafting step sees whether the text has become predictable. The try comes
+less often each time the loser loses again (`EXPLORE`), so a clear winner costs little.
+
+What a method learned carries to its next request: `Floor` keeps each proposer type's
+rates, and a new row starts from them.
+
+Invariants:
+- only greedy rows are gated, whose output no tree can change; a sampled row always drafts,
+  so a seeded output never depends on timing (at temperature > 0 a tree drawn with draft
+  probabilities takes the row's random draws);
+- a gated step is an ordinary step with a one-node tree: exactness is the verifier's;
+- only a pass with one decoding row is gated: with several rows in a pass, the batch's node
+  budget (`specdec.engine.planner`) spends the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+DECAY = 0.97  # per row step: a mode's rate follows roughly its steps among the last thirty
+MARGIN = 1.05  # the mode that trails must earn 5% more tokens per second to take the lead
+EXPLORE = (4, 64)  # steps between tries of the losing mode: the first gap, doubled per loss up to the last
+WARMUP = 3  # drafting steps a new method takes before its first plain step
+
+
+@dataclass
+class _Rate:
+    """Tokens and seconds of one mode's steps, each weighted by DECAY per row step since it ran."""
+
+    tokens: float = 0.0
+    seconds: float = 0.0
+
+    def age(self) -> None:
+        self.tokens *= DECAY
+        self.seconds *= DECAY
+
+    def add(self, tokens: int, seconds: float) -> None:
+        self.tokens += tokens
+        self.seconds += seconds
+
+    @property
+    def value(self) -> float | None:
+        return self.tokens / self.seconds if self.seconds > 0 else None
+
+
+@dataclass
+class FloorState:
+    """One row's choice between drafting and plain steps (see the module docstring)."""
+
+    drafting: _Rate = field(default_factory=_Rate)
+    plain: _Rate = field(default_factory=_Rate)
+    leader: bool | None = None  # the mode that leads (True: drafting); None until both have run
+    gap: int = EXPLORE[0]  # steps between tries of the other mode
+    since: int = 0  # steps since the other mode last ran
+    drafted_steps: int = 0
+
+    def drafts(self) -> bool:
+        """Whether the next step drafts."""
+        if self.drafting.value is None or (self.plain.value is None and self.drafted_steps < WARMUP):
+            return True
+        if self.leader is None:
+            return False
+        return (not self.leader) if self.since >= self.gap else self.leader
+
+    def observe(self, drafted: bool, tokens: int, seconds: float) -> None:
+        """One finished step: which mode ran, the tokens it emitted, the seconds it took."""
+        self.drafting.age()  # by row steps, not by the mode's own: a mode tried after a long gap is
+        self.plain.age()  # judged on what its try shows now, not on what it showed long ago
+        (self.drafting if drafted else self.plain).add(tokens, seconds)
+        self.drafted_steps += drafted
+        before, self.leader = self.leader, self._leader()
+        if self.leader is None:
+            return
+        if before != self.leader:  # a new leader (or the first): try the other after the shortest gap
+            self.since, self.gap = 0, EXPLORE[0]
+        elif drafted == self.leader:
+            self.since += 1
+        else:  # the other mode ran and lost again: its next try comes later
+            self.since, self.gap = 0, min(EXPLORE[1], 2 * self.gap)
+
+    def _leader(self) -> bool | None:
+        draft_rate, plain_rate = self.drafting.value, self.plain.value
+        if draft_rate is None or plain_rate is None:
+            return None
+        if self.leader is None:  # a tie goes to plain steps: drafting must earn its keep
+            return draft_rate > plain_rate
+        if self.leader:  # the lead changes hands only on a clear margin: one noisy step does not flip it
+            return plain_rate <= MARGIN * draft_rate
+        return draft_rate > MARGIN * plain_rate
+
+
+class Floor:
+    """The engine's floor: per-row states, and what each proposer type learned in earlier rows.
+
+    price(nodes, seconds) -> the seconds a step is charged: by default the seconds it took; a
+    fixed function of the tree size makes the choice independent of the machine's load
+    (tests).
+    """
+
+    def __init__(self, price: Callable[[int, float], float] | None = None) -> None:
+        self.price = price or (lambda nodes, seconds: seconds)
+        self._learned: dict[type, FloorState] = {}
+
+    def start(self, proposer: object) -> FloorState:
+        """A new row's state: its proposer type's rates so far (a copy), or a fresh one."""
+        learned = self._learned.get(type(proposer))
+        if learned is None:
+            return FloorState()
+        return FloorState(
+            _Rate(learned.drafting.tokens, learned.drafting.seconds),
+            _Rate(learned.plain.tokens, learned.plain.seconds),
+            learned.leader,
+            learned.gap,
+            drafted_steps=learned.drafted_steps,
+        )
+
+    def finish(self, proposer: object, state: FloorState) -> None:
+        """Keep a finished row's rates for the next row of its proposer type."""
+        if state.drafting.value is not None:
+            self._learned[type(proposer)] = state

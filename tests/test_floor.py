@@ -1,0 +1,130 @@
+"""The floor (`specdec.engine.floor`): a row drafts only while its drafting steps out-earn plain steps.
+
+The policy on its own (which mode runs, how often the loser is tried), then on the bundled model
+(fp32): under a price where no draft pays, every method's greedy steps turn plain after its
+warm-up, and its text stays plain decoding's; under a price where drafts pay, they go on. The
+price is a fixed function of the tree size (`Floor(price=...)`), so nothing here depends on the
+machine's load. The lossless matrix (tests/test_lossless.py) runs on conftest's engine, whose floor
+prices steps by the fixed cost curve: its rows mix drafting steps and the floor's plain tries.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import CORPUS, SKIP
+
+from specdec.engine.floor import EXPLORE, WARMUP, Floor, FloorState
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
+from specdec.proposers import METHODS, parse_method
+from specdec.proposers.draft import DraftConfig
+from specdec.proposers.hybrid import HybridConfig, HybridProposer
+from specdec.proposers.layerskip import LayerSkipConfig
+from specdec.sampling import SamplingParams
+
+
+def run_policy(state: FloorState, steps: int, drafted_tokens: int, drafted_s: float) -> list[bool]:
+    """The modes `state` picks over `steps` steps: a drafting step emits `drafted_tokens` in `drafted_s`,
+    a plain step one token in 1 s."""
+    modes = []
+    for _ in range(steps):
+        drafting = state.drafts()
+        modes.append(drafting)
+        state.observe(drafting, drafted_tokens if drafting else 1, drafted_s if drafting else 1.0)
+    return modes
+
+
+def test_drafts_that_pay_keep_drafting_with_rarer_plain_tries() -> None:
+    modes = run_policy(FloorState(), 400, drafted_tokens=3, drafted_s=1.5)  # 2 tokens/s against 1
+    plain_steps = [i for i, drafting in enumerate(modes) if not drafting]
+    assert modes[:WARMUP] == [True] * WARMUP and plain_steps[0] == WARMUP
+    gaps = [b - a for a, b in zip(plain_steps, plain_steps[1:], strict=False)]
+    assert gaps == sorted(gaps) and max(gaps) == EXPLORE[1] + 1  # each try later, up to the widest gap
+    assert len(plain_steps) < 12
+
+
+def test_drafts_that_lose_turn_to_plain_steps_with_rarer_drafting_tries() -> None:
+    modes = run_policy(FloorState(), 400, drafted_tokens=2, drafted_s=4.0)  # 0.5 tokens/s against 1
+    assert modes[: WARMUP + 1] == [True] * WARMUP + [False]
+    tries = [i for i, drafting in enumerate(modes) if drafting][WARMUP:]
+    gaps = [b - a for a, b in zip(tries, tries[1:], strict=False)]
+    assert gaps == sorted(gaps) and max(gaps) == EXPLORE[1] + 1
+    assert len(tries) < 10  # 2% of the steps
+
+
+def test_a_winner_that_changes_is_followed() -> None:
+    state = FloorState()
+    run_policy(state, 200, drafted_tokens=3, drafted_s=1.5)
+    later = run_policy(state, 200, drafted_tokens=1, drafted_s=3.0)  # the text stopped being predictable
+    assert sum(later[-100:]) <= 3
+
+
+def test_a_new_row_starts_from_what_its_method_learned() -> None:
+    floor, proposer = Floor(), object()
+    losing = floor.start(proposer)
+    run_policy(losing, 50, drafted_tokens=1, drafted_s=3.0)
+    floor.finish(proposer, losing)
+    assert not floor.start(proposer).drafts()  # no warm-up: it knows drafting lost
+    assert floor.start(1).drafts()  # another proposer type starts fresh
+
+
+# ------------------------------------------------------------------ every method on the bundled model
+# Each node beyond the root costs two plain steps: even a draft that is always accepted (the model
+# drafting for itself) earns less than plain steps.
+def no_draft_pays() -> Floor:
+    return Floor(price=lambda nodes, seconds: 2.0 * nodes - 1.0)
+
+
+def build(method: str, request: pytest.FixtureRequest):  # noqa: ANN201 - a Proposer
+    loaded = request.getfixturevalue("default_model")
+    if method == "datastore":
+        from specdec.datastore_build import build_datastore
+
+        folder = request.getfixturevalue("tmp_path_factory").mktemp("ds") / "stdlib"
+        return parse_method(f"datastore:path={build_datastore(CORPUS, loaded.tokenizer, folder).out_dir}").build(loaded)
+    if method == "layerskip":
+        return LayerSkipConfig(skip=SKIP, k=3, adaptive=False).build(loaded)
+    if method == "draft":
+        return DraftConfig("self", quantize="none", k=3, adaptive=False).build_with(loaded, loaded.model)
+    if method == "hybrid":  # over conftest's 24-layer stand-in draft, as in the lossless matrix
+        config = HybridConfig(draft_model="in-memory", schedule="heuristic", when="always")
+        draft = config.draft_config().build_with(loaded, request.getfixturevalue("small_draft"))
+        return HybridProposer(config, config.logitspec_config().build(loaded), draft, loaded.model.config.vocab_size)
+    return parse_method(method).build(loaded)
+
+
+DRAFTING_METHODS = sorted(set(METHODS) - {"plain"})
+
+
+@pytest.mark.parametrize("method", DRAFTING_METHODS)
+def test_where_no_draft_pays_every_method_steps_plainly(plain_runs, bench_prompts, method, request):
+    """After its warm-up the row's steps are plain, but for the floor's drafting tries (after 4, 8, 16
+    steps), and the text is plain decoding's: every method keeps its state through depth-0 steps."""
+    engine = Engine(request.getfixturevalue("default_model"), floor=no_draft_pays())
+    out = engine.generate(bench_prompts["math_reasoning"], build(method, request), GenerationConfig(max_new_tokens=48))
+    assert out.token_ids == plain_runs.tokens("math_reasoning", 48)
+    drafted = [step.tree_size for step in out.stats.steps if step.tree_size > 1]
+    assert len(drafted) <= WARMUP + 3, [step.tree_size for step in out.stats.steps]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["pld", "logitspec", "eagle"])
+def test_where_drafts_pay_they_go_on(default_model, plain_runs, bench_prompts, method):
+    """Priced by tree size alone, drafts that earn more than plain steps run as the method sizes them:
+    the floor adds its plain tries, and a few plain steps after a run of drafts that failed (its rates
+    follow the last ten or so steps), to the steps that drafted nothing anyway."""
+    config, prompt = GenerationConfig(max_new_tokens=48), bench_prompts["summarization"]
+    free = Engine(default_model).generate(prompt, parse_method(method).build(default_model), config)
+    floored = Engine(default_model, floor=Floor(price=lambda nodes, seconds: 1.0 + 0.01 * nodes))
+    out = floored.generate(prompt, parse_method(method).build(default_model), config)
+    assert out.token_ids == free.token_ids == plain_runs.tokens("summarization", 48)
+    plain_steps = [sum(step.tree_size == 1 for step in o.stats.steps) for o in (free, out)]
+    assert out.stats.mat > 1.0 and plain_steps[1] <= plain_steps[0] + 8, plain_steps
+
+
+def test_sampled_rows_are_never_gated(default_model, bench_prompts):
+    """A seeded row's output must not depend on timing: at temperature > 0 the floor stays out."""
+    engine = Engine(default_model, floor=no_draft_pays())
+    config = GenerationConfig(max_new_tokens=24, sampling=SamplingParams(temperature=0.8, seed=4))
+    out = engine.generate(bench_prompts["summarization"], parse_method("pld").build(default_model), config)
+    assert sum(step.tree_size > 1 for step in out.stats.steps) > WARMUP
