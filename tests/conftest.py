@@ -57,19 +57,11 @@ def default_model():
 
 @pytest.fixture(scope="session")
 def engine(default_model):
-    """An Engine on the default model (each generate() starts from its own prefill).
-
-    Its floor (`specdec.engine.floor`) prices a step by the fixed cost curve, not by the clock: drafts
-    that pay go on as on a user's engine, every greedy row also takes the floor's plain tries, and no
-    choice depends on the machine's load."""
-    from helpers import FIXED_COST_CURVE
-
-    from specdec.engine.costs import CostModel
-    from specdec.engine.floor import Floor
+    """An Engine on the default model (each generate() starts from its own prefill); no floor: every
+    step drafts as its proposer chose, so tests see a method's own trees."""
     from specdec.engine.loop import Engine
 
-    curve = CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values()))
-    return Engine(default_model, floor=Floor(price=lambda nodes, seconds: curve.cost(nodes)))
+    return Engine(default_model)
 
 
 DROPPED_LAYERS = (3, 4, 5, 6, 25, 26)  # the ones whose absence changes the argmax least

@@ -348,3 +348,21 @@ def kernel_test_outcomes(reports: dict[str, list]) -> tuple[int, int, set[str]]:
     reasons = {str(r.longrepr[-1]) if isinstance(r.longrepr, tuple) else str(r.longrepr) for r in skipped}
     return passed, len(skipped), reasons
 
+
+def build_proposer(loaded, method: str, request):  # noqa: ANN001, ANN201 - LoadedModel, FixtureRequest, Proposer
+    """`method` built on `loaded`, and three that need more than a method string: `datastore` (over
+    `CORPUS`), `layerskip` (skipping `SKIP`) and `draft:self` (the model drafting for itself, k = 3)."""
+    from specdec.proposers import parse_method
+    from specdec.proposers.draft import DraftConfig
+    from specdec.proposers.layerskip import LayerSkipConfig
+
+    if method == "datastore":
+        from specdec.datastore_build import build_datastore
+
+        folder = request.getfixturevalue("tmp_path_factory").mktemp("ds") / "stdlib"
+        return parse_method(f"datastore:path={build_datastore(CORPUS, loaded.tokenizer, folder).out_dir}").build(loaded)
+    if method == "layerskip":
+        return LayerSkipConfig(skip=SKIP, k=3, adaptive=False).build(loaded)
+    if method == "draft:self":
+        return DraftConfig("self", quantize="none", k=3, adaptive=False).build_with(loaded, loaded.model)
+    return parse_method(method).build(loaded)

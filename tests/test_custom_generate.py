@@ -26,7 +26,7 @@ from specdec.models import load_model
 
 PROMPT = "def fib(n):\n    "
 PROMPTS = ["The capital of France is", "List three colours: red, green,"]
-FAST = dict(attention="sdpa", pack="off", exact="off")  # no per-machine measurement in tests
+FAST = dict(attention="sdpa", pack="off", exact="off", floor=False)  # no per-machine measurement in tests
 ALL_METHODS = ["plain", "pld", "logitspec", "recycle", "lookahead", "session", "eagle", "medusa"]
 
 

@@ -4,22 +4,21 @@ The policy on its own (which mode runs, how often the loser is tried), then on t
 (fp32): under a price where no draft pays, every method's greedy steps turn plain after its
 warm-up, and its text stays plain decoding's; under a price where drafts pay, they go on. The
 price is a fixed function of the tree size (`Floor(price=...)`), so nothing here depends on the
-machine's load. The lossless matrix (tests/test_lossless.py) runs on conftest's engine, whose floor
-prices steps by the fixed cost curve: its rows mix drafting steps and the floor's plain tries.
+machine's load. Under the price where no draft pays, every method's row mixes the floor's plain steps
+(depth 0: the proposer keeps its state) with its warm-up and drafting tries: the lossless check of
+gated steps for every method. The lossless matrix (tests/test_lossless.py) runs the methods' own trees.
 """
 
 from __future__ import annotations
 
 import pytest
-from helpers import CORPUS, SKIP
+from helpers import build_proposer
 
 from specdec.engine.floor import EXPLORE, WARMUP, Floor, FloorState
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
 from specdec.proposers import METHODS, parse_method
-from specdec.proposers.draft import DraftConfig
 from specdec.proposers.hybrid import HybridConfig, HybridProposer
-from specdec.proposers.layerskip import LayerSkipConfig
 from specdec.sampling import SamplingParams
 
 
@@ -77,20 +76,11 @@ def no_draft_pays() -> Floor:
 
 def build(method: str, request: pytest.FixtureRequest):  # noqa: ANN201 - a Proposer
     loaded = request.getfixturevalue("default_model")
-    if method == "datastore":
-        from specdec.datastore_build import build_datastore
-
-        folder = request.getfixturevalue("tmp_path_factory").mktemp("ds") / "stdlib"
-        return parse_method(f"datastore:path={build_datastore(CORPUS, loaded.tokenizer, folder).out_dir}").build(loaded)
-    if method == "layerskip":
-        return LayerSkipConfig(skip=SKIP, k=3, adaptive=False).build(loaded)
-    if method == "draft":
-        return DraftConfig("self", quantize="none", k=3, adaptive=False).build_with(loaded, loaded.model)
     if method == "hybrid":  # over conftest's 24-layer stand-in draft, as in the lossless matrix
         config = HybridConfig(draft_model="in-memory", schedule="heuristic", when="always")
         draft = config.draft_config().build_with(loaded, request.getfixturevalue("small_draft"))
         return HybridProposer(config, config.logitspec_config().build(loaded), draft, loaded.model.config.vocab_size)
-    return parse_method(method).build(loaded)
+    return build_proposer(loaded, "draft:self" if method == "draft" else method, request)
 
 
 DRAFTING_METHODS = sorted(set(METHODS) - {"plain"})

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import SKIP, prompts_by_category
+from helpers import build_proposer, prompts_by_category
 
 from specdec.backends.contract import PromptFill
 from specdec.backends.torch.invariant import TAIL, Layout, verifiable
@@ -26,8 +26,6 @@ from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine, generate_batch
 from specdec.models import load_model
 from specdec.proposers import parse_method
-from specdec.proposers.draft import DraftConfig
-from specdec.proposers.layerskip import LayerSkipConfig
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
 
@@ -175,21 +173,6 @@ def test_greedy_bf16_output_is_plain_decoding(bf16, prompts, method):
         assert out.token_ids == _plain(engine, loaded, prompt, config), (method, name)
 
 
-def _proposer(loaded, method: str, request: pytest.FixtureRequest):
-    if method == "datastore":
-        from helpers import CORPUS
-
-        from specdec.datastore_build import build_datastore
-
-        folder = request.getfixturevalue("tmp_path_factory").mktemp("ds") / "stdlib"
-        return parse_method(f"datastore:path={build_datastore(CORPUS, loaded.tokenizer, folder).out_dir}").build(loaded)
-    if method == "layerskip":
-        return LayerSkipConfig(skip=SKIP, k=3, adaptive=False).build(loaded)
-    if method == "draft:self":
-        return DraftConfig("self", quantize="none", k=3, adaptive=False).build_with(loaded, loaded.model)
-    return parse_method(method).build(loaded)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("method", (*METHODS, "datastore", "layerskip", "draft:self"))
 def test_every_method_greedy_bf16_equals_plain_after_a_history(bf16, method, spec_bench_subset, request):
@@ -199,7 +182,7 @@ def test_every_method_greedy_bf16_equals_plain_after_a_history(bf16, method, spe
     from specdec.prompts import encode_prompt
 
     config = GenerationConfig(max_new_tokens=48)
-    proposer = _proposer(loaded, method, request)
+    proposer = build_proposer(loaded, method, request)
     drafted = 0
     for question in load_questions(spec_bench_subset):
         prompt = encode_prompt(loaded.tokenizer, question.turns[0], chat=True)

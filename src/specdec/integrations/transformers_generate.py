@@ -120,6 +120,7 @@ class SpecdecDecoder:
         pack: str = "auto",
         exact: str = "auto",
         streamer: Any = None,
+        floor: bool = True,
         **options: Any,
     ) -> None:
         self.method_config = make_config(method, options) if options else parse_method(method)
@@ -128,6 +129,7 @@ class SpecdecDecoder:
         self.pack = pack
         self.exact = exact
         self.streamer = streamer
+        self.floor = floor
         self._engine: Engine | None = None
 
     def engine_for(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None) -> Engine:
@@ -136,7 +138,7 @@ class SpecdecDecoder:
             return self._engine
         tokenizer = tokenizer or self.tokenizer or _tokenizer_of(model)
         loaded = load_model(model, tokenizer=tokenizer, pack=self.pack, exact=self.exact)
-        self._engine = Engine(loaded, attention=self.attention, floor=Floor())
+        self._engine = Engine(loaded, attention=self.attention, floor=Floor() if self.floor else None)
         return self._engine
 
     def __call__(
@@ -274,7 +276,8 @@ def decoder(method: str = "logitspec", **options: Any) -> SpecdecDecoder:
     options: the method's options, plus `tokenizer=` (the model's tokenizer; else the one saved
     beside the model, or the streamer's), `streamer=` (a TextStreamer or TextIteratorStreamer: transformers
     does not pass generate's own `streamer=` to a custom_generate callable), `attention=`, `pack=`,
-    `exact=` (as in `load_model`).
+    `exact=` (as in `load_model`), `floor=` (True: a greedy request drafts only while drafting pays here,
+    `specdec.engine.floor`; False: every step drafts as the method chose).
     """
     return SpecdecDecoder(method, **options)
 
