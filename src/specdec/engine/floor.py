@@ -26,6 +26,7 @@ Invariants:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -116,15 +117,7 @@ class Floor:
     def start(self, proposer: object) -> FloorState:
         """A new row's state: its proposer type's rates so far (a copy), or a fresh one."""
         learned = self._learned.get(type(proposer))
-        if learned is None:
-            return FloorState()
-        return FloorState(
-            _Rate(learned.drafting.tokens, learned.drafting.seconds),
-            _Rate(learned.plain.tokens, learned.plain.seconds),
-            learned.leader,
-            learned.gap,
-            drafted_steps=learned.drafted_steps,
-        )
+        return FloorState() if learned is None else copy.deepcopy(learned)
 
     def finish(self, proposer: object, state: FloorState) -> None:
         """Keep a finished row's rates for the next row of its proposer type."""
