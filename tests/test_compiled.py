@@ -121,7 +121,7 @@ def tiny_compiled(tiny):
 @pytest.fixture(scope="module")
 def random_eagle_head(tiny, tmp_path_factory) -> str:
     """An untrained EAGLE-3 head over the tiny target (its layers 1, 3, 4 captured by the pass)."""
-    from specdec.drafters.eagle3 import Eagle3Head, head_config, save_head
+    from specdec.proposers.eagle.head import Eagle3Head, head_config, save_head
 
     torch.manual_seed(0)
     head = Eagle3Head(head_config(tiny.model.config, (1, 3, 4), 128), tiny.model.get_input_embeddings())

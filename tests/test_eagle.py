@@ -14,7 +14,12 @@ import torch
 from helpers import TEXTS, TRAIN, tiny_target
 from safetensors.torch import load_file, save_file
 
-from specdec.drafters.eagle3 import (
+from specdec.drafters.features import collate, load_cache
+from specdec.drafters.train import TrainConfig, train, ttt_loss
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine, generate_batch
+from specdec.proposers import make_config
+from specdec.proposers.eagle.head import (
     Eagle3Head,
     HeadError,
     default_layer_ids,
@@ -22,11 +27,6 @@ from specdec.drafters.eagle3 import (
     load_head,
     save_head,
 )
-from specdec.drafters.features import collate, load_cache
-from specdec.drafters.train import TrainConfig, train, ttt_loss
-from specdec.engine.generation import GenerationConfig
-from specdec.engine.loop import Engine, generate_batch
-from specdec.proposers import make_config
 from specdec.proposers.plain import PlainProposer
 
 

@@ -1,4 +1,4 @@
-"""EAGLE trees drawn from the shipped head's distribution (`specdec.proposers.eagle_sampled`).
+"""EAGLE trees drawn from the shipped head's distribution (`specdec.proposers.eagle.sampled`).
 
 The distribution test runs the real proposer (the head shipped for the bundled
 model) and the real acceptance rule on the real target, from one fixed state: a
@@ -33,7 +33,7 @@ from specdec.engine.generation import GenerationConfig, ProposalContext
 from specdec.engine.loop import generate_batch
 from specdec.prompts import encode_prompt
 from specdec.proposers import make_config
-from specdec.proposers.eagle import EagleProposer
+from specdec.proposers.eagle.proposer import EagleProposer
 from specdec.sampling import SamplingParams, accept, logits_to_probs
 from specdec.tree import DraftTree
 

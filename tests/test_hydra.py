@@ -14,14 +14,14 @@ import torch
 from helpers import TEXTS, TRAIN, assert_resume_is_exact
 from safetensors.torch import load_file
 
-from specdec.drafters.eagle3 import HeadError
 from specdec.drafters.features import collate, load_cache
-from specdec.drafters.hydra import HydraHeads, hydra_loss, start_as_medusa
-from specdec.drafters.medusa import MedusaHeads, heads_loss, load_medusa, save_medusa
 from specdec.drafters.train import TrainConfig, train
 from specdec.engine.generation import GenerationConfig, ProposalContext
 from specdec.engine.loop import Engine, generate_batch
 from specdec.proposers import make_config
+from specdec.proposers.eagle.head import HeadError
+from specdec.proposers.hydra.head import HydraHeads, hydra_loss, start_as_medusa
+from specdec.proposers.medusa.head import MedusaHeads, heads_loss, load_medusa, save_medusa
 from specdec.proposers.plain import PlainProposer
 from specdec.sampling import SamplingParams
 

@@ -14,13 +14,13 @@ import torch
 from helpers import TEXTS, TRAIN, assert_resume_is_exact, tiny_target
 from safetensors.torch import load_file, save_file
 
-from specdec.drafters.eagle3 import HeadError
 from specdec.drafters.features import collate, load_cache
-from specdec.drafters.medusa import MedusaHeads, load_medusa, medusa_loss, save_medusa
 from specdec.drafters.train import TrainConfig, train
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine, generate_batch
 from specdec.proposers import make_config
+from specdec.proposers.eagle.head import HeadError
+from specdec.proposers.medusa.head import MedusaHeads, load_medusa, medusa_loss, save_medusa
 from specdec.proposers.plain import PlainProposer
 from specdec.sampling import SamplingParams
 

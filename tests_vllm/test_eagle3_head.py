@@ -1,7 +1,7 @@
 """Our EAGLE-3 head layout inside vLLM's CPU build: vLLM loads what `save_head` writes and drafts what we draft.
 
 A head with random weights and a reduced, shuffled draft vocabulary (so `d2t`
-matters) is written by `specdec.drafters.eagle3.save_head` for the bundled
+matters) is written by `specdec.proposers.eagle.head.save_head` for the bundled
 model and given to vLLM as `speculative_config={"method": "eagle3", "model":
 FOLDER}`. vLLM must (1) build its `Eagle3LlamaForCausalLM` from the folder,
 (2) keep greedy output equal to plain decoding, and (3) propose, after each
@@ -65,7 +65,7 @@ def head_folder(target, prompts, tmp_path_factory):
     """A random head that still drafts varied chains: fc's input columns scaled by the spread of the
     target's features (else the target's outlier dimensions pick the same token everywhere), the layer's
     own output and the logits widened."""
-    from specdec.drafters.eagle3 import Eagle3Head, default_layer_ids, head_config, save_head
+    from specdec.proposers.eagle.head import Eagle3Head, default_layer_ids, head_config, save_head
 
     torch.manual_seed(0)
     config = head_config(target.config, default_layer_ids(target.config.num_hidden_layers), DRAFT_VOCAB)
@@ -156,7 +156,7 @@ def test_greedy_output_with_our_head_equals_plain_decoding(runs, eagle_run):
 
 
 def test_vllm_drafts_the_chain_our_head_computes(eagle_run, head_folder, target):
-    from specdec.drafters.eagle3 import load_head
+    from specdec.proposers.eagle.head import load_head
 
     head = load_head(head_folder, target, dtype=torch.float32)
     compared, chains = 0, []

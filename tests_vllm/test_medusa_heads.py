@@ -1,7 +1,7 @@
 """Our Medusa layout inside vLLM's CPU build: vLLM loads the shipped heads and drafts what we draft.
 
 The Medusa heads shipped for the bundled model (`src/specdec/heads/...-medusa`)
-are written again by `specdec.drafters.medusa.save_medusa(full_vocab=True)`
+are written again by `specdec.proposers.medusa.head.save_medusa(full_vocab=True)`
 (vLLM 0.32 allocates every Medusa head at the full vocabulary, so it cannot
 read the shipped reduced-vocabulary folder: its loader asserts on the shape)
 and given to vLLM as `speculative_config={"method": "medusa", "model":
@@ -34,8 +34,8 @@ def target(model_folder):
 
 @pytest.fixture(scope="module")
 def heads_folder(target, tmp_path_factory):
-    from specdec.drafters.medusa import ARCHITECTURE, load_medusa, save_medusa
     from specdec.drafters.shipped import HEADS_DIR
+    from specdec.proposers.medusa.head import ARCHITECTURE, load_medusa, save_medusa
 
     folders = [p.parent for p in HEADS_DIR.glob("*/config.json") if ARCHITECTURE in p.read_text()]
     assert folders, "no Medusa heads ship with the package"
@@ -80,7 +80,7 @@ def test_greedy_output_with_our_heads_equals_plain_decoding(runs, medusa_run):
 
 @torch.inference_mode()
 def test_vllm_drafts_the_tokens_our_heads_compute(medusa_run, heads_folder, target):
-    from specdec.drafters.medusa import load_medusa
+    from specdec.proposers.medusa.head import load_medusa
 
     heads = load_medusa(heads_folder, target, dtype=torch.float32)
     compared = 0

@@ -13,9 +13,6 @@ import torch
 from specdec.backends.registry import verifies_exactly
 from specdec.choices import BACKENDS, ModelSpec
 from specdec.data import DataError, load_questions
-from specdec.drafters.eagle3 import ARCHITECTURE as EAGLE3
-from specdec.drafters.eagle3 import HeadError
-from specdec.drafters.medusa import ARCHITECTURE as MEDUSA
 from specdec.drafters.shipped import find_shipped_head
 from specdec.engine.floor import Floor
 from specdec.engine.generation import GenerationConfig, GenerationOutput
@@ -23,6 +20,9 @@ from specdec.engine.loop import Engine
 from specdec.models import load_model
 from specdec.prompts import encode_prompt
 from specdec.proposers import METHODS, parse_method
+from specdec.proposers.eagle import ARCHITECTURE as EAGLE3
+from specdec.proposers.eagle import HeadError
+from specdec.proposers.medusa import ARCHITECTURE as MEDUSA
 
 FALLBACK_PROMPT = (
     "Summarize the following text in two sentences.\n\n"

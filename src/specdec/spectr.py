@@ -130,8 +130,9 @@ def expanded_twin(tree: DraftTree, siblings: list[int], child: int) -> int:
     """The sibling with `child`'s token that has children, else `child`: duplicates share a context.
 
     SpecTr may accept a later duplicate of a rejected draft; a proposer expands only one of a
-    token's duplicates (`eagle_sampled`). Its subtree was drawn given the token alone, not given
-    which twin the rule picked, so descending into it keeps every later draw valid.
+    token's duplicates (`specdec.proposers.eagle.sampled`). Its subtree was drawn given the
+    token alone, not given which twin the rule picked, so descending into it keeps every later
+    draw valid.
     """
     token = tree.token_list[child]
     for sibling in siblings:

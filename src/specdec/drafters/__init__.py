@@ -1,2 +1,4 @@
-"""Trained drafters: heads that draft from the target's own hidden states (`eagle3`), their
-training text and feature cache (`features`), and `specdec train` (`train`)."""
+"""What training a drafter head needs beyond the head itself: training text and feature cache
+(`features`), finding the heads shipped for a model (`shipped`), and `specdec train` (`train`).
+Each head lives with its method family: `specdec.proposers.eagle.head`, `specdec.proposers.medusa.head`,
+`specdec.proposers.hydra.head`."""

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from specdec.drafters.eagle3 import target_fingerprint
+from specdec.proposers.eagle import target_fingerprint
 
 SHARD_EXAMPLES = 256
 MANIFEST = "manifest.json"

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specdec.drafters.eagle3 import HeadError, trained_for
 from specdec.models import LoadedModel
+from specdec.proposers.eagle import HeadError, trained_for
 
 HEADS_DIR = Path(__file__).resolve().parent.parent / "heads"
 

@@ -17,10 +17,10 @@ the head, the optimizer, the step and the generator, so `--resume` continues
 the run as if it had not stopped; the held-out split (the last `holdout` share
 of the rows, never trained on) is where the per-step accuracy is measured.
 
-`arch="medusa"` trains Medusa-1 heads (`specdec.drafters.medusa`) with the same
+`arch="medusa"` trains Medusa-1 heads (`specdec.proposers.medusa.head`) with the same
 data, cache, loop, checkpoints and held-out split: their feature is the
 target's last hidden state, and "step" k is head k. `arch="hydra"` trains Hydra
-heads (`specdec.drafters.hydra`) the same way, each head also reading the text's
+heads (`specdec.proposers.hydra.head`) the same way, each head also reading the text's
 tokens before its answer.
 """
 
@@ -35,11 +35,11 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from specdec.drafters.eagle3 import Eagle3Head, default_layer_ids, head_config, save_head, target_fingerprint
 from specdec.drafters.features import Example, batches, build_cache, collate, load_cache, read_rows
-from specdec.drafters.hydra import HydraHeads, hydra_loss, start_as_medusa
-from specdec.drafters.medusa import MedusaHeads, medusa_loss, save_medusa
 from specdec.models import LoadedModel
+from specdec.proposers.eagle import Eagle3Head, default_layer_ids, head_config, save_head, target_fingerprint
+from specdec.proposers.hydra import HydraHeads, hydra_loss, start_as_medusa
+from specdec.proposers.medusa import MedusaHeads, medusa_loss, save_medusa
 
 CHECKPOINT = "checkpoint.pt"
 STEP_DECAY = 0.8

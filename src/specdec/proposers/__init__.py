@@ -34,9 +34,9 @@ METHODS: dict[str, str] = {
     "datastore": "specdec.proposers.datastore_lookup:DatastoreConfig",
     "session": "specdec.proposers.session_store:SessionConfig",
     "hybrid": "specdec.proposers.hybrid:HybridConfig",
-    "eagle": "specdec.proposers.eagle:EagleConfig",
-    "medusa": "specdec.proposers.medusa:MedusaConfig",
-    "hydra": "specdec.proposers.hydra:HydraConfig",
+    "eagle": "specdec.proposers.eagle.proposer:EagleConfig",
+    "medusa": "specdec.proposers.medusa.proposer:MedusaConfig",
+    "hydra": "specdec.proposers.hydra.proposer:HydraConfig",
 }
 
 

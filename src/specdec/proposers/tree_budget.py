@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specdec.proposers.eagle_retrieval import Node
+from specdec.proposers.eagle.retrieval import Node
 from specdec.tree import DraftTree
 
 

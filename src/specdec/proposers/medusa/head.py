@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from specdec.backends.registry import head_logits
-from specdec.drafters.eagle3 import WEIGHTS_FILE, HeadError, read_head_folder, trained_for
+from specdec.proposers.eagle import WEIGHTS_FILE, HeadError, read_head_folder, trained_for
 
 ARCHITECTURE = "MedusaModel"
 STEP_DECAY = 0.8  # head i's loss weighs 0.8^i, as in the Medusa paper

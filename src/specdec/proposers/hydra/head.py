@@ -14,7 +14,7 @@ residual block(s) and the head over the draft vocabulary. E is the target's own
 input embedding (frozen, not saved: `bind`). W_i starts at zero, so a fresh head is
 a Medusa head.
 
-Layout: Medusa's (`specdec.drafters.medusa`), with `architectures: ["HydraModel"]`,
+Layout: Medusa's (`specdec.proposers.medusa.head`), with `architectures: ["HydraModel"]`,
 `model_type: "hydra"` and the input layers `inputs.{i}.weight` [H, (i + 2) H] and
 `.bias` [H]. vLLM's Medusa reader does not read it (its heads take no tokens).
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec.drafters.medusa import MedusaHeads, heads_loss
+from specdec.proposers.medusa import MedusaHeads, heads_loss
 
 ARCHITECTURE = "HydraModel"
 

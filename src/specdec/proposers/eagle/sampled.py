@@ -48,8 +48,8 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.drafters.eagle3 import Eagle3Head
-from specdec.proposers.eagle_retrieval import Node
+from specdec.proposers.eagle.head import Eagle3Head
+from specdec.proposers.eagle.retrieval import Node
 from specdec.sampling import SamplingParams, logits_to_probs
 
 _SEED_MIX = 0x9E3779B97F4A7C15  # as draft.py: the proposer's stream must differ from the verifier's

@@ -27,14 +27,14 @@ from typing import Annotated
 
 import torch
 
-from specdec.drafters.medusa import ARCHITECTURE, MedusaHeads, load_medusa
 from specdec.drafters.shipped import find_shipped_head
 from specdec.engine.costs import CostModel, load_or_measure
 from specdec.engine.generation import ProposalContext
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
 from specdec.proposers.base import ProposerBase
-from specdec.proposers.eagle_retrieval import Node
+from specdec.proposers.eagle.retrieval import Node
+from specdec.proposers.medusa.head import ARCHITECTURE, MedusaHeads, load_medusa
 from specdec.proposers.schema import method_config, option
 from specdec.proposers.tree_budget import as_tree, likeliest, paying_count
 from specdec.tree import DraftTree

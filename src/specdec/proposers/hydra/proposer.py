@@ -2,7 +2,7 @@
 
 Why: Medusa's heads guess every level from the target's state alone, so every
 branch below a node gets the same children; Hydra's head d also reads the branch
-so far (`specdec.drafters.hydra`, Ankner et al. 2024, arXiv 2402.05109), so a
+so far (`specdec.proposers.hydra.head`, Ankner et al. 2024, arXiv 2402.05109), so a
 node's children are guessed for that node. The tree is grown as Medusa's is
 (level by level below the `topk` likeliest nodes, scored by cumulative
 probability) and cut to the size that pays on this machine's cost curve
@@ -22,13 +22,13 @@ from pathlib import Path
 
 import torch
 
-from specdec.drafters.hydra import ARCHITECTURE, HydraHeads
-from specdec.drafters.medusa import load_medusa
 from specdec.drafters.shipped import find_shipped_head
 from specdec.engine.costs import load_or_measure
 from specdec.models import LoadedModel
-from specdec.proposers.eagle_retrieval import Node
-from specdec.proposers.medusa import MedusaConfig, MedusaProposer
+from specdec.proposers.eagle.retrieval import Node
+from specdec.proposers.hydra.head import ARCHITECTURE, HydraHeads
+from specdec.proposers.medusa import load_medusa
+from specdec.proposers.medusa.proposer import MedusaConfig, MedusaProposer
 from specdec.proposers.schema import method_config
 
 

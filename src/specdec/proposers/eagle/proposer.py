@@ -1,7 +1,7 @@
 """EAGLE: a trained head drafts a dynamic tree from the target's own features.
 
 Why: retrieval only helps where the output copies its context; a head that
-reads the target's hidden states (`specdec.drafters.eagle3`) guesses the next
+reads the target's hidden states (`specdec.proposers.eagle.head`) guesses the next
 tokens of any text. EAGLE-2's dynamic tree (arXiv 2406.16858) spends the nodes
 where the head is confident: each level expands the `topk` likeliest nodes by
 cumulative draft probability, and the tree kept is the likeliest nodes overall.
@@ -19,7 +19,7 @@ tree nodes get entries only while their step is drafted.
 
 At temperature > 0 with `sampled=true` (the default; without retrieval) the tree
 is drawn from the head's own distribution instead and verified by rejection
-sampling (`specdec.proposers.eagle_sampled`, where the losslessness argument is);
+sampling (`specdec.proposers.eagle.sampled`, where the losslessness argument is);
 with retrieval, or `sampled=false`, the top-k tree is verified as guesses. Retrieved
 branches stay guesses: mixing them into a drawn tree would need point-mass rows
 and a count of drawn siblings fixed before the retrieved ones are merged, and
@@ -42,15 +42,15 @@ from typing import Annotated, Literal
 
 import torch
 
-from specdec.drafters.eagle3 import ARCHITECTURE, Eagle3Head, load_head
 from specdec.drafters.shipped import find_shipped_head
 from specdec.engine.costs import CostModel, load_or_measure
 from specdec.engine.generation import ProposalContext
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
 from specdec.proposers.base import ProposerBase
-from specdec.proposers.eagle_retrieval import Node, Retrieval
-from specdec.proposers.eagle_sampled import HeadSteps, SampledPlan, draft_generator, draft_rows, grow_sampled
+from specdec.proposers.eagle.head import ARCHITECTURE, Eagle3Head, load_head
+from specdec.proposers.eagle.retrieval import Node, Retrieval
+from specdec.proposers.eagle.sampled import HeadSteps, SampledPlan, draft_generator, draft_rows, grow_sampled
 from specdec.proposers.schema import method_config, option
 from specdec.proposers.tree_budget import as_tree, likeliest, paying_count
 from specdec.sampling import MULTI_DRAFT_RULES
@@ -75,7 +75,7 @@ class EagleConfig:
     adaptive: keep the node count that maximises expected tokens per second (else always `budget`);
     retrieval: add prompt lookup's and LogitSpec's retrieved continuations as branches of the tree;
     sampled: at temperature > 0 (without retrieval) draw the tree from the head's distribution and
-      verify it by rejection sampling (`eagle_sampled`); else the top-k tree, verified as guesses;
+      verify it by rejection sampling (`sampled`); else the top-k tree, verified as guesses;
     costs_dir: cache folder of measured cost curves ("" = ~/.cache/specdec/costs).
     """
 
@@ -126,7 +126,7 @@ class EagleProposer(ProposerBase):
     def prunable(self) -> bool:
         """A batch may cut a top-k tree to its budget, never a drawn one: the batch's cut point looks at
         the whole tree's shape, which depends on the drawn tokens, so it could drop a node for its own
-        value (see `eagle_sampled`)."""
+        value (see `sampled`)."""
         return not self._drew
 
     def begin(self, prompt_ids: list[int]) -> None:
@@ -221,7 +221,7 @@ class EagleProposer(ProposerBase):
     def _sampled(
         self, root: int, logits: torch.Tensor, steps: HeadSteps, depth: int, ctx: ProposalContext
     ) -> DraftTree:
-        """A tree drawn from the head's distribution, with its rows [N, V] (`eagle_sampled`)."""
+        """A tree drawn from the head's distribution, with its rows [N, V] (`sampled`)."""
         if self.generator is None:
             self.generator = draft_generator(ctx.sampling, logits.device)
         plan = SampledPlan(self.config.topk, self._min_score, self.config.budget, self.costs)
