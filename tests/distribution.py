@@ -17,17 +17,16 @@ from dataclasses import dataclass
 import torch
 from helpers import total_variation, tv_bound
 
-from specdec.sampling import (
+from specdec.engine.accept import (
     Acceptance,
-    SamplingParams,
     accept_deterministic,
     accept_multi_draft,
     accept_speculative_chain,
-    logits_to_probs,
     point_mass_rows,
 )
+from specdec.engine.uniforms import PositionUniforms
+from specdec.sampling import SamplingParams, logits_to_probs
 from specdec.tree import DraftTree
-from specdec.uniforms import PositionUniforms
 
 VOCAB = 8
 NUM_TRIALS = 100_000

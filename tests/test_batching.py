@@ -94,7 +94,7 @@ def test_seeded_sampling_does_not_depend_on_the_batch(engine, default_model, pro
 
 
 def test_seeded_sampled_rows_emit_plain_sampling(engine, default_model, prompts, costs):
-    """Tokens drawn by output position (specdec.uniforms): a row's trees, cut or not, change nothing."""
+    """Tokens drawn by output position (engine.uniforms): a row's trees, cut or not, change nothing."""
     configs = [GenerationConfig(n, SamplingParams(temperature=0.8, seed=n)) for n in LENGTHS]
     plain = [engine.generate(p, PlainProposer(), c).token_ids for p, c in zip(prompts, configs, strict=True)]
     proposers = [parse_method("logitspec").build(default_model) for _ in prompts]

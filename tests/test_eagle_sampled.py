@@ -28,13 +28,14 @@ import pytest
 import torch
 from helpers import total_variation, tv_bound
 
+from specdec.engine.accept import accept
 from specdec.engine.costs import load_or_measure
 from specdec.engine.generation import GenerationConfig, ProposalContext
 from specdec.engine.loop import generate_batch
 from specdec.prompts import encode_prompt
 from specdec.proposers import make_config
 from specdec.proposers.eagle.proposer import EagleProposer
-from specdec.sampling import SamplingParams, accept, logits_to_probs
+from specdec.sampling import SamplingParams, logits_to_probs
 from specdec.tree import DraftTree
 
 HOT = SamplingParams(temperature=1.0, seed=7)

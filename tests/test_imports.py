@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 # The layers, bottom up (drawn in docs/architecture.md): a module imports only from its own layer or
 # lower ones. A module belongs to the first layer with a prefix that names it or a package above it.
 LAYERS = (
-    ("shared pieces", ("specdec.tree", "specdec.sampling", "specdec.spectr", "specdec.uniforms", "specdec.text", "specdec.prompts",
+    ("shared pieces", ("specdec.tree", "specdec.sampling", "specdec.text", "specdec.prompts",
                        "specdec.errors", "specdec.choices", "specdec.extras", "specdec.data", "specdec.datastore")),
     ("models", ("specdec.models",)),
     ("backends", ("specdec.backends",)),

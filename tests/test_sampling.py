@@ -1,4 +1,4 @@
-"""Tests for specdec.sampling: parameters, logits -> probs, and the acceptance rules.
+"""Tests for specdec.sampling (parameters, logits -> probs) and specdec.engine.accept (the acceptance rules).
 
 The acceptance rules are tested by distribution, model-free: a tiny "target model"
 and "draft model" are random order-2 Markov tables over a vocabulary of 8 (the
@@ -49,9 +49,8 @@ from helpers import tv_bound
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec.sampling import (
+from specdec.engine.accept import (
     Acceptance,
-    SamplingParams,
     _draw,
     _residual,
     accept,
@@ -60,12 +59,11 @@ from specdec.sampling import (
     accept_multi_draft,
     accept_speculative_chain,
     draw_next,
-    logits_to_probs,
-    make_generator,
     point_mass_rows,
 )
+from specdec.engine.uniforms import PositionUniforms
+from specdec.sampling import SamplingParams, logits_to_probs, make_generator
 from specdec.tree import DraftTree
-from specdec.uniforms import PositionUniforms
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -1,4 +1,4 @@
-"""SpecTr's k-sequential selection (`specdec.spectr`, `sampling.accept_spectr`, `accept=spectr`).
+"""SpecTr's k-sequential selection (`specdec.engine.spectr`, `accept.accept_spectr`, `accept=spectr`).
 
 Three kinds of check:
 - exact, model-free: one group of k i.i.d. drafts emits the target distribution *exactly*
@@ -23,12 +23,8 @@ import pytest
 import torch
 from distribution import PARAMS_A, PLAIN, SCENARIOS, TREE, Scenario, assert_check
 
-from specdec.engine.generation import GenerationConfig
-from specdec.proposers import make_config
-from specdec.proposers.schema import MethodError
-from specdec.sampling import (
+from specdec.engine.accept import (
     Acceptance,
-    SamplingParams,
     _draw,
     _normalised,
     accept,
@@ -36,7 +32,11 @@ from specdec.sampling import (
     accept_spectr,
     point_mass_rows,
 )
-from specdec.spectr import KSequential, expanded_twin, optimal_rho, sibling_groups
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.spectr import KSequential, expanded_twin, optimal_rho, sibling_groups
+from specdec.proposers import make_config
+from specdec.proposers.schema import MethodError
+from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
 
 WIDE = [-1, 0, 0, 0, 0, 1, 1, 1]  # four i.i.d. siblings at the root, three below the first

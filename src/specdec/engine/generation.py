@@ -64,7 +64,7 @@ class Proposer(Protocol):
     `feature_layers`: the target hidden states (`TargetModel.run`'s capture) the proposer reads from
     `ProposalContext.features`; empty for proposers that read none (no cost then).
     `multi_draft`: the rule for drawn siblings at temperature > 0, "specinfer" or "spectr"
-    (`specdec.sampling.accept`).
+    (`specdec.engine.accept.accept`).
     """
 
     prunable: bool

@@ -25,7 +25,7 @@ Invariants:
 - acceptance happens in `specdec.engine.verify` only;
 - randomness comes only from each row's `torch.Generator`, seeded from its
   sampling params; the t-th sampled token is drawn with the t-th uniform
-  (`specdec.uniforms`);
+  (`specdec.engine.uniforms`);
 - a proposer that raises ends its own row with the error (`Row.error`); the other
   rows go on; `Engine.generate` raises it;
 - a long prompt delays the decoding rows by at most one chunk's pass per step
@@ -46,6 +46,7 @@ import torch
 
 from specdec.backends.contract import PromptFill
 from specdec.backends.registry import AttentionPlan, rows_of, verifiable_tree, verifier
+from specdec.engine.accept import draw_next
 from specdec.engine.costs import CostModel
 from specdec.engine.floor import Floor, FloorState
 from specdec.engine.generation import (
@@ -59,11 +60,11 @@ from specdec.engine.generation import (
 )
 from specdec.engine.planner import RowRates, cut, plan_width
 from specdec.engine.provenance import Piece
+from specdec.engine.uniforms import PositionUniforms
 from specdec.engine.verify import Draws, VerifyResult, verify
 from specdec.models import LoadedModel
-from specdec.sampling import draw_next, make_generator
+from specdec.sampling import make_generator
 from specdec.tree import DraftTree
-from specdec.uniforms import PositionUniforms
 
 # Prompt tokens prefilled per step while other rows decode. A pass's cost grows with its tokens, so
 # this bounds how long a joining prompt holds the running rows; a few hundred tokens keep a chunk's
@@ -342,7 +343,7 @@ class Batch:
             if not fixed[b] and not row.config.sampling.greedy and trees[b].draft_probs is not None:
                 # Rejection sampling takes one random draw per node, so a sampled row with drafted
                 # probabilities is cut by its own plan alone: its seeded output must not depend on what
-                # shares the batch. Deterministic drafts draw by output position (specdec.uniforms).
+                # shares the batch. Deterministic drafts draw by output position (specdec.engine.uniforms).
                 width = plan_width([probs[b]], [False], self.costs.cost)
                 trees[b], probs[b], fixed[b] = cut(trees[b], width), probs[b][:width], True
         width = plan_width(probs, fixed, self.costs.cost)

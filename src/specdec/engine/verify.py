@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specdec.sampling import SamplingParams, accept
+from specdec.engine.accept import accept
+from specdec.engine.uniforms import PositionUniforms
+from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
-from specdec.uniforms import PositionUniforms
 
 if TYPE_CHECKING:
     from specdec.backends.contract import Rows
@@ -36,8 +37,8 @@ class Draws:
 
     sampling: SamplingParams
     generator: torch.Generator | None
-    positions: PositionUniforms  # token t of the row is drawn with the t-th uniform (`specdec.uniforms`)
-    multi_draft: str = "specinfer"  # drawn siblings: "specinfer" (one by one) or "spectr" (`specdec.spectr`)
+    positions: PositionUniforms  # token t of the row is drawn with the t-th uniform (`uniforms`)
+    multi_draft: str = "specinfer"  # drawn siblings: "specinfer" (one by one) or "spectr" (`spectr`)
 
 
 @dataclass(frozen=True)

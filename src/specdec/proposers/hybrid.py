@@ -28,7 +28,7 @@ Verification is one pass over the whole tree:
   reuses its nodes), every draft is a deterministic guess, the usual rules apply;
 - sampling with a probabilistic draft: the chain is a branch of its own (never
   merged: its tokens are draws) and every retrieval node gets a point mass as
-  its draft row (`sampling.point_mass_rows`: a deterministic guess is a draft
+  its draft row (`engine.accept.point_mass_rows`: a deterministic guess is a draft
   distribution with all mass on its token), so the multi-draft rule verifies
   retrieval and model drafts in one tree, losslessly (tests/test_sampling.py).
 
@@ -44,6 +44,7 @@ from typing import Annotated, Literal
 
 import torch
 
+from specdec.engine.accept import MULTI_DRAFT_RULES, point_mass_rows
 from specdec.engine.generation import ProposalContext
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
@@ -55,7 +56,6 @@ from specdec.proposers.hybrid_gate import AskGate
 from specdec.proposers.logitspec.proposer import STRONG_MATCH, LogitSpecConfig, LogitSpecProposer
 from specdec.proposers.schema import method_config, option
 from specdec.proposers.universal import UniversalDraftProposer
-from specdec.sampling import MULTI_DRAFT_RULES, point_mass_rows
 from specdec.tree import DraftTree
 
 WHEN = ("weak", "always")

@@ -43,6 +43,7 @@ from typing import Annotated, Literal
 import torch
 
 from specdec.drafters.shipped import find_shipped_head
+from specdec.engine.accept import MULTI_DRAFT_RULES
 from specdec.engine.costs import CostModel, load_or_measure
 from specdec.engine.generation import ProposalContext
 from specdec.engine.verify import VerifyResult
@@ -53,7 +54,6 @@ from specdec.proposers.eagle.retrieval import Node, Retrieval
 from specdec.proposers.eagle.sampled import HeadSteps, SampledPlan, draft_generator, draft_rows, grow_sampled
 from specdec.proposers.schema import method_config, option
 from specdec.proposers.tree_budget import as_tree, likeliest, paying_count
-from specdec.sampling import MULTI_DRAFT_RULES
 from specdec.tree import DraftTree
 
 

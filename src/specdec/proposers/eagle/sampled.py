@@ -4,7 +4,7 @@ Why: a tree of the head's top-k guesses is verified at temperature > 0 by the
 deterministic rule, which accepts a child only when the target's own draw is
 that child's token: where the target spreads its mass, few draws hit the
 guesses. Children *drawn* from the head's distribution q and verified by
-recursive rejection sampling (`specdec.sampling.accept_multi_draft`) are
+recursive rejection sampling (`specdec.engine.accept.accept_multi_draft`) are
 accepted with probability min(1, p / q) each, about 1 - TV(p, q) for the first:
 a good head is accepted often even where p is flat.
 

@@ -235,7 +235,7 @@ class LogitSpecProposer(ProposerBase):
         if self.feed is not None:
             self.feed.sync(tokens)
         # The recycle table is shared across requests, sampled ones included: sampled tokens are drawn
-        # by output position (specdec.uniforms), so a seed's output does not depend on the drafts.
+        # by output position (specdec.engine.uniforms), so a seed's output does not depend on the drafts.
         if self.sources.recycle is not None and self._first_step:
             prefill_row(self.sources.recycle, tokens, ctx.last_logits)
         self._first_step = False

@@ -1,7 +1,7 @@
 """Random numbers by output position: the t-th sampled token of a request is drawn with the t-th uniform.
 
 Why: the acceptance rule for drafts without probabilities (retrieval, lookup,
-Token Recycling: `sampling.accept_deterministic`) draws the target's own token
+Token Recycling: `accept.accept_deterministic`) draws the target's own token
 at each node and follows the tree while it agrees. When each step took one
 uniform per *tree node*, which uniform drew a given output token depended on the
 trees, so a seed reproduced an output only with the same drafts. Drafts that

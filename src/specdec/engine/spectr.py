@@ -20,11 +20,11 @@ from the feasible side. k = 1 gives rho* = 1: plain speculative sampling.
 
 Invariants: p and q are [V] float32 rows (q the drafts' common row, p the target row or
 the residual an earlier sibling left); the sums that decide rho are float64 on q's
-support; `excess` is the residual before it is normalised (`specdec.sampling` normalises
+support; `excess` is the residual before it is normalised (`specdec.engine.accept` normalises
 it, with its fallback for a residual of ~0 mass).
 
 What it needs of the drafts: the k drafts must be i.i.d. draws from q (with replacement,
-not deduplicated) and k must not depend on their values. `specdec.sampling` applies this
+not deduplicated) and k must not depend on their values. `specdec.engine.accept` applies this
 only to a run of siblings that share one draft row, and that module's tree invariant
 (drafted siblings drawn independently, with replacement, from their own rows) is what
 makes such a run i.i.d.
@@ -41,7 +41,7 @@ from specdec.tree import DraftTree
 _ROUNDS, _POINTS = 5, 16  # rho in [1, k] to (k - 1) / 16**5, one [17, V] evaluation per round
 # f(rho) >= -_ROUNDING counts as feasible: float32 rows sum to 1 only within ~1e-7, so for q == p
 # f(1) = beta - 1 + (1 - beta)^k is a rounding error below 0; the residual's clamp then moves the
-# output by less than that in total variation (as `specdec.sampling.RESIDUAL_EPS` for residuals)
+# output by less than that in total variation (as `specdec.engine.accept.RESIDUAL_EPS` for residuals)
 _ROUNDING = 1e-6
 
 
