@@ -148,8 +148,7 @@ class EagleProposer(ProposerBase):
         if ctx.features is not None:
             self.pending.append(ctx.features)
         depth = min(self.config.depth, ctx.max_depth)
-        if depth <= 0:  # nothing to draft: the head only takes in the committed positions
-            self._feed(ctx.token_ids, finish=False)
+        if depth <= 0:  # nothing to draft: the features wait, and the next drafting step feeds them in one call
             return DraftTree.chain(root)
         logits, state = self._feed(ctx.token_ids)
         steps = HeadSteps(self.head, self.keys, self.values, state, len(ctx.token_ids) - 1)
@@ -178,9 +177,10 @@ class EagleProposer(ProposerBase):
             self.source_stats[node.source]["accepted"] += j in accepted
         self.retrieval.observe(kept, result.tree.parents.tolist(), result.path)
 
-    def _feed(self, token_ids: list[int], finish: bool = True) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Give the head the committed positions it lacks; its logits and state at the last one (with
-        `finish`: the head's layer and vocabulary product, which only drafting needs)."""
+    def _feed(self, token_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Give the head the committed positions it lacks (one step's, or every step's since it last
+        drafted: a plain step under the floor leaves its features waiting); its logits and state at the
+        last one."""
         committed = len(token_ids) - 1
         features = torch.cat(self.pending) if self.pending else None
         new = 0 if features is None else features.shape[0]
@@ -196,8 +196,6 @@ class EagleProposer(ProposerBase):
         keys = k if self.keys is None else torch.cat([self.keys, k], dim=2)
         values = v if self.values is None else torch.cat([self.values, v], dim=2)
         self.keys, self.values, self.pending = keys, values, []
-        if not finish:
-            return None
         mask = positions[0, :, None] >= torch.arange(committed, device=hidden.device)[None]  # [m, committed]
         logits, state = head.finish(hidden, q, keys, values, mask[None, None])
         return logits[0, -1], state[0, -1]
