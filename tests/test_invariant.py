@@ -13,6 +13,8 @@ Skipped where oneDNN has no bf16 (invariance is off there; fp32 is the reference
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from helpers import build_proposer, prompts_by_category
@@ -158,24 +160,36 @@ def prompts(bf16, spec_bench_subset) -> dict[str, list[int]]:
     return prompts_by_category(loaded.tokenizer, spec_bench_subset)
 
 
-def _plain(engine: Engine, loaded, prompt: list[int], config: GenerationConfig) -> list[int]:
-    return engine.generate(prompt, parse_method("plain").build(loaded), config).token_ids
+@pytest.fixture(scope="module")
+def plain(bf16) -> Callable[[list[int], GenerationConfig], list[int]]:
+    """Plain decoding's tokens on the invariant engine per (prompt, settings), each computed once: every
+    method in this module is compared with the same output (the pass is deterministic)."""
+    loaded, engine = bf16["on"]
+    outputs: dict[tuple, list[int]] = {}
+
+    def tokens(prompt: list[int], config: GenerationConfig) -> list[int]:
+        key = (tuple(prompt), config)
+        if key not in outputs:
+            outputs[key] = engine.generate(prompt, parse_method("plain").build(loaded), config).token_ids
+        return outputs[key]
+
+    return tokens
 
 
 @pytest.mark.parametrize("method", FAST_METHODS)
-def test_greedy_bf16_output_is_plain_decoding(bf16, prompts, method):
+def test_greedy_bf16_output_is_plain_decoding(bf16, plain, prompts, method):
     loaded, engine = bf16["on"]
     config = GenerationConfig(max_new_tokens=40)
     proposer = parse_method(method).build(loaded)
     for name in ("summarization-1", "math_reasoning-1"):
         prompt = next(ids for key, ids in prompts.items() if key.startswith(name.split("-")[0]))
         out = engine.generate(prompt, proposer, config)
-        assert out.token_ids == _plain(engine, loaded, prompt, config), (method, name)
+        assert out.token_ids == plain(prompt, config), (method, name)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", (*METHODS, "datastore", "layerskip", "draft:self"))
-def test_every_method_greedy_bf16_equals_plain_after_a_history(bf16, method, spec_bench_subset, request):
+def test_every_method_greedy_bf16_equals_plain_after_a_history(bf16, plain, method, spec_bench_subset, request):
     """One proposer serves two prompts per category in turn (what it learns carries over), 48 tokens each."""
     loaded, engine = bf16["on"]
     from specdec.data import load_questions
@@ -187,32 +201,32 @@ def test_every_method_greedy_bf16_equals_plain_after_a_history(bf16, method, spe
     for question in load_questions(spec_bench_subset):
         prompt = encode_prompt(loaded.tokenizer, question.turns[0], chat=True)
         out = engine.generate(prompt, proposer, config)
-        assert out.token_ids == _plain(engine, loaded, prompt, config), (method, question.question_id)
+        assert out.token_ids == plain(prompt, config), (method, question.question_id)
         drafted += sum(step.num_accepted for step in out.stats.steps)
     assert drafted > 0, method
 
 
 @pytest.mark.slow
-def test_eight_rows_in_one_batch_equal_their_prompts_alone(bf16, prompts):
+def test_eight_rows_in_one_batch_equal_their_prompts_alone(bf16, plain, prompts):
     loaded, engine = bf16["on"]
     config = GenerationConfig(max_new_tokens=40)
     chosen = list(prompts.values()) + list(prompts.values())[:2]  # 8 rows, two prompts twice
     methods = ["logitspec", "eagle", "pld", "recycle"] * 2
     outs = generate_batch(engine, chosen, [parse_method(m).build(loaded) for m in methods], config, max_batch=8)
     for prompt, out, method in zip(chosen, outs, methods, strict=True):
-        assert out.token_ids == _plain(engine, loaded, prompt, config), method
+        assert out.token_ids == plain(prompt, config), method
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ("pld", "logitspec", "eagle:sampled=false"))
-def test_seeded_sampling_in_bf16_equals_plain_sampling(bf16, prompts, method):
+def test_seeded_sampling_in_bf16_equals_plain_sampling(bf16, plain, prompts, method):
     """Drafts without probabilities: the engine draws the t-th token with the t-th uniform, so a seeded
     sampled request is plain sampling's very tokens when the logits carry the same bits."""
     loaded, engine = bf16["on"]
     config = GenerationConfig(max_new_tokens=32, sampling=SamplingParams(temperature=0.8, seed=5))
     for prompt in list(prompts.values())[:3]:
         out = engine.generate(prompt, parse_method(method).build(loaded), config)
-        assert out.token_ids == _plain(engine, loaded, prompt, config), method
+        assert out.token_ids == plain(prompt, config), method
 
 
 @pytest.mark.slow
