@@ -107,11 +107,13 @@ def bench_prompts(default_model, spec_bench_subset) -> dict[str, list[int]]:
 
 
 @pytest.fixture(scope="session")
-def plain_runs(engine, bench_prompts):
-    """Plain decoding's outputs on `bench_prompts`, each computed once per session (`helpers.PlainRuns`)."""
+def plain_runs(engine, bench_prompts, tmp_path_factory, worker_id):
+    """Plain decoding's outputs on `bench_prompts`, each computed once per run (`helpers.PlainRuns`: under
+    pytest-xdist the workers share them through the run's base folder)."""
     from helpers import PlainRuns
 
-    return PlainRuns(engine, bench_prompts)
+    shared = tmp_path_factory.getbasetemp().parent if worker_id != "master" else None
+    return PlainRuns(engine, bench_prompts, shared)
 
 
 @pytest.fixture(scope="session")

@@ -12,11 +12,14 @@ conftest.py), never from one another.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import sysconfig
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from specdec.data import load_questions
@@ -43,18 +46,35 @@ def prompts_by_category(
 
 
 class PlainRuns:
-    """Plain decoding's tokens per (prompt, length, sampling), each computed once: what lossless tests compare with."""
+    """Plain decoding's tokens per (prompt, length, sampling), each computed once: what lossless tests compare with.
 
-    def __init__(self, engine: Engine, prompts: dict[str, list[int]]) -> None:
-        self.engine, self.prompts = engine, prompts
+    shared: a folder the run's pytest-xdist workers all see; an output one worker computed is read
+    there by the others (under a file lock, so it is computed once per run, not once per worker). The
+    workers run the same engine with the same thread count, so they would compute the same tokens.
+    """
+
+    def __init__(self, engine: Engine, prompts: dict[str, list[int]], shared: Path | None = None) -> None:
+        self.engine, self.prompts, self.shared = engine, prompts, shared
         self.outputs: dict[tuple[str, int, SamplingParams], list[int]] = {}
 
     def tokens(self, name: str, max_new_tokens: int, sampling: SamplingParams | None = None) -> list[int]:
         key = (name, max_new_tokens, sampling or SamplingParams())
         if key not in self.outputs:
-            config = GenerationConfig(max_new_tokens=max_new_tokens, sampling=key[2])
-            self.outputs[key] = self.engine.generate(self.prompts[name], PlainProposer(), config).token_ids
+            self.outputs[key] = self._shared(key) if self.shared else self._decode(key)
         return self.outputs[key]
+
+    def _decode(self, key: tuple[str, int, SamplingParams]) -> list[int]:
+        name, max_new_tokens, sampling = key
+        config = GenerationConfig(max_new_tokens=max_new_tokens, sampling=sampling)
+        return self.engine.generate(self.prompts[name], PlainProposer(), config).token_ids
+
+    def _shared(self, key: tuple[str, int, SamplingParams]) -> list[int]:
+        digest = hashlib.sha256(repr((key, self.prompts[key[0]])).encode()).hexdigest()[:16]
+        path = self.shared / f"plain-{key[0]}-{key[1]}-{digest}.json"
+        with FileLock(f"{path}.lock"):
+            if not path.exists():
+                path.write_text(json.dumps(self._decode(key)))
+            return json.loads(path.read_text())
 
 
 # ------------------------------------------------------------------ fixed timings
