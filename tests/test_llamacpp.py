@@ -103,19 +103,29 @@ def test_exact_passes_have_the_bits_of_one_token_steps(context):
     assert torch.equal(chain, torch.stack(steps))
 
 
-@pytest.mark.parametrize("method", ["pld", "logitspec", pytest.param("lookahead", marks=pytest.mark.slow)])
-def test_greedy_methods_equal_plain(on_llamacpp, bench_prompts, method):
-    """exact=on: one-token passes padded, so every pass takes llama.cpp's many-query attention."""
+@pytest.fixture(scope="module")
+def exact_llamacpp(on_llamacpp, bench_prompts) -> tuple:
+    """The llama.cpp model with exact passes, and its plain decoding of two prompts (48 tokens), made once
+    for every method below."""
     # llama.cpp's curve with exact passes (a one-token pass padded to two), fixed: measured on a busy
     # machine its extra nodes can look so dear that LogitSpec drafts nothing and the check below is void
     exact = save_fixed_costs(dataclasses.replace(on_llamacpp, exact="on"), LLAMACPP_EXACT_COSTS)
+    engine, config = Engine(exact), GenerationConfig(max_new_tokens=48)
+    plain = {
+        name: engine.generate(bench_prompts[name], parse_method("plain").build(on_llamacpp), config).token_ids
+        for name in ("summarization", "math_reasoning")
+    }
+    return exact, plain
+
+
+@pytest.mark.parametrize("method", ["pld", "logitspec", pytest.param("lookahead", marks=pytest.mark.slow)])
+def test_greedy_methods_equal_plain(exact_llamacpp, bench_prompts, method):
+    """exact=on: one-token passes padded, so every pass takes llama.cpp's many-query attention."""
+    exact, plain = exact_llamacpp
     engine = Engine(exact)
-    config = GenerationConfig(max_new_tokens=48)
-    for name in ("summarization", "math_reasoning"):
-        prompt = bench_prompts[name]
-        plain = engine.generate(prompt, parse_method("plain").build(on_llamacpp), config)
-        out = engine.generate(prompt, parse_method(method).build(exact), config)
-        assert out.token_ids == plain.token_ids, name
+    for name, expected in plain.items():
+        out = engine.generate(bench_prompts[name], parse_method(method).build(exact), GenerationConfig(max_new_tokens=48))
+        assert out.token_ids == expected, name
         assert out.stats.mat > 1.0 or method == "lookahead"
 
 
