@@ -57,10 +57,10 @@ The rules:
   rule accepts a token, the walk descends into that token's expanded twin.
 
 Cost: every rule only needs the target rows on the path it walks, so rows are
-made on first use (`_TargetRows`): at N = 64, V = 49152 on one CPU core a full
-softmax over all rows costs ~5 ms and a top-p sort ~300 ms, the path's few rows
-a small fraction of that. Tokens are drawn by inverse CDF from one float64
-uniform (torch.multinomial is ~15x slower at V = 49152 on CPU), and each step
+made on first use (`_TargetRows`): at N = 64, V = 49152 a softmax over all rows,
+and a top-p sort even more, costs many times the path's few rows (docs/benchmarks.md,
+"Measurements behind design choices"). Tokens are drawn by inverse CDF from one float64
+uniform (faster than torch.multinomial over the vocabulary on CPU), and each step
 takes all its uniforms from the generator at once, one per node.
 
 Numerical corner: a residual norm(max(0, r - draft)) can sum to ~0 in float32
@@ -203,8 +203,8 @@ def accept_greedy(tree: DraftTree, target_logits: torch.Tensor) -> Acceptance:
 
     target_logits: [N, V], row i scores the child of node i. On an accelerator: one
     argmax over all rows, one host transfer, then a Python walk over the children.
-    On CPU, torch's argmax is not vectorised (~50 us per 49152-wide row, ~3 ms for
-    [64, 49152] on one core) while numpy's is (~10 us per fp32 row), and the walk only
+    On CPU, torch's argmax over a 49152-wide row is not vectorised while numpy's is
+    (several times faster a row; docs/benchmarks.md), and the walk only
     needs the rows on the accepted path; so there each of those rows is reduced on
     its own with numpy: the cost follows the tokens emitted, not the tree's size.
     Ties go to the lowest token id in both, as in plain greedy decoding.
