@@ -158,9 +158,14 @@ def data_file(tiny, tmp_path_factory):
     return path
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Under `--dist loadgroup` a group runs on one worker: a test module is one group (its module fixtures
-    built once), unless a test names its own group (test_lossless.py's cases, each serving its rows in turn)."""
+    built once), unless a test names its own group (test_lossless.py's cases, each serving its rows in turn).
+
+    tryfirst: pytest-xdist reads the groups in its own hook of the same name (it appends them to the test
+    ids); run after it, these markers are ignored and every module is split over both workers
+    (`test_suite_guards.py` checks that the groups take effect)."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
