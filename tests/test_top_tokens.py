@@ -1,5 +1,6 @@
 """The drafting top-k (specdec.backends.torch.top_tokens, csrc/top_tokens.cpp): torch.topk's scores, best
-first, equal scores in order of id, NaN never taken; torch.topk itself where the extension is not loaded."""
+first, equal scores in order of id, NaN never taken; torch.topk itself where the extension is not loaded.
+`argmax_rows`, greedy acceptance's argmax from the same kernel, against torch.argmax and numpy's."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import torch
 
 from specdec.backends.torch import q4_kernel
 from specdec.backends.torch import top_tokens as module
-from specdec.backends.torch.top_tokens import top_tokens
+from specdec.backends.torch.top_tokens import argmax_rows, top_tokens
+from specdec.engine.accept import accept_greedy
+from specdec.tree import DraftTree
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -44,3 +47,33 @@ def test_without_the_extension_it_is_torch_topk(monkeypatch):
     monkeypatch.setattr(module.q4_kernel, "is_loaded", lambda: False)
     logits = torch.randn(3, 300)
     assert torch.equal(top_tokens(logits, 9), torch.topk(logits, 9, dim=-1).indices)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_argmax_rows_is_torch_argmax_ties_to_the_lowest_id(dtype):
+    logits = torch.randn(6, 49152, generator=torch.Generator().manual_seed(3)).to(dtype)
+    logits[2, [40000, 9, 700]] = 50.0  # three ties for the best: the lowest id wins, as in torch.argmax
+    expected = logits.float().argmax(-1).tolist()
+    assert argmax_rows(logits) == expected and expected[2] == 9
+    assert [int(row.float().numpy().argmax()) for row in logits] == expected
+    few = torch.full((2, 20), float("nan"), dtype=dtype)
+    few[0, 3] = 1.0
+    assert argmax_rows(few) is None  # a row without a number: the caller reduces its rows itself
+
+
+def test_greedy_acceptance_reads_the_same_tokens_with_and_without_the_kernel(monkeypatch):
+    data = torch.Generator().manual_seed(5)
+    tree = DraftTree.from_branches(7, [[1, 2, 3], [4, 5], [4, 6]])
+    for dtype in (torch.bfloat16, torch.float32):
+        for _ in range(20):
+            logits = torch.randn(tree.num_nodes, 300, generator=data).to(dtype)
+            # a row whose argmax is the drafted child, so walks go deep
+            logits[0, 4], logits[4, 6] = 9.0, 9.0  # nodes 4 and 6 hold tokens 4 and 6
+            assert argmax_rows(logits) is not None
+            with_kernel = accept_greedy(tree, logits)
+            with monkeypatch.context() as patch:
+                patch.setattr(module.q4_kernel, "is_loaded", lambda: False)
+                without = accept_greedy(tree, logits)
+            assert (with_kernel.path, with_kernel.tokens) == (without.path, without.tokens)
+            assert with_kernel.tokens == [int(logits[node].float().argmax()) for node in with_kernel.path]
+            assert with_kernel.path == [0, 4, 6]

@@ -184,9 +184,13 @@ class DraftTree:
     def leaves(self) -> list[int]:
         return [node for node, kids in enumerate(self.children) if not kids]
 
-    @property
+    @cached_property
     def max_depth(self) -> int:
-        return int(self.depths.max())
+        """Edges from the root to the deepest node. From the node lists, not `depths`: the engine asks
+        every step, and the fused pass never needs the [N, N] tensors that `depths` comes with."""
+        if self.is_chain:
+            return self.num_nodes - 1
+        return max(map(len, self.ancestor_lines)) - 1
 
     def path(self, node: int) -> list[int]:
         """Node indices from the root down to `node`, both included."""

@@ -90,6 +90,9 @@ class Engine:
         self.tokenizer = loaded.tokenizer
         self.target = verifier(loaded, attention)
         self.eos_token_ids = frozenset(loaded.eos_token_ids)
+        # Most tokens a sequence may hold: the model's `max_position_embeddings`; 0 there means unbounded.
+        # Read once: the loop asks every step, and a transformers config's attribute read is not free.
+        self.context_limit: int | float = self.target.max_length or math.inf
         self._solo: Batch | None = None  # generate()'s batch of one, its cache buffers reused
 
     def batch(
@@ -113,11 +116,6 @@ class Engine:
         if row.error is not None:
             raise row.error
         return row.output
-
-    @property
-    def context_limit(self) -> int | float:
-        """Most tokens a sequence may hold: the model's `max_position_embeddings`; 0 there means unbounded."""
-        return self.target.max_length or math.inf
 
     def max_depth(self, tokens: list[int], out: Emitter) -> int:
         """Deepest draft that can still be emitted: within max_new_tokens, and with every tree node and
