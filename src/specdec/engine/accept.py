@@ -204,19 +204,20 @@ def accept_greedy(tree: DraftTree, target_logits: torch.Tensor) -> Acceptance:
 
     target_logits: [N, V], row i scores the child of node i. On an accelerator: one
     argmax over all rows, one host transfer, then a Python walk over the children.
-    On CPU, torch's argmax over a 49152-wide row is not vectorised; specdec's
-    extension reduces every row in one pass (`argmax_rows`), and without it each row
-    on the accepted path is reduced on its own with numpy, which is vectorised
-    (docs/benchmarks.md). Ties go to the lowest token id in all three, as in plain
-    greedy decoding.
+    On CPU, torch's argmax over a 49152-wide row is not vectorised, and the walk only
+    needs the rows on the accepted path; so there each of those rows is reduced on its
+    own: the cost follows the tokens emitted, not the tree's size. specdec's kernel
+    (`argmax_rows`) reads a bf16 row as it is; without it numpy does, after a
+    conversion to fp32 (docs/benchmarks.md). Ties go to the lowest token id in all
+    three, as in plain greedy decoding.
     """
     _check_rows(tree, target_logits, "target_logits")
     if target_logits.device.type == "cpu":
         rows = target_logits.detach()
-        every = argmax_rows(rows)
 
         def best(node: int) -> int:  # bf16 -> fp32 is exact, so the argmax is unchanged
-            return every[node] if every is not None else int(rows[node].float().numpy().argmax())
+            kernel = argmax_rows(rows[node : node + 1])
+            return kernel[0] if kernel is not None else int(rows[node].float().numpy().argmax())
 
     else:
         best = target_logits.argmax(-1).tolist().__getitem__  # [N] -> list: the only sync
