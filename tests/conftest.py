@@ -14,7 +14,6 @@ default model, so no test depends on wall-clock timing.
 """
 
 import copy
-import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -52,13 +51,8 @@ def default_model():
     from specdec.models import load_model
 
     loaded = load_model("smollm2-135m", dtype="fp32")
-    # The servers the suite starts (`specdec-hf serve --dtype fp32`) load the same model under its short
-    # name, a key of its own: seeded too, or each server would time attention and cost curves at startup
-    # (a minute a server under the suite's load, which a busy machine never caches).
-    for seeded in (loaded, dataclasses.replace(loaded, name="smollm2-135m")):
-        attention.save_plan(seeded, fixed_attention_plan())
-        save_fixed_costs(seeded)
-    return loaded
+    attention.save_plan(loaded, fixed_attention_plan())
+    return save_fixed_costs(loaded)
 
 
 @pytest.fixture(scope="session")

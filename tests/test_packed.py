@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
 from helpers import prompts_by_category, tiny_qwen2
 
-from specdec.backends.timing_cache import cost_key
+from specdec.backends.timing_cache import cost_file, cost_key
 from specdec.backends.torch.packed import (
     PAD_MIN_WEIGHT,
     PAD_ROWS,
@@ -120,6 +121,8 @@ def test_fp32_packed_engine_is_lossless(default_model, spec_bench_subset):
     assert type(engine.target.model.get_output_embeddings()) is torch.nn.Linear  # fp32: the target's own head path
     assert Engine(loaded).target.model is engine.target.model  # one view per model
     assert cost_key(loaded, (1,), 8)["packed"] and not cost_key(default_model, (1,), 8)["packed"]
+    # each keeps its own file: timing one never overwrites the other's
+    assert cost_file(Path("c"), cost_key(loaded, (1,), 8)) != cost_file(Path("c"), cost_key(default_model, (1,), 8))
     prompts = prompts_by_category(default_model.tokenizer, spec_bench_subset)
     config = GenerationConfig(max_new_tokens=32)
     plain = {name: engine.generate(prompt, parse_method("plain").build(loaded), config).token_ids

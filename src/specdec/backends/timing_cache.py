@@ -65,11 +65,18 @@ def cost_key(loaded: LoadedModel, sizes: Sequence[int], context_len: int) -> dic
 
 
 def cost_file(costs_dir: Path, key: dict) -> Path:
-    # The weights and the invariance are in the name too: a model timed int4 and as loaded keeps two curves
-    # instead of each configuration re-timing over the other's.
-    slug = "-".join(str(key[f]) for f in ("model", "dtype", "weights", "device", "threads"))
-    slug += "-exact" if key.get("invariant") else ""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", slug)
+    # What tells one configuration of a model from another is in the name too (weights, packing, backend,
+    # invariance): a model timed int4 and as loaded, packed and not, on torch and on llama.cpp keeps a file
+    # for each, instead of each configuration re-timing over the other's (the packed fp32 view once
+    # overwrote the unpacked plan, and every server the test suite started timed it again).
+    parts = [str(key[f]) for f in ("model", "dtype", "weights", "device", "threads")]
+    if key.get("backend", "torch") != "torch":
+        parts.append(str(key["backend"]))
+    if key.get("packed") and key.get("weights") != "int4":  # int4 weights always run packed
+        parts.append("packed")
+    if key.get("invariant"):
+        parts.append("exact")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts))
     return costs_dir / f"{slug}.json"
 
 
