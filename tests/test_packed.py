@@ -113,7 +113,7 @@ def test_auto_leaves_fp32_alone_and_bad_values_are_refused(default_model):
 @pytest.mark.slow
 @pytest.mark.skipif(not can_pack(torch.float32, torch.device("cpu")), reason="no oneDNN here")
 def test_fp32_packed_engine_is_lossless(default_model, spec_bench_subset):
-    """Over 60 s (~85 s here): plain, pld and logitspec on one prompt of each of the six categories, on the
+    """Over 60 s (85-120 s here): plain, pld and logitspec on one prompt of each of the six categories, on the
     packed fp32 view, which is the only place the packed fp32 products decode whole texts."""
     loaded = dataclasses.replace(default_model, state_scope="packed", pack="on")
     engine = Engine(loaded)
