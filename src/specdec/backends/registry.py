@@ -28,6 +28,7 @@ from specdec.backends.contract import Rows, Target
 from specdec.backends.llamacpp import LlamaCppModel, LlamaCppTarget
 from specdec.backends.timing_cache import contended, cost_file, cost_key, write_json_atomic
 from specdec.backends.torch.attention import AttentionPlan, resolve_plan
+from specdec.backends.torch.graphs import GraphedTarget
 from specdec.backends.torch.invariant import verifiable
 from specdec.backends.torch.packed import PackedLinear, is_invariant, maybe_packed, pack_of, verify_model
 from specdec.backends.torch.q4_kernel import block_head_rows
@@ -57,6 +58,8 @@ def llamacpp_model(loaded: LoadedModel) -> LlamaCppModel:
 
 
 def _torch(loaded: LoadedModel, attention: str | AttentionPlan) -> Target:
+    if loaded.device.type == "cuda":  # launch-bound eager: passes replay as CUDA graphs (`torch.graphs`)
+        return GraphedTarget(verify_model(loaded))
     return TargetModel(verify_model(loaded), attention=resolve_plan(loaded, attention))
 
 
@@ -86,7 +89,8 @@ def rows_of(target: Target) -> Rows:
     if isinstance(target, LlamaCppTarget):
         return target.batched()
     if isinstance(target, TargetModel):
-        return BatchedTarget(target, target.compiled if isinstance(target, CompiledTarget) else None)
+        compiled = target.compiled if isinstance(target, CompiledTarget) else None
+        return BatchedTarget(target, compiled, target.graphed if isinstance(target, GraphedTarget) else None)
     raise TypeError(f"no rows for a {type(target).__name__}")
 
 
@@ -96,7 +100,7 @@ def timing_target(loaded: LoadedModel) -> Timed:
     cost curve's sizes, not the other way round); where verification is exact, and on other backends,
     through one batch row of its own on the plan the engine runs: the engine's own path at every size
     (a one-node tree takes its one-token step, which a tree pass of one node would overprice)."""
-    if _VERIFIERS[loaded.backend] is not _torch:
+    if _VERIFIERS[loaded.backend] is not _torch or loaded.device.type == "cuda":
         target = verifier(loaded)
     elif is_invariant(loaded):
         target = TargetModel(verify_model(loaded), attention=AttentionPlan.invariant())

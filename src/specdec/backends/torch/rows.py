@@ -37,6 +37,7 @@ from specdec.backends.contract import PromptFill
 from specdec.backends.torch.attention_plan import MATERIALIZED_CHUNK
 from specdec.backends.torch.batch_cache import BatchedLayer, BatchLayout, batched_cache
 from specdec.backends.torch.fused import KeySequences
+from specdec.backends.torch.graphs import GraphedPass
 from specdec.backends.torch.kv_cache import preallocated_cache
 from specdec.backends.torch.target import TargetModel
 from specdec.tree import DraftTree
@@ -49,11 +50,13 @@ Pass = Callable[[dict, tuple[int, ...], torch.Tensor], tuple[torch.Tensor, torch
 class BatchedTarget:
     """B sequences' KV caches over one model, verified together."""
 
-    def __init__(self, single: TargetModel, compiled: Pass | None = None) -> None:
+    def __init__(self, single: TargetModel, compiled: Pass | None = None, graphed: GraphedPass | None = None) -> None:
         """single: the one-sequence target (prefill, model, head and attention plan come from it);
-        compiled: the pass that verifies trees when the backend is "compiled" (`specdec.backends.compiled`)."""
+        compiled: the pass that verifies trees when the backend is "compiled" (`specdec.backends.compiled`);
+        graphed: the bucketed static pass that verifies them on a GPU (`specdec.backends.torch.graphs`)."""
         self.single = single
         self.compiled = compiled
+        self.graphed = graphed
         self.device = single.device
         self.dtype = single.dtype
         self.layout = BatchLayout()
@@ -141,6 +144,8 @@ class BatchedTarget:
         self.layout.context = max(self.lengths)
         if self.compiled is not None:
             logits, features = self._run_compiled(trees)
+        elif self.graphed is not None and self.graphed.fits(len(trees), max(tree.num_nodes for tree in trees)):
+            logits, features = self._run_graphed(trees)
         else:
             keys = None
             if len(trees) == 1 and trees[0].is_chain and (trees[0].num_nodes > 1 or not self.padded):
@@ -176,6 +181,30 @@ class BatchedTarget:
         finally:
             self.layout.window = None  # the other passes on this cache (prefill copies) are eager
 
+    def _run_graphed(self, trees: Sequence[DraftTree]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The pass padded to its bucket (`specdec.backends.torch.graphs`): padded rows and nodes see only
+        themselves, every row attends over the cache's whole capacity. Returns the live rows' outputs,
+        copied out of the graph's (its next replay overwrites them)."""
+        live = len(trees)
+        rows, width = self.graphed.shape(live, max(tree.num_nodes for tree in trees))
+        for layer in self._layers:
+            layer.ensure(rows, self.layout.context + width)
+        keys = self._layers[0].capacity
+        padded = [*trees, *[DraftTree.chain(0)] * (rows - live)]
+        starts = torch.tensor([*self.lengths, *[0] * (rows - live)], dtype=torch.int64)
+        tokens = torch.zeros(rows, width, dtype=torch.int64)
+        positions = starts[:, None].repeat(1, width)  # padding sits at its row's next position
+        for b, tree in enumerate(padded):
+            tokens[b, : tree.num_nodes] = tree.tokens
+            positions[b, : tree.num_nodes] += tree.depths
+        inputs = dict(tokens=tokens, positions=positions, mask=self._mask(padded, width, keys, starts.tolist()),
+                      starts=starts)
+        try:
+            logits, features = self.graphed.run(inputs, self.cache, self.layout, self.capture)
+        finally:
+            self.layout.starts = starts[:live]
+        return logits[:live].clone(), None if features is None else features[:live].clone()
+
     def _tree_inputs(
         self, trees: Sequence[DraftTree], min_width: int = 1
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -200,12 +229,15 @@ class BatchedTarget:
             positions[b, : tree.num_nodes] += tree.depths
         return tokens, positions.to(self.device)
 
-    def _mask(self, trees: Sequence[DraftTree], width: int) -> torch.Tensor:
-        """Additive mask [B, 1, T, max(lengths) + T]: own prefix, own ancestors; padding sees itself."""
-        keys = max(self.lengths) + width
+    def _mask(self, trees: Sequence[DraftTree], width: int, keys: int | None = None,
+              starts: Sequence[int] | None = None) -> torch.Tensor:
+        """Additive mask [B, 1, T, K] (K: max(lengths) + T unless given): own prefix, own ancestors;
+        padding sees itself. starts: the rows' committed lengths (the live rows' by default)."""
+        starts = self.lengths if starts is None else starts
+        keys = max(starts) + width if keys is None else keys
         blocked = torch.finfo(self.dtype).min
         allowed = torch.zeros(len(trees), width, keys, dtype=torch.bool)
-        for b, (tree, start) in enumerate(zip(trees, self.lengths, strict=True)):
+        for b, (tree, start) in enumerate(zip(trees, starts, strict=True)):
             n = tree.num_nodes
             allowed[b, :, :start] = True
             allowed[b, :n, start : start + n] = tree.ancestor_mask

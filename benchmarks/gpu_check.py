@@ -1,0 +1,291 @@
+"""The GPU check: launch overhead, the weight-read floor, and losslessness, on whatever CUDA device runs it.
+
+Two parts, so that each fits one short call on a lent machine (benchmarks/gpu_check.sh runs both):
+
+    python benchmarks/gpu_check.py random 7b 1.5b --tokenizer DIR --out DIR   # random Llama-shaped bf16 models
+    python benchmarks/gpu_check.py bundled GGUF --out DIR                      # the bundled model, fp32
+
+`random`: per shape, the device's copy bandwidth and the weight-read floor it implies; the pass-cost
+curve (1..128 nodes after 512 tokens) eager and as CUDA graphs (`specdec.backends.torch.graphs`); plain,
+pld and logitspec decode rates beside transformers' eager `generate` and its static-cache `generate`
+(compiled by transformers on CUDA), in the same run. Random weights: MAT means nothing there, the
+step's cost does.
+`bundled`: every method that needs no trained head or datastore, greedy, token for token against plain
+decoding on a few prompts (fp32), then plain (eager and graphed), pld and logitspec on the first turns
+of Spec-Bench's first 3 questions per category: decode tokens/s and whether every text equals plain's.
+
+Nothing is asserted. Each finished measurement is printed and appended to OUT/gpu_check.jsonl as it
+comes (a call cut short keeps what it measured); the last stdout line is one JSON document. On a CPU it
+runs the same code with the passes eager (a dry run: `random tiny`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from pathlib import Path
+
+import torch
+
+import specdec
+from specdec.backends.registry import timing_target, verify_model
+from specdec.backends.torch.graphs import GraphedTarget
+from specdec.backends.torch.rows import BatchedTarget
+from specdec.backends.torch.target import TargetModel
+from specdec.engine.costs import _measure, measure_costs
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
+from specdec.prompts import encode_prompt
+from specdec.proposers import parse_method
+from specdec.tree import DraftTree
+
+SHAPES = {
+    "7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+               num_key_value_heads=32),
+    "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                 num_key_value_heads=2),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2),
+}
+SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+CONTEXT = 512
+NEW_TOKENS = 128
+# Methods the bundled check runs (the trained heads and a datastore do not travel to the device).
+LOSSLESS_METHODS = ("pld", "logitspec", "logitspec:adaptive=false", "lookahead", "recycle", "layerskip", "session",
+                    "hybrid")
+PROMPT = "Summarize the following text. " + " ".join(["The quick brown fox jumps over the lazy dog."] * 40)
+
+
+class Report:
+    """Measurements as they come: printed, appended to OUT/gpu_check.jsonl, gathered for the last line."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        self.all: dict[str, object] = {}
+
+    def add(self, name: str, value: object) -> None:
+        self.all[name] = value
+        print(f"{name}: {json.dumps(value)}", flush=True)
+        with open(self.out / "gpu_check.jsonl", "a") as f:
+            f.write(json.dumps({name: value}) + "\n")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def copy_bandwidth(device: torch.device, gib: float = 2.0) -> float:
+    """Bytes a second a device-to-device copy moves, counting each byte read and each byte written."""
+    numel = int(gib * 2**30) // 4 if device.type == "cuda" else 2**24
+    src = torch.empty(numel, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(10):
+        _sync(device)
+        start = time.perf_counter()
+        dst.copy_(src)
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.numel() * 4 / best
+
+
+def random_model(shape: str, tokenizer, device: torch.device) -> torch.nn.Module:  # noqa: ANN001
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=False,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=None, **SHAPES[shape])
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(dtype)
+    return model.eval().requires_grad_(False)
+
+
+def _ms(costs) -> dict[int, float]:  # noqa: ANN001 - CostModel
+    return {n: round(s * 1e3, 3) for n, s in zip(costs.sizes, costs.seconds, strict=True)}
+
+
+def _eager_engine(loaded) -> Engine:  # noqa: ANN001 - LoadedModel
+    """An engine whose passes run eagerly (the path before graphs), beside the default graphed one."""
+    engine = Engine(loaded)
+    engine.target = TargetModel(verify_model(loaded))
+    return engine
+
+
+def _decode(engine: Engine, prompt_ids: list[int], method: str, tokens: int = NEW_TOKENS) -> dict:
+    """Best of two runs after a warm-up: decode tokens/s, MAT, ms a step and the token ids."""
+    config = GenerationConfig(max_new_tokens=tokens, ignore_eos=True)
+    engine.generate(prompt_ids, parse_method(method).build(engine.loaded), GenerationConfig(max_new_tokens=8))
+    outs = [engine.generate(prompt_ids, parse_method(method).build(engine.loaded), config) for _ in range(2)]
+    best = min(outs, key=lambda out: _decode_s(out.stats))
+    seconds, steps = _decode_s(best.stats), max(best.stats.num_decode_steps, 1)
+    return {"tok_s": round((best.stats.num_new_tokens - 1) / seconds, 1), "mat": round(best.stats.mat, 2),
+            "step_ms": round(1e3 * seconds / steps, 3), "ids": best.token_ids}
+
+
+def _hf_generate(model, ids: torch.Tensor, static: bool) -> float:  # noqa: ANN001
+    """transformers' greedy `generate` tokens/s (best of two after a warm-up); static: its static cache,
+    which it compiles on CUDA."""
+    extra = {"cache_implementation": "static"} if static else {}
+
+    def run() -> float:
+        _sync(ids.device)
+        start = time.perf_counter()
+        out = model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, **extra)
+        _sync(ids.device)
+        return (out.shape[1] - ids.shape[1]) / (time.perf_counter() - start)
+
+    run()
+    return round(max(run(), run()), 1)
+
+
+def check_random(shape: str, tokenizer, device: torch.device, report: Report, deadline: float,  # noqa: ANN001
+                 static: bool) -> None:
+    """static: also time transformers' static-cache generate (compiling it takes a minute or more on CUDA)."""
+    model = random_model(shape, tokenizer, device)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    bandwidth = copy_bandwidth(device)
+    report.add(f"{shape}.floor", {"weight_gb": round(weight_bytes / 1e9, 3), "copy_gb_s": round(bandwidth / 1e9, 1),
+                                  "floor_ms": round(1e3 * weight_bytes / (bandwidth / 2), 3)})
+    loaded = specdec.load_model(model, tokenizer=tokenizer)
+    report.add(f"{shape}.pass_ms_eager", _ms(measure_costs(model, sizes=SIZES, repeats=5, context_len=CONTEXT)))
+    graphed = timing_target(loaded)
+    report.add(f"{shape}.pass_ms_graphs", _ms(_measure(graphed, SIZES, 5, CONTEXT)[0]))
+    rows = getattr(graphed, "rows", None)  # on a CPU the timed target is the plain one
+    report.add(f"{shape}.pass_mode", rows.graphed.mode if getattr(rows, "graphed", None) else "eager")
+    getattr(graphed, "close", lambda: None)()
+    ids = tokenizer(PROMPT).input_ids
+    engine = Engine(loaded)  # graphed on CUDA
+    runs = {"plain_eager": _decode(_eager_engine(loaded), ids, "plain")}
+    for method in ("plain", "pld", "logitspec"):
+        runs[method] = _decode(engine, ids, method)
+    reference = runs["plain_eager"]["ids"]
+    same = {m: run.pop("ids") == reference for m, run in runs.items()}
+    report.add(f"{shape}.decode", {**runs, "same_tokens_as_eager_plain": same})
+    prompt = torch.tensor([ids], device=device)
+    report.add(f"{shape}.hf_generate_tok_s", {"eager": _hf_generate(model, prompt, static=False)})
+    if static and time.time() < deadline:
+        report.add(f"{shape}.hf_generate_static_tok_s", _hf_generate(model, prompt, static=True))
+    else:
+        report.add(f"{shape}.hf_generate_static_tok_s", "skipped" if not static else "skipped: out of time")
+
+
+def spec_bench_first_turns(per_category: int = 3) -> list[str]:
+    from specdec.data import load_questions
+
+    return [question.turns[0] for question in load_questions(per_category=per_category)]
+
+
+def _decode_s(stats) -> float:  # noqa: ANN001 - GenerationStats
+    """Seconds after the first token (prefill and its token excluded)."""
+    return max(stats.wall_time_s - stats.prefill_s, 1e-9)
+
+
+def graph_error(loaded, prompt_ids: list[int]) -> float:  # noqa: ANN001 - LoadedModel
+    """Max |logits| difference between the padded (graphed on CUDA) pass and the eager one, over trees of
+    1 to 100 nodes (random shapes) committed step after step."""
+    model = verify_model(loaded)
+    graphed_target = GraphedTarget(model)
+    eager, graphed = BatchedTarget(TargetModel(model)), BatchedTarget(graphed_target, graphed=graphed_target.graphed)
+    generator = torch.Generator().manual_seed(0)
+    worst = 0.0
+    for rows in (eager, graphed):
+        rows.add(prompt_ids)
+    for n in (1, 5, 12, 40, 100, 3, 64):
+        parents = [-1] + [int(torch.randint(0, i, (1,), generator=generator)) for i in range(1, n)]
+        tree = DraftTree(torch.randint(0, loaded.model.config.vocab_size, (n,), generator=generator),
+                         torch.tensor(parents))
+        want, got = eager.verify_trees([tree])[0][0], graphed.verify_trees([tree])[0][0]
+        worst = max(worst, float((want.float() - got.float()).abs().max()))
+        path = tree.ancestor_lines[-1]
+        eager.commit([path])
+        graphed.commit([path])
+    return worst
+
+
+def check_bundled(source: str, device: str, report: Report, max_prompts: int) -> None:
+    loaded = specdec.load_model(source, dtype="fp32", device=device)
+    engine = Engine(loaded)
+    report.add("bundled.pass_mode", engine.target.graphed.mode if isinstance(engine.target, GraphedTarget)
+               else "eager")
+    chat = bool(loaded.tokenizer.chat_template)
+    report.add("bundled.graph_vs_eager_max_abs_diff", graph_error(loaded, encode_prompt(loaded.tokenizer, PROMPT,
+                                                                                        chat=chat)))
+    short = [encode_prompt(loaded.tokenizer, p, chat=chat) for p in (
+        "Summarize: the cat sat on the mat. The cat sat on the mat again, and then the cat slept.",
+        "List the numbers from one to twenty, separated by commas.",
+        "Write a Python function that adds two numbers, then call it twice.")]
+    config = GenerationConfig(max_new_tokens=64, ignore_eos=True)
+    plain = [engine.generate(ids, parse_method("plain").build(loaded), config).token_ids for ids in short]
+    lossless = {}
+    for method in LOSSLESS_METHODS:
+        try:
+            outs = [engine.generate(ids, parse_method(method).build(loaded), config) for ids in short]
+            lossless[method] = {"identical": sum(o.token_ids == p for o, p in zip(outs, plain, strict=True)),
+                                "of": len(short), "mat": round(sum(o.stats.mat for o in outs) / len(outs), 2)}
+        except Exception as error:  # noqa: BLE001 - report and go on: one method's failure is a finding
+            lossless[method] = {"error": f"{type(error).__name__}: {error}"[:300]}
+        print(method, lossless[method], flush=True)
+    report.add("bundled.lossless_fp32", lossless)
+    turns = [encode_prompt(loaded.tokenizer, t, chat=chat) for t in spec_bench_first_turns()][:max_prompts]
+    eager = _eager_engine(loaded)
+    rates: dict[str, dict] = {}
+    for name, (eng, method) in {"plain_eager": (eager, "plain"), "plain": (engine, "plain"),
+                                "pld": (engine, "pld"), "logitspec": (engine, "logitspec")}.items():
+        config = GenerationConfig(max_new_tokens=NEW_TOKENS)
+        eng.generate(turns[0], parse_method(method).build(loaded), GenerationConfig(max_new_tokens=8))
+        tokens, seconds, passes, texts = 0, 0.0, 0, []
+        for ids in turns:
+            out = eng.generate(ids, parse_method(method).build(loaded), config)
+            tokens += out.stats.num_new_tokens - 1
+            seconds += _decode_s(out.stats)
+            passes += out.stats.num_decode_steps
+            texts.append(out.token_ids)
+        rates[name] = {"tok_s": round(tokens / seconds, 1), "mat": round(tokens / max(passes, 1), 2), "texts": texts}
+        print(name, {k: v for k, v in rates[name].items() if k != "texts"}, flush=True)
+    reference = rates["plain_eager"]["texts"]
+    for rate in rates.values():
+        texts = rate.pop("texts")
+        rate["same_as_plain_eager"] = f"{sum(t == r for t, r in zip(texts, reference, strict=True))}/{len(texts)}"
+    report.add("bundled.spec_bench_first_turns", {"prompts": len(turns), "new_tokens": NEW_TOKENS, **rates})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("part", choices=("random", "bundled"))
+    parser.add_argument("what", nargs="+", help="shapes (random) or the model (bundled)")
+    parser.add_argument("--tokenizer", help="a tokenizer folder (random)")
+    parser.add_argument("--out", default="gpu_check_out")
+    parser.add_argument("--budget-s", type=float, default=300, help="skip the slow extras past this")
+    parser.add_argument("--static-for", default="1.5b,tiny", help="shapes whose static-cache generate is timed")
+    parser.add_argument("--prompts", type=int, default=18, help="Spec-Bench turns (bundled)")
+    args = parser.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    report = Report(Path(args.out))
+    report.add(f"{args.part}.device", torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
+    report.add(f"{args.part}.versions", {"torch": torch.__version__, "transformers": __import__("transformers").__version__})
+    deadline = time.time() + args.budget_s
+    if args.part == "random":
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        for shape in args.what:
+            try:
+                check_random(shape, tokenizer, device, report, deadline, shape in args.static_for.split(","))
+            except Exception as error:  # noqa: BLE001 - the next shape still runs
+                report.add(f"{shape}.error", f"{type(error).__name__}: {error}"[:500])
+            gc.collect()
+            torch.cuda.empty_cache() if device.type == "cuda" else None
+    else:
+        check_bundled(args.what[0], str(device), report, args.prompts)
+    print(json.dumps(report.all))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

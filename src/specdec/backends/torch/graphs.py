@@ -1,0 +1,170 @@
+"""Verification passes replayed as CUDA graphs: one graph per (rows, nodes) bucket.
+
+Why: on a GPU an eager pass is launch-bound. Python and one kernel launch per
+operation per layer cost ~20 ms a pass whatever the model's size (a 7B-shaped
+pass measured ~8x its weight-read floor), so a tree pass costs what a one-node
+pass does and both cost far more than the GPU's work. A captured graph replays
+every kernel of the pass from one launch.
+
+How: a graph needs fixed shapes and fixed addresses. A pass of B rows whose
+largest tree has T nodes runs padded to its bucket (B', T') (powers of two up
+to `MAX_ROWS` x `MAX_NODES`; larger passes run eagerly). Every row attends over
+the batched cache's whole capacity, with the additive mask hiding what it must
+not see, so the key count is the buffer's, not the context's. The pass's
+tokens, positions, mask and write offsets are copied into the graph's own
+input tensors before each replay; the logits come out of its own output tensor.
+
+Invariants:
+- a real node's logits are the unpadded pass's (up to the summation order of
+  the kernels a shape picks): padded nodes see only themselves, padded rows are
+  batch slots past the live ones, and their cache entries land past every row's
+  committed length, where nothing reads them unmasked before they are overwritten;
+- a graph holds the cache buffers it was captured on: when the cache grows
+  (it doubles) every graph is dropped and recaptured on its next use;
+- without CUDA (or after a capture failed, reported once as a warning) the same
+  padded pass runs eagerly: `mode` says which, and the CPU tests check the
+  padding through it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers.cache_utils import Cache
+
+from specdec.backends.torch.batch_cache import BatchLayout
+from specdec.backends.torch.target import TargetModel
+from specdec.models.base import one_line
+
+MAX_NODES = 128  # the largest tree a graph verifies; the paper's trees fit
+MAX_ROWS = 16
+ATTENTION = "sdpa"  # every graph runs one attention implementation, whatever the plan says for eager passes
+WARMUP = 2  # eager runs before a capture (cuBLAS and allocator state settle; the writes are the pass's own)
+
+
+def bucket(count: int) -> int:
+    """The smallest power of two >= count."""
+    if count < 1:
+        raise ValueError(f"a pass needs at least one row and one node, got {count}")
+    return 1 << (count - 1).bit_length()
+
+
+@dataclass
+class _Graph:
+    """One captured pass: its input tensors, its outputs and the graph that reads and writes them."""
+
+    inputs: dict[str, torch.Tensor]  # tokens, positions, mask, starts
+    logits: torch.Tensor
+    features: torch.Tensor | None
+    graph: torch.cuda.CUDAGraph | None
+
+
+class GraphedPass:
+    """The batched cache's verification pass at bucketed static shapes, replayed as CUDA graphs on a GPU."""
+
+    def __init__(self, single: TargetModel, use_graphs: bool | None = None) -> None:
+        """use_graphs: None: where the model is on CUDA; False: the padded pass eagerly (what the CPU runs)."""
+        self.single = single
+        cuda = single.device.type == "cuda"
+        if use_graphs and not cuda:
+            raise ValueError("CUDA graphs need a model on a CUDA device")
+        self.use_graphs = cuda if use_graphs is None else use_graphs
+        self.failure: str | None = None  # why a capture failed, once one has
+        self._graphs: dict[tuple, _Graph] = {}
+        self._pool = None  # one memory pool for every graph: they never run at the same time
+
+    @property
+    def mode(self) -> str:
+        """What runs the passes: "cuda-graphs", or "eager" (no CUDA, turned off, or a capture failed)."""
+        return "cuda-graphs" if self.use_graphs and self.failure is None else "eager"
+
+    @staticmethod
+    def fits(rows: int, nodes: int) -> bool:
+        """Whether a pass of `rows` rows and at most `nodes` nodes a row has a bucket."""
+        return rows <= MAX_ROWS and nodes <= MAX_NODES
+
+    @staticmethod
+    def shape(rows: int, nodes: int) -> tuple[int, int]:
+        """The bucket (rows, nodes) a pass is padded to."""
+        return bucket(rows), bucket(nodes)
+
+    def run(
+        self,
+        inputs: dict[str, torch.Tensor],
+        cache: Cache,
+        layout: BatchLayout,
+        capture: Sequence[int],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(logits [B', T', V], features or None) of one padded pass; the outputs are the graph's own
+        tensors, overwritten by its next replay. inputs: tokens [B', T'], positions [B', T'], mask
+        [B', 1, T', K] (K: the cache's capacity) and starts [B'] (where each row's entries go)."""
+        layer = cache.layers[0]
+        key = (*inputs["mask"].shape, tuple(capture), layer._keys.data_ptr())
+        graph = self._graphs.get(key)
+        if graph is None:
+            if self._graphs and next(iter(self._graphs))[-1] != key[-1]:
+                self._graphs.clear()  # the cache grew: its old buffers are gone
+            graph = self._capture(inputs, cache, layout, tuple(capture))
+            if graph.graph is not None:
+                self._graphs[key] = graph
+            return graph.logits, graph.features
+        for name, tensor in inputs.items():
+            graph.inputs[name].copy_(tensor, non_blocking=True)
+        graph.graph.replay()
+        return graph.logits, graph.features
+
+    def _forward(self, inputs: dict[str, torch.Tensor], cache: Cache, layout: BatchLayout,
+                 capture: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The padded pass itself, on `inputs`' own tensors (what a graph records)."""
+        layout.starts = inputs["starts"]
+        layout.window = inputs["window"]
+        try:
+            model_inputs = dict(input_ids=inputs["tokens"], position_ids=inputs["positions"],
+                                attention_mask=inputs["mask"], past_key_values=cache, use_cache=True)
+            with self.single.attention_as(ATTENTION):
+                return self.single.forward_pass(model_inputs, False, capture)
+        finally:
+            layout.window = None
+
+    def _capture(self, inputs: dict[str, torch.Tensor], cache: Cache, layout: BatchLayout,
+                 capture: tuple[int, ...]) -> _Graph:
+        """Run the pass; on CUDA, also record it as the graph of its bucket (None where it runs eagerly)."""
+        device = self.single.device
+        static = {name: tensor.to(device) for name, tensor in inputs.items()}
+        static["window"] = torch.arange(inputs["mask"].shape[-1], device=device)
+        if self.mode != "cuda-graphs":
+            logits, features = self._forward(static, cache, layout, capture)
+            return _Graph(static, logits, features, None)
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(WARMUP):  # the real pass, run again: each run writes the same entries
+                    self._forward(static, cache, layout, capture)
+            torch.cuda.current_stream().wait_stream(side)
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                logits, features = self._forward(static, cache, layout, capture)
+            graph.replay()
+            return _Graph(static, logits, features, graph)
+        except Exception as error:  # noqa: BLE001 - any capture failure: the eager padded pass stays
+            self.failure = one_line(error)
+            warnings.warn(f"capturing the verification pass as a CUDA graph failed, running it eagerly: "
+                          f"{self.failure}", RuntimeWarning, stacklevel=3)
+            self._graphs.clear()
+            logits, features = self._forward(static, cache, layout, capture)
+            return _Graph(static, logits, features, None)
+
+
+class GraphedTarget(TargetModel):
+    """A `TargetModel` whose batch rows (`registry.rows_of`) verify on `GraphedPass`; prefill and passes
+    without a bucket stay eager."""
+
+    def __init__(self, model: torch.nn.Module, use_graphs: bool | None = None) -> None:
+        super().__init__(model)
+        self.graphed = GraphedPass(self, use_graphs)

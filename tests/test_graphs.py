@@ -1,0 +1,86 @@
+"""The bucketed static pass that a GPU replays as CUDA graphs (`specdec.backends.torch.graphs`).
+
+CI has no GPU, so these tests run the same padded pass eagerly on the CPU: a tree
+padded to its bucket (and rows padded to theirs) gives every real node the
+logits of the unpadded pass, its padding never reaches the rows' committed
+entries, and every method's greedy text through it equals plain decoding's.
+The capture itself runs only on a GPU (benchmarks/gpu_check.sh).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import assert_logits_close, random_tree, tiny_llama
+
+from specdec.backends.registry import verify_model
+from specdec.backends.torch.graphs import MAX_NODES, GraphedPass, GraphedTarget, bucket
+from specdec.backends.torch.rows import BatchedTarget
+from specdec.backends.torch.target import TargetModel
+from specdec.engine.generation import GenerationConfig
+from specdec.engine.loop import Engine
+from specdec.proposers import parse_method
+
+PROMPTS = ([3, 14, 15, 92, 65, 35, 89, 79], [2, 71, 82], list(range(5, 240)))  # the last nears the cache's 256
+
+
+def test_buckets_are_the_next_power_of_two():
+    assert [bucket(n) for n in (1, 2, 3, 5, 8, 9, 100, 128)] == [1, 2, 4, 8, 8, 16, 128, 128]
+    assert GraphedPass.fits(3, MAX_NODES) and not GraphedPass.fits(3, MAX_NODES + 1)
+    with pytest.raises(ValueError):
+        bucket(0)
+
+
+def test_without_cuda_the_pass_runs_eagerly_and_says_so():
+    target = GraphedTarget(tiny_llama())
+    assert target.graphed.mode == "eager"
+    with pytest.raises(ValueError, match="CUDA"):
+        GraphedPass(target, use_graphs=True)
+
+
+def _entries(rows: BatchedTarget, row: int) -> torch.Tensor:
+    """Row `row`'s committed keys and values of every layer, stacked."""
+    length = rows.lengths[row]
+    return torch.stack([torch.cat([layer._keys[row, :, :length], layer._values[row, :, :length]])
+                        for layer in rows.cache.layers])
+
+
+def test_padded_rows_and_nodes_give_the_unpadded_logits_and_cache():
+    """Three rows (padded to four) with trees of 5, 3 and 7 nodes (padded to 8), then chains, over
+    several steps and the cache's growth: the same logits and committed entries as the ordinary pass."""
+    model = tiny_llama()
+    plain = BatchedTarget(TargetModel(model))
+    graphed_target = GraphedTarget(model)
+    padded = BatchedTarget(graphed_target, graphed=graphed_target.graphed)
+    for prompt in PROMPTS:
+        for rows in (plain, padded):
+            rows.add(prompt)
+    for step in range(12):
+        sizes = (5, 3, 7) if step % 2 else (1, 40, 2)
+        trees = [random_tree(n, 512, seed=10 * step + b) for b, n in enumerate(sizes)]
+        expected = plain.verify_trees(trees)
+        actual = padded.verify_trees(trees)
+        for (want, _), (got, _), tree in zip(expected, actual, trees, strict=True):
+            assert got.shape == (tree.num_nodes, 512)
+            assert_logits_close(got, want)
+        paths = [tree.ancestor_lines[-1] for tree in trees]  # the last node's root-to-node path
+        for rows in (plain, padded):
+            rows.commit(paths)
+        assert padded.lengths == plain.lengths
+        for b in range(len(PROMPTS)):
+            assert_logits_close(_entries(padded, b), _entries(plain, b))
+    assert max(padded.lengths) > 256  # the cache grew past its first capacity on the way
+
+
+@pytest.mark.parametrize("method", ["plain", "pld", "logitspec"])
+def test_greedy_text_through_the_padded_pass_equals_plain(default_model, engine, method):
+    """The engine on the padded pass (what a GPU replays) emits plain decoding's tokens (fp32)."""
+    prompt = default_model.tokenizer("Count from one to twelve: one, two, three,").input_ids
+    config = GenerationConfig(max_new_tokens=24)
+    want = engine.generate(prompt, parse_method("plain").build(default_model), config).token_ids
+    padded = Engine(default_model)
+    padded.target = GraphedTarget(verify_model(default_model))
+    got = padded.generate(prompt, parse_method(method).build(default_model), config)
+    assert got.token_ids == want
+    assert method == "plain" or got.stats.num_decode_steps < len(want)  # drafts were accepted
+
