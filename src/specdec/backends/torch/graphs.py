@@ -75,6 +75,8 @@ class GraphedPass:
         self.failure: str | None = None  # why a capture failed, once one has
         self._graphs: dict[tuple, _Graph] = {}
         self._pool = None  # one memory pool for every graph: they never run at the same time
+        self.replays = 0  # passes a graph ran (a capture's first replay counted)
+        self.eager_passes = 0  # padded passes run eagerly (no CUDA, or after a failed capture)
 
     @property
     def mode(self) -> str:
@@ -106,15 +108,25 @@ class GraphedPass:
         graph = self._graphs.get(key)
         if graph is None:
             if self._graphs and next(iter(self._graphs))[-1] != key[-1]:
-                self._graphs.clear()  # the cache grew: its old buffers are gone
+                self._drop()  # the cache grew: its old buffers are gone
             graph = self._capture(inputs, cache, layout, tuple(capture))
             if graph.graph is not None:
                 self._graphs[key] = graph
+                self.replays += 1
+            else:
+                self.eager_passes += 1
             return graph.logits, graph.features
         for name, tensor in inputs.items():
             graph.inputs[name].copy_(tensor, non_blocking=True)
         graph.graph.replay()
+        self.replays += 1
         return graph.logits, graph.features
+
+    def _drop(self) -> None:
+        """Forget every graph, and their memory pool with them: a pool whose graphs are all gone cannot
+        take another capture (PyTorch's allocator asserts; seen on an H200 after the cache grew)."""
+        self._graphs.clear()
+        self._pool = None
 
     def _forward(self, inputs: dict[str, torch.Tensor], cache: Cache, layout: BatchLayout,
                  capture: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -156,7 +168,7 @@ class GraphedPass:
             self.failure = one_line(error)
             warnings.warn(f"capturing the verification pass as a CUDA graph failed, running it eagerly: "
                           f"{self.failure}", RuntimeWarning, stacklevel=3)
-            self._graphs.clear()
+            self._drop()
             logits, features = self._forward(static, cache, layout, capture)
             return _Graph(static, logits, features, None)
 
