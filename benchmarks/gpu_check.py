@@ -8,7 +8,8 @@ Two parts, so that each fits one short call on a lent machine (benchmarks/gpu_ch
 `random`: per shape, the device's copy bandwidth and the weight-read floor it implies; the pass-cost
 curve (1..128 nodes after 512 tokens) eager and as CUDA graphs (`specdec.backends.torch.graphs`); plain,
 pld and logitspec decode rates beside transformers' eager `generate` and its static-cache `generate`
-(compiled by transformers on CUDA), in the same run. Random weights: MAT means nothing there, the
+(compiled by transformers on CUDA), in the same run; for the shapes in --inductor-for, the same curve and
+plain/logitspec with the pass compiled by inductor inside the graphs (the "compiled" backend on a GPU). Random weights: MAT means nothing there, the
 step's cost does.
 `bundled`: every method that needs no trained head or datastore, greedy, token for token against plain
 decoding on a few prompts (fp32), then plain (eager and graphed), pld and logitspec on the first turns
@@ -30,9 +31,9 @@ from pathlib import Path
 import torch
 
 import specdec
-from specdec.backends.registry import timing_target, verify_model
+from specdec.backends.registry import rows_of, timing_target, verify_model
 from specdec.backends.torch.graphs import GraphedTarget
-from specdec.backends.torch.rows import BatchedTarget
+from specdec.backends.torch.rows import BatchedTarget, OneSequence
 from specdec.backends.torch.target import TargetModel
 from specdec.engine.costs import _measure, measure_costs
 from specdec.engine.generation import GenerationConfig
@@ -153,8 +154,9 @@ def _hf_generate(model, ids: torch.Tensor, static: bool) -> float:  # noqa: ANN0
 
 
 def check_random(shape: str, tokenizer, device: torch.device, report: Report, deadline: float,  # noqa: ANN001
-                 static: bool) -> None:
-    """static: also time transformers' static-cache generate (compiling it takes a minute or more on CUDA)."""
+                 static: bool, inductor: bool) -> None:
+    """static: also time transformers' static-cache generate (compiling it takes a minute or more on CUDA);
+    inductor: also our pass compiled by inductor inside the graphs (the "compiled" backend; as long)."""
     model = random_model(shape, tokenizer, device)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     bandwidth = copy_bandwidth(device)
@@ -173,6 +175,16 @@ def check_random(shape: str, tokenizer, device: torch.device, report: Report, de
     runs = {"plain_eager": _decode(_eager_engine(loaded), ids, "plain")}
     for method in ("plain", "pld", "logitspec"):
         runs[method] = _decode(engine, ids, method)
+    if inductor:  # the "compiled" backend's pass: inductor's kernels in the graphs
+        fused = GraphedTarget(verify_model(loaded), inductor=True)
+        timed = OneSequence(rows_of(fused), fused.config, fused.device, fused.max_length)
+        report.add(f"{shape}.pass_ms_graphs_inductor", _ms(_measure(timed, SIZES, 5, CONTEXT)[0]))
+        report.add(f"{shape}.pass_mode_inductor", fused.graphed.mode)
+        timed.close()
+        fused_engine = Engine(loaded)
+        fused_engine.target = fused
+        for method in ("plain", "logitspec"):
+            runs[f"{method}_inductor"] = _decode(fused_engine, ids, method)
     reference = runs["plain_eager"]["ids"]
     same = {m: run.pop("ids") == reference for m, run in runs.items()}
     report.add(f"{shape}.decode", {**runs, "same_tokens_as_eager_plain": same})
@@ -274,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="gpu_check_out")
     parser.add_argument("--budget-s", type=float, default=300, help="skip the slow extras past this")
     parser.add_argument("--static-for", default="1.5b,tiny", help="shapes whose static-cache generate is timed")
+    parser.add_argument("--inductor-for", default="1.5b,tiny", help="shapes whose inductor-compiled pass is timed")
     parser.add_argument("--prompts", type=int, default=18, help="Spec-Bench turns (bundled)")
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -287,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
         for shape in args.what:
             try:
-                check_random(shape, tokenizer, device, report, deadline, shape in args.static_for.split(","))
+                check_random(shape, tokenizer, device, report, deadline, shape in args.static_for.split(","),
+                             shape in args.inductor_for.split(","))
             except Exception as error:  # noqa: BLE001 - the next shape still runs
                 report.add(f"{shape}.error", f"{type(error).__name__}: {error}"[:500])
             gc.collect()

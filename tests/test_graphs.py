@@ -84,3 +84,26 @@ def test_greedy_text_through_the_padded_pass_equals_plain(default_model, engine,
     assert got.token_ids == want
     assert method == "plain" or got.stats.num_decode_steps < len(want)  # drafts were accepted
 
+
+
+@pytest.mark.slow
+def test_the_inductor_pass_gives_the_padded_pass_logits():
+    """The "compiled" backend's GPU pass, compiled by inductor with dynamic sizes (on the CPU here, so
+    without graphs): trees of several buckets and one or two rows give the ordinary pass's logits up to
+    the fused loops' summation order. Compiling takes ~25 s on 2 cores."""
+    model = tiny_llama()
+    plain = BatchedTarget(TargetModel(model))
+    target = GraphedTarget(model, inductor=True)
+    fused = BatchedTarget(target, graphed=target.graphed)
+    assert target.graphed.mode == "eager+inductor"
+    for prompt in PROMPTS[:2]:
+        for rows in (plain, fused):
+            rows.add(prompt)
+    for step, sizes in enumerate(((1, 1), (5, 3), (12, 2), (2, 7))):
+        trees = [random_tree(n, 512, seed=10 * step + b) for b, n in enumerate(sizes)]
+        for (want, _), (got, _) in zip(plain.verify_trees(trees), fused.verify_trees(trees), strict=True):
+            assert_logits_close(got, want)
+        paths = [tree.ancestor_lines[-1] for tree in trees]
+        for rows in (plain, fused):
+            rows.commit(paths)
+    assert target.graphed.compile_failure is None and target.graphed.mode == "eager+inductor"

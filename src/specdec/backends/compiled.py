@@ -59,7 +59,7 @@ RECOMPILE_LIMIT = 64
 
 
 @contextlib.contextmanager
-def _graph_limit() -> Iterator[None]:
+def graph_limit() -> Iterator[None]:
     """RECOMPILE_LIMIT, failing when reached, for the call inside only. Set and restored by hand:
     `torch._dynamo.config.patch` costs several times more a step."""
     config = torch._dynamo.config
@@ -110,7 +110,7 @@ class CompiledPass:
         with self.single.attention_as(ATTENTION):
             if self.failure is None:
                 try:
-                    with _graph_limit():
+                    with graph_limit():
                         return self._compiled(inputs, False, tuple(capture))
                 except Exception as error:  # noqa: BLE001 - any compiler failure: the eager pass stays
                     self.failure = one_line(error)

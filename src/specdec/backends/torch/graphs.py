@@ -13,6 +13,9 @@ the batched cache's whole capacity, with the additive mask hiding what it must
 not see, so the key count is the buffer's, not the context's. The pass's
 tokens, positions, mask and write offsets are copied into the graph's own
 input tensors before each replay; the logits come out of its own output tensor.
+With `inductor` (the "compiled" backend on a GPU) the pass is compiled first, its
+sizes dynamic, so a graph replays inductor's fused kernels instead of ~40 small
+ones a layer.
 
 Invariants:
 - a real node's logits are the unpadded pass's (up to the summation order of
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache
 
+from specdec.backends.compiled import graph_limit
 from specdec.backends.torch.batch_cache import BatchLayout
 from specdec.backends.torch.target import TargetModel
 from specdec.models.base import one_line
@@ -65,9 +69,13 @@ class _Graph:
 class GraphedPass:
     """The batched cache's verification pass at bucketed static shapes, replayed as CUDA graphs on a GPU."""
 
-    def __init__(self, single: TargetModel, use_graphs: bool | None = None) -> None:
-        """use_graphs: None: where the model is on CUDA; False: the padded pass eagerly (what the CPU runs)."""
+    def __init__(self, single: TargetModel, use_graphs: bool | None = None, inductor: bool = False) -> None:
+        """use_graphs: None: where the model is on CUDA; False: the padded pass eagerly (what the CPU runs).
+        inductor: the pass's kernels fused by inductor first (`torch.compile`; what the "compiled" backend asks
+        on a GPU), then captured: fewer, larger kernels in each graph."""
         self.single = single
+        self._compiled = torch.compile(single.forward_pass) if inductor else None
+        self.compile_failure: str | None = None
         cuda = single.device.type == "cuda"
         if use_graphs and not cuda:
             raise ValueError("CUDA graphs need a model on a CUDA device")
@@ -80,8 +88,10 @@ class GraphedPass:
 
     @property
     def mode(self) -> str:
-        """What runs the passes: "cuda-graphs", or "eager" (no CUDA, turned off, or a capture failed)."""
-        return "cuda-graphs" if self.use_graphs and self.failure is None else "eager"
+        """What runs the passes: "cuda-graphs" or "eager" (no CUDA, turned off, or a capture failed), with
+        "+inductor" while the compiled pass runs."""
+        runs = "cuda-graphs" if self.use_graphs and self.failure is None else "eager"
+        return runs + ("+inductor" if self._compiled is not None else "")
 
     @staticmethod
     def fits(rows: int, nodes: int) -> bool:
@@ -137,9 +147,28 @@ class GraphedPass:
             model_inputs = dict(input_ids=inputs["tokens"], position_ids=inputs["positions"],
                                 attention_mask=inputs["mask"], past_key_values=cache, use_cache=True)
             with self.single.attention_as(ATTENTION):
-                return self.single.forward_pass(model_inputs, False, capture)
+                return self._pass(model_inputs, inputs, capture)
         finally:
             layout.window = None
+
+    def _pass(self, model_inputs: dict, inputs: dict[str, torch.Tensor], capture: tuple[int, ...]
+              ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`TargetModel.forward_pass`, compiled where asked: its rows, nodes and keys marked dynamic, so one
+        graph of kernels serves every bucket (a bucket of one row or one node gets its own: dynamo
+        specializes sizes of 1). A compilation that fails is reported once; the pass then runs eagerly."""
+        if self._compiled is not None:
+            for tensor, dims in ((inputs["tokens"], (0, 1)), (inputs["positions"], (0, 1)),
+                                 (inputs["mask"], (0, 2, 3)), (inputs["starts"], (0,)), (inputs["window"], (0,))):
+                for dim in dims:
+                    torch._dynamo.maybe_mark_dynamic(tensor, dim)
+            try:
+                with graph_limit():
+                    return self._compiled(model_inputs, False, capture)
+            except Exception as error:  # noqa: BLE001 - any compiler failure: the uncompiled pass stays
+                self._compiled, self.compile_failure = None, one_line(error)
+                warnings.warn(f"compiling the padded verification pass failed, running it uncompiled: "
+                              f"{self.compile_failure}", RuntimeWarning, stacklevel=4)
+        return self.single.forward_pass(model_inputs, False, capture)
 
     def _capture(self, inputs: dict[str, torch.Tensor], cache: Cache, layout: BatchLayout,
                  capture: tuple[int, ...]) -> _Graph:
@@ -177,6 +206,6 @@ class GraphedTarget(TargetModel):
     """A `TargetModel` whose batch rows (`registry.rows_of`) verify on `GraphedPass`; prefill and passes
     without a bucket stay eager."""
 
-    def __init__(self, model: torch.nn.Module, use_graphs: bool | None = None) -> None:
+    def __init__(self, model: torch.nn.Module, use_graphs: bool | None = None, inductor: bool = False) -> None:
         super().__init__(model)
-        self.graphed = GraphedPass(self, use_graphs)
+        self.graphed = GraphedPass(self, use_graphs, inductor)
