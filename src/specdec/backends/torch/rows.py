@@ -39,6 +39,7 @@ from specdec.backends.torch.batch_cache import BatchedLayer, BatchLayout, batche
 from specdec.backends.torch.fused import KeySequences
 from specdec.backends.torch.graphs import GraphedPass
 from specdec.backends.torch.kv_cache import preallocated_cache
+from specdec.backends.torch.prompt_cache import DEFAULT_MAX_BYTES, Prefilled, PromptCache
 from specdec.backends.torch.target import TargetModel
 from specdec.tree import DraftTree
 
@@ -50,11 +51,16 @@ Pass = Callable[[dict, tuple[int, ...], torch.Tensor], tuple[torch.Tensor, torch
 class BatchedTarget:
     """B sequences' KV caches over one model, verified together."""
 
-    def __init__(self, single: TargetModel, compiled: Pass | None = None, graphed: GraphedPass | None = None) -> None:
+    def __init__(
+        self, single: TargetModel, compiled: Pass | None = None, graphed: GraphedPass | None = None,
+        prompt_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
         """single: the one-sequence target (prefill, model, head and attention plan come from it);
         compiled: the pass that verifies trees when the backend is "compiled" (`specdec.backends.compiled`);
-        graphed: the bucketed static pass that verifies them on a GPU (`specdec.backends.torch.graphs`)."""
+        graphed: the bucketed static pass that verifies them on a GPU (`specdec.backends.torch.graphs`);
+        prompt_bytes: what whole-prompt prefills kept for the same prompt again may hold (`prompt_cache`)."""
         self.single = single
+        self.prompts = PromptCache(prompt_bytes)
         self.compiled = compiled
         self.graphed = graphed
         self.device = single.device
@@ -89,14 +95,24 @@ class BatchedTarget:
     def fill(self, prompt: PromptFill, max_tokens: int) -> tuple[int, torch.Tensor, torch.Tensor | None] | None:
         """Run the next `max_tokens` (at most) of a prompt on the staging cache. When that was its last
         chunk, the prompt becomes a new row: returns (its slot, the last position's logits [V], the
-        captured features at every prompt position [L, F] or None); else None."""
+        captured features at every prompt position [L, F] or None); else None. A prompt run in one piece
+        is kept in `prompts`, and the same prompt in one piece again is taken from there, not run."""
         if self._pending:
             raise RuntimeError("commit the running pass before adding a row")
         if self._staged_for is not prompt or prompt.done == 0:  # a new prompt (an earlier one left)
+            whole = max_tokens >= prompt.ids.numel()  # in one piece: what the prompt cache holds
+            key = PromptCache.key(prompt.ids, self.capture) if whole and self.prompts.max_bytes else None
+            cached = self.prompts.get(key) if key is not None else None
+            if cached is not None:
+                self._staged_for, prompt.done = None, prompt.ids.numel()
+                features = None if cached.features is None else cached.features.clone()
+                return self._take(cached.entries, prompt.done), cached.logits.clone(), features
             if self._staging is None:
                 self._staging = preallocated_cache(self.single.num_layers, self.single.capacity)
             self._staging.reset()
             self._staged_for, prompt.done, prompt.features = prompt, 0, []
+        else:
+            key = None
         per_pass = MATERIALIZED_CHUNK if self.invariant else max_tokens
         end = min(prompt.done + max_tokens, prompt.ids.numel())
         while prompt.done < end:  # passes of at most `per_pass` tokens (see TargetModel.prefill)
@@ -109,13 +125,18 @@ class BatchedTarget:
             return None
         self._staged_for = None
         features = torch.cat(prompt.features) if prompt.features else None
-        return self._take(self._staging, prompt.done), logits[0, -1], features
+        length = prompt.done
+        entries = tuple((layer.keys[0, :, :length], layer.values[0, :, :length]) for layer in self._staging.layers)
+        if key is not None:
+            self.prompts.put(key, Prefilled(entries, logits[0, -1], features))
+        return self._take(entries, length), logits[0, -1], features
 
-    def _take(self, cache: Cache, length: int) -> int:
-        """Copy a one-sequence cache's first `length` entries into a new row; returns its slot."""
+    def _take(self, entries: Sequence[tuple[torch.Tensor, torch.Tensor]], length: int) -> int:
+        """Put a prompt's `length` entries (per layer keys and values [kv_heads, L, D]) into a new row;
+        returns its slot."""
         row = self.num_rows
-        for mine, theirs in zip(self._layers, cache.layers, strict=True):
-            mine.write_row(row, theirs.keys[0, :, :length], theirs.values[0, :, :length])
+        for mine, (keys, values) in zip(self._layers, entries, strict=True):
+            mine.write_row(row, keys, values)
         self.lengths.append(length)
         return row
 
