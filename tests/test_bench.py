@@ -113,6 +113,7 @@ def test_results_folder_and_rows(bench_run):
         assert row["mat"] == pytest.approx(want_mat)
     manifest = json.loads((out_dir / "manifest.json").read_text())
     assert manifest["model"]["dtype"] == "float32"
+    assert manifest["model"]["path"]["weights"] == "float32" and manifest["model"]["path"]["exact"] is False
     assert manifest["machine"]["torch_threads"] >= 1 and manifest["versions"]["torch"]
     assert manifest["data"]["question_ids"] == ["81", "301"]
     assert manifest["status"] == "complete" and len(manifest["sessions"]) == 1

@@ -23,7 +23,8 @@ def test_generate_json_matches_library(default_model, capsys):
     code = main(["generate", "Name three colours.", "--chat", "--dtype", "fp32", "--max-new-tokens", "12", "--json"])
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert set(result) == {"text", "token_ids", "stats"}
+    assert set(result) == {"text", "token_ids", "stats", "path"}
+    assert result["path"]["dtype"] == "float32" and result["path"]["weights"] == "float32"
     expected = generate(default_model, "Name three colours.", chat=True, max_new_tokens=12)
     assert result["token_ids"] == expected.token_ids
     assert result["text"] == expected.text
@@ -40,6 +41,7 @@ def test_generate_streams_text_and_prints_stats_from_stdin():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip()
     assert "tokens/s" in proc.stderr and "MAT" in proc.stderr
+    assert "path: backend torch, device cpu, dtype float32" in proc.stderr  # which path ran, every auto settled
 
 
 @pytest.mark.parametrize(

@@ -89,6 +89,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
+    from specdec.backends.registry import describe_path, path_line
     from specdec.engine.floor import Floor
     from specdec.engine.generation import GenerationConfig
     from specdec.engine.loop import Engine
@@ -114,14 +115,14 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     out = engine.generate(prompt_ids, method.build(loaded), settings, on_text=on_text)
     stats = out.stats.to_dict()
     if args.json:
-        print(json.dumps({"text": out.text, "token_ids": out.token_ids, "stats": stats}))
+        print(json.dumps({"text": out.text, "token_ids": out.token_ids, "stats": stats, "path": describe_path(loaded)}))
     else:
         print()
     if args.stats:
         print(
             f"new tokens {stats['num_new_tokens']} | wall {stats['wall_time_s']:.2f} s | "
             f"{stats['tokens_per_s']:.1f} tokens/s | forward passes {stats['num_forward_passes']} | "
-            f"MAT {stats['mat']:.2f}",
+            f"MAT {stats['mat']:.2f}\npath: {path_line(loaded)}",
             file=sys.stderr,
         )
     return 0

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from specdec.backends.registry import verifies_exactly
+from specdec.backends.registry import path_line, verifies_exactly
 from specdec.choices import BACKENDS, ModelSpec
 from specdec.data import DataError, load_questions
 from specdec.drafters.shipped import find_shipped_head
@@ -54,6 +54,7 @@ def run_demo(spec: ModelSpec | None = None, max_new_tokens: int = 128) -> None:
     methods = [m for m in DEMO_METHODS if m in METHODS and (m not in HEADS or (backend.hidden_states and _ships(loaded, m)))]
     runs_on = f"{spec.backend}, {loaded.gguf_path.name}" if backend.gguf else f"{loaded.dtype}, {loaded.device}"
     print(f"model: {loaded.name} ({runs_on}); prompt: {len(prompt_ids)} tokens")
+    print(f"path: {path_line(loaded)}")
     print(f"prompt (Spec-Bench summarization): {prompt[:160]!r}...\n")
     # Warm-up so the first timed method does not pay for one-off allocations.
     engine.generate(prompt_ids, parse_method("plain").build(loaded), GenerationConfig(max_new_tokens=8))

@@ -27,10 +27,18 @@ from specdec.backends.compiled import CompiledTarget
 from specdec.backends.contract import Rows, Target
 from specdec.backends.llamacpp import LlamaCppModel, LlamaCppTarget
 from specdec.backends.timing_cache import contended, cost_file, cost_key, write_json_atomic
+from specdec.backends.torch import q4_kernel
 from specdec.backends.torch.attention import AttentionPlan, resolve_plan
 from specdec.backends.torch.graphs import GraphedTarget
 from specdec.backends.torch.invariant import verifiable
-from specdec.backends.torch.packed import PackedLinear, is_invariant, maybe_packed, pack_of, verify_model
+from specdec.backends.torch.packed import (
+    PackedLinear,
+    is_invariant,
+    maybe_packed,
+    pack_of,
+    verify_model,
+    wants_packing,
+)
 from specdec.backends.torch.q4_kernel import block_head_rows
 from specdec.backends.torch.rows import BatchedTarget, OneSequence
 from specdec.backends.torch.target import FAST_HEAD_TYPES, TargetModel, head_logits
@@ -44,7 +52,8 @@ __all__ = [
     "AttentionPlan", "Timed", "llamacpp_model", "verifier", "rows_of", "timing_target",
     # capabilities
     "verifies_exactly", "verifies_on_int4", "verifiable_tree", "scores_every_position",
-    "sequence_runner", "verify_model", "pack_draft", "separable_head", "block_head_rows",
+    "sequence_runner", "verify_model", "pack_draft", "separable_head", "block_head_rows", "describe_path",
+    "path_line",
     # torch helpers for drafting, and the cost curves' cache (`timing_cache`), as they are
     "head_logits", "top_tokens", "argmax_rows", "contended", "cost_file", "cost_key", "write_json_atomic",
 ]
@@ -167,3 +176,33 @@ def separable_head(model: torch.nn.Module) -> torch.nn.Module | None:
         return None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     return head if isinstance(head, (torch.nn.Linear, PackedLinear)) else None
+
+
+def describe_path(loaded: LoadedModel) -> dict[str, object]:
+    """What decodes `loaded` on this machine, every `auto` settled: backend, device, dtype, weights (`pack`),
+    exact verification, the fused layer, the C++ kernels' path (`avx512_bf16`, `avx2`, `scalar`; None where
+    the extension is not loaded in this process) and, on a GPU, how passes run. What `--stats`, the demo and
+    the bench manifest show, so nobody has to guess which path ran."""
+    device = loaded.device
+    dtype = str(loaded.dtype).removeprefix("torch.")
+    if BACKENDS[loaded.backend].gguf:
+        weights = f"the GGUF's ({loaded.gguf_path.name})"
+    else:
+        pack = pack_of(loaded)
+        weights = "int4" if pack == "int4" else f"{dtype} packed" if wants_packing(pack, loaded.model) else dtype
+    path: dict[str, object] = {
+        "backend": loaded.backend, "device": str(device), "dtype": dtype, "weights": weights,
+        "exact": verifies_exactly(loaded), "fused_layer": verifies_on_int4(loaded),
+        "kernels": q4_kernel.kernel_path() if weights == "int4" and q4_kernel.is_loaded() else None,
+    }
+    if device.type == "cuda":
+        path["gpu"] = torch.cuda.get_device_name(device)
+        path["passes"] = "cuda-graphs+inductor" if loaded.backend == "compiled" else "cuda-graphs"
+    return path
+
+
+def path_line(loaded: LoadedModel) -> str:
+    """`describe_path` as one line: `key value` pairs, booleans as on/off."""
+    shown = {k: ("on" if v else "off") if isinstance(v, bool) else ("none" if v is None else v)
+             for k, v in describe_path(loaded).items()}
+    return ", ".join(f"{key} {value}" for key, value in shown.items())

@@ -34,6 +34,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from specdec.backends.registry import describe_path
 from specdec.bench import sources
 from specdec.bench.config import BASELINES
 from specdec.bench.metrics import OVERALL, BenchSummary
@@ -215,7 +216,7 @@ def build_manifest(summary: BenchSummary | None, context: dict[str, Any]) -> dic
         "run_identity": context["identity"],
         "model": {"name": target.name, "dtype": str(target.dtype).replace("torch.", ""), "device": str(target.device),
                   "eos_token_ids": list(target.eos_token_ids), "pack": target.pack, "exact": target.exact,
-                  "backend": target.backend, "given_by_caller": given},
+                  "backend": target.backend, "given_by_caller": given, "path": describe_path(target)},
         "draft_model": assistant.name if assistant is not None else None,
         "versions": {"specdec": _version("specdec"), "torch": torch.__version__,
                      "transformers": _version("transformers"), "python": platform.python_version()},
