@@ -11,19 +11,22 @@ Q6_K and Q8_0 layers run from the file's blocks on the 8-bit kernels, in the fus
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from specdec.backends.torch import gguf_blocks, q4_kernel
-from specdec.backends.torch.packed import packed_view
+from specdec.backends.torch.packed import packed_view, rounded_products
 from specdec.backends.torch.q4_kernel import Q4Linear, dequantize_q4, pack_q4
 
 gguf = pytest.importorskip("gguf")
 Q4_K = gguf.GGMLQuantizationType.Q4_K
 Q6_K = gguf.GGMLQuantizationType.Q6_K
 Q8_0 = gguf.GGMLQuantizationType.Q8_0
+F16 = gguf.GGMLQuantizationType.F16
 
 
 def random_q4_k(rows: int, cols: int, seed: int = 0) -> np.ndarray:
@@ -158,6 +161,33 @@ def test_an_int4_view_multiplies_by_the_files_q4_k_weights(tmp_path):
     plain = packed_view(model, int4=True).model.layers[0].mlp.up_proj
     assert plain.scale.dtype == torch.float16
     assert not torch.equal(dequantize_q4(*plain.blocks()), layer.mlp.up_proj.weight)
+
+
+def test_an_int4_view_of_a_16_bit_file_says_its_weights_moved(tmp_path):
+    """A GGUF storing its layers as F16: 4 bits cannot hold them, so the int4 view (what `pack auto` picks
+    for a GGUF in bf16) warns, naming the file's types, and counts every product as moved; a Q4_K file's
+    view holds its weights and says nothing."""
+    if not q4_kernel.load_extension():
+        pytest.skip(q4_kernel.unavailable_reason())
+    config = Qwen2Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                         num_key_value_heads=2, num_hidden_layers=1, max_position_embeddings=256)
+    model = Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
+    layer = model.model.layers[0]
+    halves, blocks = {}, {}
+    for index, (module_name, tensor) in enumerate(gguf_blocks.LAYER_TENSORS.items()):
+        linear = layer.get_submodule(module_name)
+        halves[f"blk.0.{tensor}.weight"] = (linear.weight.detach().float().numpy().astype(np.float16), F16)
+        raw = random_q4_k(linear.out_features, linear.in_features, seed=10 + index)
+        blocks[f"blk.0.{tensor}.weight"] = (raw, Q4_K)
+    write_gguf(tmp_path / "f16.gguf", halves)
+    with pytest.warns(UserWarning, match=r"re-quantized 5 of 5 decoder products .* F16 x 7"):
+        assert rounded_products(packed_view(model, int4=True, gguf_path=tmp_path / "f16.gguf")) == (5, 5)
+    for module_name, tensor in gguf_blocks.LAYER_TENSORS.items():
+        layer.get_submodule(module_name).weight.data = dequantized(blocks[f"blk.0.{tensor}.weight"][0])
+    write_gguf(tmp_path / "q4_k.gguf", blocks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert rounded_products(packed_view(model, int4=True, gguf_path=tmp_path / "q4_k.gguf")) == (0, 5)
 
 
 def small_q6_k(rows: int, cols: int, seed: int) -> np.ndarray:

@@ -36,6 +36,7 @@ from specdec.backends.torch.packed import (
     is_invariant,
     maybe_packed,
     pack_of,
+    rounded_products,
     verify_model,
     wants_packing,
 )
@@ -190,10 +191,12 @@ def describe_path(loaded: LoadedModel) -> dict[str, object]:
     else:
         pack = pack_of(loaded)
         weights = "int4" if pack == "int4" else f"{dtype} packed" if wants_packing(pack, loaded.model) else dtype
+        moved, total = rounded_products(verify_model(loaded)) if pack == "int4" else (0, 0)
+        weights += f" ({moved} of {total} products re-quantized: not the weights loaded)" if moved else ""
     path: dict[str, object] = {
         "backend": loaded.backend, "device": str(device), "dtype": dtype, "weights": weights,
         "exact": verifies_exactly(loaded), "fused_layer": verifies_on_int4(loaded),
-        "kernels": q4_kernel.kernel_path() if weights == "int4" and q4_kernel.is_loaded() else None,
+        "kernels": q4_kernel.kernel_path() if weights.startswith("int4") and q4_kernel.is_loaded() else None,
     }
     if device.type == "cuda":
         path["gpu"] = torch.cuda.get_device_name(device)

@@ -53,6 +53,8 @@ from __future__ import annotations
 
 import copy
 import inspect
+import warnings
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -61,7 +63,7 @@ from specdec.backends.torch.fused import fits
 from specdec.backends.torch.gguf_blocks import FileBlocks, gguf_name, head_q8
 from specdec.backends.torch.int4 import can_quantize, has_invariant_int4, int4_linear
 from specdec.backends.torch.invariant import MIN_ROWS, kernel_runs_here, wants_invariance
-from specdec.backends.torch.q4_kernel import unavailable_reason
+from specdec.backends.torch.q4_kernel import Q4Linear, unavailable_reason
 from specdec.choices import BACKENDS, check_pack
 from specdec.models.base import LoadedModel
 from specdec.models.state import ModelState
@@ -299,7 +301,28 @@ def packed_view(
     elif _packable(head, False) and head.weight.dtype in _EXACT_DTYPES:
         view.set_output_embeddings(PackedLinear(head, min_rows))
     view.eval()
+    if int4:
+        _say_rounded(view, file)
     return view
+
+
+def rounded_products(view: torch.nn.Module) -> tuple[int, int]:
+    """(4-bit products whose weights re-quantizing moved, 4-bit products) of a view: where a GGUF holds its
+    layers in another type than Q4_1/Q4_K (F16, Q5_0, ...), the int4 view is not the file's model."""
+    products = [m for m in view.modules() if isinstance(m, Q4Linear)]
+    return sum(m.rounded for m in products), len(products)
+
+
+def _say_rounded(view: torch.nn.Module, file: FileBlocks | None) -> None:
+    """Warn, once a view, where the 4-bit products are not the weights the model came with."""
+    moved, total = rounded_products(view)
+    if not moved or file is None:  # 4 bits asked of a model that is not a GGUF's: nothing hidden
+        return
+    stored = Counter(t.tensor_type.name for name, t in file.tensors.items() if name.startswith("blk."))
+    types = ", ".join(f"{name} x {count}" for name, count in sorted(stored.items()))
+    warnings.warn(f"pack 'int4' re-quantized {moved} of {total} decoder products to 4 bits, which moved their "
+                  f"weights (the file stores its layers as {types}): the model verified is that 4-bit model, "
+                  "not the file's; --pack off keeps the file's precision", UserWarning, stacklevel=4)
 
 
 def maybe_packed(

@@ -266,6 +266,8 @@ class Q4Linear(torch.nn.Module):
     activations: "bf16" (x rounded to bf16, the blocks dequantized to bf16) or "int8" (x quantized per
     row and block of 32, the blocks held interleaved: `q4_i8`); None: `default_activations()`."""
 
+    rounded = False  # made by re-quantizing weights it does not hold exactly (`int4.int4_linear` says)
+
     def __init__(self, qs: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor,
                  bias: torch.Tensor | None = None, activations: str | None = None) -> None:
         super().__init__()
