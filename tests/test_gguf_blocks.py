@@ -132,15 +132,20 @@ def test_file_blocks_stack_q4_k_parts_and_requantize_the_rest(tmp_path):
     assert gguf_blocks.FileBlocks.of(tmp_path / "missing.gguf") is None
 
 
-def test_an_int4_view_multiplies_by_the_files_q4_k_weights(tmp_path):
-    """A one-layer Qwen2 whose decoder weights are a Q4_K file's: its int4 view's products hold the file's
-    blocks (fp32 scales, dequantizing to the module's weights bit for bit); without the file they are
-    re-quantized (fp16 scales, moved)."""
+def one_layer_qwen2() -> Qwen2ForCausalLM:
+    """A one-layer bf16 Qwen2 of 256-wide layers (Q4_K's super-block); skips where the kernel cannot build."""
     if not q4_kernel.load_extension():
         pytest.skip(q4_kernel.unavailable_reason())
     config = Qwen2Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_attention_heads=4,
                          num_key_value_heads=2, num_hidden_layers=1, max_position_embeddings=256)
-    model = Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
+    return Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
+
+
+def test_an_int4_view_multiplies_by_the_files_q4_k_weights(tmp_path):
+    """A one-layer Qwen2 whose decoder weights are a Q4_K file's: its int4 view's products hold the file's
+    blocks (fp32 scales, dequantizing to the module's weights bit for bit); without the file they are
+    re-quantized (fp16 scales, moved)."""
+    model = one_layer_qwen2()
     layer = model.model.layers[0]
     tensors = {}
     for index, (module_name, tensor) in enumerate(gguf_blocks.LAYER_TENSORS.items()):
@@ -167,11 +172,7 @@ def test_an_int4_view_of_a_16_bit_file_says_its_weights_moved(tmp_path):
     """A GGUF storing its layers as F16: 4 bits cannot hold them, so the int4 view (what `pack auto` picks
     for a GGUF in bf16) warns, naming the file's types, and counts every product as moved; a Q4_K file's
     view holds its weights and says nothing."""
-    if not q4_kernel.load_extension():
-        pytest.skip(q4_kernel.unavailable_reason())
-    config = Qwen2Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_attention_heads=4,
-                         num_key_value_heads=2, num_hidden_layers=1, max_position_embeddings=256)
-    model = Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
+    model = one_layer_qwen2()
     layer = model.model.layers[0]
     halves, blocks = {}, {}
     for index, (module_name, tensor) in enumerate(gguf_blocks.LAYER_TENSORS.items()):
