@@ -53,9 +53,10 @@ SHAPES = {
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 CONTEXT = 512
 NEW_TOKENS = 128
-# Methods the bundled check runs (the trained heads and a datastore do not travel to the device).
+# Methods the bundled check runs (the trained heads and a datastore do not travel to the device); {model}: the
+# model itself as the draft (a second copy: what matters here is that the pair stays lossless on the GPU).
 LOSSLESS_METHODS = ("pld", "logitspec", "logitspec:adaptive=false", "lookahead", "recycle", "layerskip", "session",
-                    "hybrid")
+                    "draft:draft_model={model},k=3,adaptive=false", "hybrid:draft_model={model}")
 PROMPT = "Summarize the following text. " + " ".join(["The quick brown fox jumps over the lazy dog."] * 40)
 
 
@@ -247,7 +248,8 @@ def check_bundled(source: str, device: str, report: Report, max_prompts: int) ->
     lossless = {}
     for method in LOSSLESS_METHODS:
         try:
-            outs = [engine.generate(ids, parse_method(method).build(loaded), config) for ids in short]
+            spec = method.format(model=source)
+            outs = [engine.generate(ids, parse_method(spec).build(loaded), config) for ids in short]
             lossless[method] = {"identical": sum(o.token_ids == p for o, p in zip(outs, plain, strict=True)),
                                 "of": len(short), "mat": round(sum(o.stats.mat for o in outs) / len(outs), 2)}
         except Exception as error:  # noqa: BLE001 - report and go on: one method's failure is a finding
