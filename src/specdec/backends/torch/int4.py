@@ -122,10 +122,10 @@ def int4_linear(linear: torch.nn.Linear, blocks: Blocks | None = None) -> torch.
         if q4_kernel.load_extension():
             if blocks is not None:
                 return q4_kernel.Q4Linear(*blocks, linear.bias)
-            q, step, low = quantize(linear.weight)
-            layer = q4_kernel.Q4Linear.from_q(q, step, low, linear.bias)
+            packed = q4_kernel.pack_q4(*quantize(linear.weight))
+            layer = q4_kernel.Q4Linear(*packed, linear.bias)
             # a Q4_1 file's weights come back exactly; others (F16, Q5, ...) are moved: say so (`rounded`)
-            layer.rounded = not torch.equal(q4_kernel.dequantize_q4(*q4_kernel.pack_q4(q, step, low)), linear.weight)
+            layer.rounded = not torch.equal(q4_kernel.dequantize_q4(*packed), linear.weight)
             return layer
         warnings.warn(q4_kernel.unavailable_reason(), stacklevel=2)
     return Int4Linear(linear)
