@@ -1,10 +1,10 @@
 """Verification passes replayed as CUDA graphs: one graph per (rows, nodes) bucket.
 
 Why: on a GPU an eager pass is launch-bound. Python and one kernel launch per
-operation per layer cost ~20 ms a pass whatever the model's size (a 7B-shaped
-pass measured ~8x its weight-read floor), so a tree pass costs what a one-node
-pass does and both cost far more than the GPU's work. A captured graph replays
-every kernel of the pass from one launch.
+operation per layer cost about the same whatever the model's size, several times
+a 7B model's weight-read floor (docs/results/2026-11-gpu-h200), so a tree pass
+costs what a one-node pass does and both cost far more than the GPU's work. A
+captured graph replays every kernel of the pass from one launch.
 
 How: a graph needs fixed shapes and fixed addresses. A pass of B rows whose
 largest tree has T nodes runs padded to its bucket (B', T') (powers of two up

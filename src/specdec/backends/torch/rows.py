@@ -213,11 +213,7 @@ class BatchedTarget:
         keys = self._layers[0].capacity
         padded = [*trees, *[DraftTree.chain(0)] * (rows - live)]
         starts = torch.tensor([*self.lengths, *[0] * (rows - live)], dtype=torch.int64)
-        tokens = torch.zeros(rows, width, dtype=torch.int64)
-        positions = starts[:, None].repeat(1, width)  # padding sits at its row's next position
-        for b, tree in enumerate(padded):
-            tokens[b, : tree.num_nodes] = tree.tokens
-            positions[b, : tree.num_nodes] += tree.depths
+        tokens, positions = _padded_tokens(padded, width, starts)
         inputs = dict(tokens=tokens, positions=positions, mask=self._mask(padded, width, keys, starts.tolist()),
                       starts=starts)
         try:
@@ -242,12 +238,7 @@ class BatchedTarget:
             tree, start = trees[0], self.lengths[0]
             positions = [start + len(line) - 1 for line in tree.ancestor_lines]  # a node's depth: its line less one
             return tree.tokens[None], torch.tensor([positions], device=self.device)
-        starts = self.layout.starts
-        tokens = torch.zeros(len(trees), width, dtype=torch.int64)  # [B, T]
-        positions = starts[:, None].repeat(1, width)  # [B, T]; padding sits at the row's next position
-        for b, tree in enumerate(trees):
-            tokens[b, : tree.num_nodes] = tree.tokens
-            positions[b, : tree.num_nodes] += tree.depths
+        tokens, positions = _padded_tokens(trees, width, self.layout.starts)
         return tokens, positions.to(self.device)
 
     def _mask(self, trees: Sequence[DraftTree], width: int, keys: int | None = None,
@@ -307,6 +298,17 @@ class BatchedTarget:
         src, dst = (src + base).to(self.device), (dst + base).to(self.device)
         for layer in self._layers:
             layer.keep_paths(rows, src, dst)
+
+
+def _padded_tokens(trees: Sequence[DraftTree], width: int, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """tokens [B, T] and positions [B, T] (on the CPU) of rows padded to width T after `starts` [B] committed
+    tokens: a padding node sits at its row's next position, token 0."""
+    tokens = torch.zeros(len(trees), width, dtype=torch.int64)
+    positions = starts[:, None].repeat(1, width)
+    for b, tree in enumerate(trees):
+        tokens[b, : tree.num_nodes] = tree.tokens
+        positions[b, : tree.num_nodes] += tree.depths
+    return tokens, positions
 
 
 class OneSequence:

@@ -30,8 +30,9 @@ def argmax_rows(logits: torch.Tensor) -> list[int] | None:
     """Each row's argmax of logits [N, V], the lowest id among equal scores (torch.argmax's and numpy's
     choice), in one pass over the rows; None where the extension is not loaded (torch.topk's tie order
     is its own) or a row holds no score that is not NaN. A NaN is never taken (torch and numpy take the
-    first one): plain decoding goes through the same acceptance, so it still emits what plain does. Greedy acceptance reads it a row at a time: a
-    bf16 row read as it is costs less than one converted for numpy (docs/benchmarks.md)."""
+    first one): plain decoding goes through the same acceptance, so it still emits what plain does.
+    Greedy acceptance reads it a row at a time: a bf16 row read as it is costs less than one converted
+    for numpy (docs/benchmarks.md)."""
     if logits.device.type != "cpu" or logits.dtype not in (torch.bfloat16, torch.float32) or not q4_kernel.is_loaded():
         return None
     ids = torch.ops.specdec_top.top_tokens(logits, 1)[:, 0].tolist()
