@@ -216,19 +216,28 @@ def test_a_gguf_model_in_bf16_verifies_on_the_fused_pass_by_default(exact_int4):
 
 @needs_kernel
 def test_one_call_runs_every_layer_and_the_final_norm():
-    """`decoder_pass` (every layer, then the final norm, in one C++ call) gives the bits of the per-layer
-    calls a captured pass makes, and the captured last state is the normed one the head reads."""
+    """`decoder_pass` (every layer, then the final norm, in one C++ call) gives the bits of a captured pass,
+    which runs the layers in stretches between its captures: the same logits whatever is captured, a state
+    the same bits whichever other states are captured with it, each within bf16 rounding of the model's own
+    hidden state there, and the captured last state the normed one the head reads."""
     view = packed_view(tiny_qwen2_64(), int4=True)
     target = TargetModel(view, attention=AttentionPlan.invariant())
     prompt = torch.randint(0, 512, (1, 12), generator=torch.Generator().manual_seed(4))
-    outs = []
-    for capture in ((), (1, -1)):
+    outs = {}
+    for capture in ((), (1, -1), (0, 1, 2), (-1,)):
         target.reset()
-        outs.append(target.run(prompt, None, None, target.cache, 0, capture=capture))
-    (whole, none), (layered, features) = outs
-    assert none is None and torch.equal(whole, layered)
-    last = features[..., -view.config.hidden_size:]
+        outs[capture] = target.run(prompt, None, None, target.cache, 0, capture=capture)
+    whole, none = outs[()]
+    assert none is None and all(torch.equal(logits, whole) for logits, _ in outs.values())
+    size = view.config.hidden_size
+    pair, three, last = outs[(1, -1)][1], outs[(0, 1, 2)][1], outs[(-1,)][1]
+    assert torch.equal(pair[..., :size], three[..., size : 2 * size]) and torch.equal(pair[..., size:], last)
     assert torch.equal(target._fused.head(last), whole)
+    with torch.no_grad():
+        states = view(prompt, output_hidden_states=True).hidden_states
+    for index in range(3):
+        got = three[..., index * size : (index + 1) * size].float()
+        assert torch.allclose(got, states[index].float(), atol=0.1, rtol=0.05), index
 
 
 @needs_kernel

@@ -321,7 +321,7 @@ struct Layers : torch::CustomClassHolder {
 };
 
 // Every layer, then the final norm, in one call: layer i writes keys[i], values[i] at write[i]'s slots; the
-// result is norm(h) * w_norm. The layers' steps are `decoder_layer`'s (the same bits), in one workspace; what
+// result is norm(h) * w_norm, or h itself for an empty norm (a captured pass runs its layers in stretches). The layers' steps are `decoder_layer`'s (the same bits), in one workspace; what
 // it spares is a Python call, a dispatch and a workspace per layer, a measurable share of a small model's step
 // (docs/benchmarks.md).
 at::Tensor decoder_pass(const at::Tensor& hidden, const c10::intrusive_ptr<Layers>& model, const at::Tensor& cos,
@@ -335,8 +335,9 @@ at::Tensor decoder_pass(const at::Tensor& hidden, const c10::intrusive_ptr<Layer
   TORCH_CHECK(hidden.dim() == 3 && hidden.scalar_type() == at::kBFloat16 && hidden.is_contiguous(),
               "decoder_pass: hidden must be contiguous bf16 [B, T, H]");
   const int64_t H = hidden.size(2), R = hidden.size(0) * hidden.size(1);
-  TORCH_CHECK(norm.scalar_type() == at::kBFloat16 && norm.is_contiguous() && norm.numel() == H,
-              "decoder_pass: the final norm's weight must be bf16 [", H, "]");
+  const bool normed = norm.numel() > 0;
+  TORCH_CHECK(norm.scalar_type() == at::kBFloat16 && norm.is_contiguous() && (norm.numel() == H || !normed),
+              "decoder_pass: the final norm's weight must be bf16 [", H, "] or empty");
   // Every layer checked before the first writes the cache; the workspace fits the widest.
   int64_t width = 0, attn = 0, inner = 0;
   for (int64_t i = 0, at = 0; i < layers; at += model->sizes[i], ++i) {
@@ -345,6 +346,7 @@ at::Tensor decoder_pass(const at::Tensor& hidden, const c10::intrusive_ptr<Layer
     const auto [a, b, c] = widths(w, heads, keys[i].size(3), model->parts[i]);
     width = std::max(width, a), attn = std::max(attn, b), inner = std::max(inner, c);
   }
+  if (!normed && layers == 0) return hidden.clone();
   at::Tensor out = at::empty_like(hidden);
   if (layers == 0) {
     rms_norm(hidden.data_ptr<bf16>(), norm.data_ptr<bf16>(), out.data_ptr<bf16>(), R, H, static_cast<float>(norm_eps));
@@ -357,6 +359,7 @@ at::Tensor decoder_pass(const at::Tensor& hidden, const c10::intrusive_ptr<Layer
     layer(h.data_ptr<bf16>(), h.data_ptr<bf16>(), model->layer(i, at), cos, sin, keys[i], values[i], write[i], start,
           tail, count, s, eps, scale, model->parts[i], ws);
   }
+  if (!normed) return h;
   rms_norm(h.data_ptr<bf16>(), norm.data_ptr<bf16>(), out.data_ptr<bf16>(), R, H, static_cast<float>(norm_eps));
   return out;
 }
