@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 from helpers import build_proposer
 
-from specdec.engine.floor import EXPLORE, WARMUP, Floor, FloorState
+from specdec.engine.floor import EXPLORE, TRY_GAP_MAX, TRY_SHARE, WARMUP, Floor, FloorState
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
 from specdec.proposers import METHODS, parse_method
@@ -43,12 +43,25 @@ def test_drafts_that_pay_keep_drafting_with_rarer_plain_tries() -> None:
 
 
 def test_drafts_that_lose_turn_to_plain_steps_with_rarer_drafting_tries() -> None:
-    modes = run_policy(FloorState(), 400, drafted_tokens=2, drafted_s=4.0)  # 0.5 tokens/s against 1
+    modes = run_policy(FloorState(), 400, drafted_tokens=2, drafted_s=2.2)  # 0.91 tokens/s against 1
     assert modes[: WARMUP + 1] == [True] * WARMUP + [False]
     tries = [i for i, drafting in enumerate(modes) if drafting][WARMUP:]
     gaps = [b - a for a, b in zip(tries, tries[1:], strict=False)]
     assert gaps == sorted(gaps) and max(gaps) == EXPLORE[1] + 1
     assert len(tries) < 10  # 2% of the steps
+
+
+@pytest.mark.parametrize("drafted_s", [4.0, 12.0])
+def test_a_try_that_costs_more_comes_later(drafted_s: float) -> None:
+    """A drafting try that loses `drafted_s - 2` plain steps comes at most every (that / TRY_SHARE) steps, so
+    the tries after the first cost at most TRY_SHARE of the time (a heavy head on a fast pass)."""
+    steps = 3000
+    modes = run_policy(FloorState(), steps, drafted_tokens=2, drafted_s=drafted_s)
+    tries = [i for i, drafting in enumerate(modes) if drafting][WARMUP:]
+    gaps = [b - a for a, b in zip(tries, tries[1:], strict=False)]
+    lost = drafted_s - 2.0
+    assert min(gaps[1:]) > min(TRY_GAP_MAX, lost / TRY_SHARE) and max(gaps) <= TRY_GAP_MAX + 1
+    assert lost * len(tries[1:]) <= TRY_SHARE * steps * 1.05
 
 
 def test_a_winner_that_changes_is_followed() -> None:

@@ -10,7 +10,9 @@ drafting steps against tokens per second of its plain steps, each step timed who
 the proposer is asked for depth 0 (it keeps its state and drafts nothing). Now and then
 the losing mode runs one step, so the floor follows the text: a plain step keeps the plain
 rate current, a drafting step sees whether the text has become predictable. The try comes
-less often each time the loser loses again (`EXPLORE`), so a clear winner costs little.
+less often each time the loser loses again (`EXPLORE`), and never more often than keeps what
+its tries lose under `TRY_SHARE` of the leader's time: a method whose drafting step costs
+several plain steps (EAGLE's head on a fast pass) is tried rarely, a cheap loser often.
 
 What a method learned carries to its next request: `Floor` keeps each proposer type's
 rates, and a new row starts from them.
@@ -27,12 +29,15 @@ Invariants:
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 DECAY = 0.97  # per row step: a mode's rate follows roughly its steps among the last thirty
 MARGIN = 1.05  # the mode that trails must earn 5% more tokens per second to take the lead
 EXPLORE = (4, 64)  # steps between tries of the losing mode: the first gap, doubled per loss up to the last
+TRY_SHARE = 0.02  # what a losing mode's tries may cost, as a share of the leader's time ...
+TRY_GAP_MAX = 512  # ... with a gap of at most this many steps
 WARMUP = 3  # drafting steps a new method takes before its first plain step
 
 
@@ -42,18 +47,28 @@ class _Rate:
 
     tokens: float = 0.0
     seconds: float = 0.0
+    steps: float = 0.0
 
     def age(self) -> None:
         self.tokens *= DECAY
         self.seconds *= DECAY
+        self.steps *= DECAY
 
     def add(self, tokens: int, seconds: float) -> None:
         self.tokens += tokens
         self.seconds += seconds
+        self.steps += 1
 
     @property
     def value(self) -> float | None:
         return self.tokens / self.seconds if self.seconds > 0 else None
+
+    def lost_by(self, tokens: int, seconds: float) -> float:
+        """How many of this mode's steps the other mode's step lost against it: its seconds beyond what
+        this mode takes for the same tokens, over this mode's seconds a step."""
+        if not self.steps or not self.tokens:
+            return 0.0
+        return max(0.0, seconds - tokens * self.seconds / self.tokens) / (self.seconds / self.steps)
 
 
 @dataclass
@@ -88,8 +103,10 @@ class FloorState:
             self.since, self.gap = 0, EXPLORE[0]
         elif drafted == self.leader:
             self.since += 1
-        else:  # the other mode ran and lost again: its next try comes later
-            self.since, self.gap = 0, min(EXPLORE[1], 2 * self.gap)
+        else:  # the other mode ran and lost again: its next try comes later, the later the more it lost
+            leader = self.drafting if self.leader else self.plain
+            priced = min(TRY_GAP_MAX, math.ceil(leader.lost_by(tokens, seconds) / TRY_SHARE))
+            self.since, self.gap = 0, max(min(EXPLORE[1], 2 * self.gap), priced)
 
     def _leader(self) -> bool | None:
         draft_rate, plain_rate = self.drafting.value, self.plain.value
