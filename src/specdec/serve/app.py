@@ -88,6 +88,7 @@ from specdec.serve.exactness import settle_exact
 from specdec.serve.guard import PUBLIC_PATHS, Guard, tenant
 from specdec.serve.http import HeaderDeadlineProtocol
 from specdec.serve.metrics import ServerMetrics
+from specdec.serve.model_thread import off_main_thread
 from specdec.serve.options import RequestRefused, Resolved
 from specdec.serve.playground import add_methods_route, add_playground
 from specdec.serve.pool import ProposerPool
@@ -384,8 +385,9 @@ def serve(config: ServerConfig) -> None:
     from specdec.models import load_model
 
     _log_to_stderr(config.log_level)
-    loaded = load_model(config.model)
-    app = create_app(config, loaded)  # prepares the configured methods (measure, load, calibrate)
+    # loads the model and prepares the configured methods (measure, load, calibrate), off the main thread
+    app = off_main_thread(lambda: create_app(config, load_model(config.model)))
+    loaded = app.state.service.loaded
     if not config.api_keys and config.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without --api-key: anyone who can reach it can use it", config.host)
     print(
