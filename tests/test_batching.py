@@ -14,10 +14,10 @@ import torch
 from specdec.backends.torch.rows import BatchedTarget
 from specdec.backends.torch.target import TargetModel
 from specdec.data import load_questions
-from specdec.engine.costs import load_or_measure
+from specdec.engine.costs import CostModel, load_or_measure
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import generate_batch
-from specdec.engine.planner import RowRates, cut, plan_width
+from specdec.engine.planner import EXPLORE_EVERY, RowRates, cut, plan_width
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.proposers.draft import DraftConfig
@@ -187,6 +187,32 @@ def test_planner_spends_the_width_where_drafts_are_accepted():
         rates.observe(tree, [0, 1, 2, 3])  # the first branch always accepted, the sibling never
     after = rates.node_probs(tree)
     assert after[3] > before[3] and after[4] < before[4]
+
+
+@pytest.mark.parametrize("pays", [False, True], ids=["linear curve", "flat curve"])
+def test_a_narrow_batch_stops_proposing_what_its_plan_would_cut(engine, default_model, prompts, pays):
+    """Under a curve where each node costs a token's pass (no draft can pay), once the plan over several
+    rows chose width 1 the greedy rows propose nothing but every EXPLORE_EVERY-th step; under a flat
+    curve they propose every step. The text is plain decoding's either way."""
+    costs = CostModel((1, 64), (1.0, 1.0 if pays else 64.0))
+    depths: list[list[int]] = []  # per row, the depth each of its steps allowed
+
+    def watched(proposer):
+        inner, seen = proposer.propose, []
+        depths.append(seen)
+        proposer.propose = lambda ctx: seen.append(ctx.max_depth) or inner(ctx)
+        return proposer
+
+    configs = [GenerationConfig(max_new_tokens=40) for _ in prompts[:4]]
+    proposers = [watched(parse_method("pld").build(default_model)) for _ in configs]
+    batched = generate_batch(engine, prompts[:4], proposers, configs, costs=costs, max_batch=4)
+    alone = [engine.generate(p, PlainProposer(), c).token_ids for p, c in zip(prompts[:4], configs, strict=True)]
+    assert [out.token_ids for out in batched] == alone
+    for seen in depths:
+        if pays:
+            assert sum(d > 0 for d in seen) >= len(seen) - 1, seen  # the last step has one token left
+        else:  # the first rows' steps before the batch filled, then one step in EXPLORE_EVERY
+            assert sum(d > 0 for d in seen) <= len(seen) // EXPLORE_EVERY + 4, seen
 
 
 def test_one_call_api_takes_a_list_of_prompts(default_model):

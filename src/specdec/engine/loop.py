@@ -58,7 +58,7 @@ from specdec.engine.generation import (
     Proposer,
     StepStats,
 )
-from specdec.engine.planner import RowRates, cut, plan_width
+from specdec.engine.planner import NarrowBatch, RowRates, cut, plan_width
 from specdec.engine.provenance import Piece
 from specdec.engine.uniforms import PositionUniforms
 from specdec.engine.verify import Draws, VerifyResult, verify
@@ -184,6 +184,8 @@ class Batch:
         self.max_batch = max_batch
         self.prefill_chunk = prefill_chunk
         self.target = rows_of(engine.target)
+        self._narrow = NarrowBatch()  # a full batch's greedy rows stop proposing what its plan would cut
+        self._proposing = True
         self.rows: list[Row] = []  # rows[b] sits in slot b of the batched cache
         self.waiting: list[Row] = []  # admitted rows whose prompts are still being prefilled, in order
 
@@ -312,10 +314,14 @@ class Batch:
 
     def _propose(self) -> list[DraftTree]:
         trees = []
+        self._proposing = self.costs is None or self._narrow.propose(len(self.rows))
         for row in self.rows:
             t0 = time.perf_counter()
             depth = self.engine.max_depth(row.tokens, row.emitter)
-            row.drafting = row.floor is None or len(self.rows) > 1 or row.floor.drafts()
+            if len(self.rows) > 1:  # the batch's plan prices drafts: a narrow one skips greedy rows' proposals
+                row.drafting = self._proposing or not row.config.sampling.greedy
+            else:
+                row.drafting = row.floor is None or row.floor.drafts()
             depth = depth if row.drafting else 0  # a plain step: the proposer keeps its state, drafts nothing
             ctx = ProposalContext(
                 row.tokens, row.logits, len(row.prompt_ids), row.config.sampling, depth, row.features
@@ -345,6 +351,8 @@ class Batch:
                 width = plan_width([probs[b]], [False], self.costs.cost)
                 trees[b], probs[b], fixed[b] = cut(trees[b], width), probs[b][:width], True
         width = plan_width(probs, fixed, self.costs.cost)
+        if self._proposing:
+            self._narrow.planned(len(self.rows), width, max(tree.num_nodes for tree in trees))
         return [tree if keep else cut(tree, width) for tree, keep in zip(trees, fixed, strict=True)]
 
     def _advance(self, row: Row, result: VerifyResult, verify_s: float) -> bool:

@@ -23,7 +23,13 @@ Invariants:
   batch's: how many random draws a step takes depends on the tree, so a seeded
   row's output must not depend on the other rows (`specdec.engine.loop.Batch._budget`);
 - width 1 (no drafts) is always a candidate, so a batch whose drafts do not pay
-  decodes plainly.
+  decodes plainly;
+- a full batch rarely pays for drafts (on a CPU each extra row costs about what a
+  token does), and proposing trees only to cut them cost as much as the pass's
+  growth: while the last plan that saw drafts chose width 1 for as many rows or
+  more, greedy rows propose nothing (`NarrowBatch`), and every `EXPLORE_EVERY`-th
+  step they propose again so the plan can widen when the text or the batch allows.
+  Sampled rows always propose: their draws must not depend on the other rows.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from specdec.tree import DraftTree
 PRIOR = (0.5, 2.0)  # (mean, strength): Beta(1, 1), i.e. no opinion until the row has been seen
 MAX_DEPTH_KEY = 8  # deeper nodes share one rate
 MAX_RANK_KEY = 2  # first child, second child, any later sibling
+EXPLORE_EVERY = 16  # steps of a narrow batch between two steps whose rows propose
 
 
 def _key(depth: int, rank: int) -> tuple[int, int]:
@@ -102,3 +109,24 @@ def cut(tree: DraftTree, width: int) -> DraftTree:
         return tree
     probs = tree.draft_probs[:width] if tree.draft_probs is not None else None
     return DraftTree(tree.tokens[:width], tree.parents[:width], probs)
+
+
+class NarrowBatch:
+    """Whether a multi-row step's greedy rows propose, from what the batch's last plan chose."""
+
+    def __init__(self) -> None:
+        self.narrow_rows = 0  # the row count at which the last plan that saw drafts chose width 1; 0: none
+        self.since = 0  # steps since the rows last proposed
+
+    def propose(self, rows: int) -> bool:
+        """Whether this step's rows propose (always for one row: the floor prices a row alone)."""
+        if rows < 2 or not self.narrow_rows or rows < self.narrow_rows:
+            return True
+        self.since += 1
+        return self.since >= EXPLORE_EVERY
+
+    def planned(self, rows: int, width: int, widest: int) -> None:
+        """A plan over `rows` rows that proposed trees of up to `widest` nodes chose `width` (a batch
+        whose rows found nothing to draft has not learned that drafts do not pay)."""
+        self.narrow_rows, self.since = (rows if width == 1 < widest and rows > 1 else 0), 0
+
