@@ -10,9 +10,10 @@ drafting steps against tokens per second of its plain steps, each step timed who
 the proposer is asked for depth 0 (it keeps its state and drafts nothing). Now and then
 the losing mode runs one step, so the floor follows the text: a plain step keeps the plain
 rate current, a drafting step sees whether the text has become predictable. The try comes
-less often each time the loser loses again (`EXPLORE`), and never more often than keeps what
-its tries lose under `TRY_SHARE` of the leader's time: a method whose drafting step costs
-several plain steps (EAGLE's head on a fast pass) is tried rarely, a cheap loser often.
+less often each time the loser loses again (`EXPLORE`); once it has lost at the widest of
+those gaps, never more often than keeps what its tries lose under `TRY_SHARE` of the
+leader's time: a method whose drafting step costs several plain steps (EAGLE's head on a
+fast pass) is then tried rarely, a cheap loser as before.
 
 What a method learned carries to its next request: `Floor` keeps each proposer type's
 rates, and a new row starts from them.
@@ -104,9 +105,16 @@ class FloorState:
         elif drafted == self.leader:
             self.since += 1
         else:  # the other mode ran and lost again: its next try comes later, the later the more it lost
-            leader = self.drafting if self.leader else self.plain
-            priced = min(TRY_GAP_MAX, math.ceil(leader.lost_by(tokens, seconds) / TRY_SHARE))
-            self.since, self.gap = 0, max(min(EXPLORE[1], 2 * self.gap), priced)
+            self.since, self.gap = 0, max(min(EXPLORE[1], 2 * self.gap), self._priced_gap(tokens, seconds))
+
+    def _priced_gap(self, tokens: int, seconds: float) -> int:
+        """The gap that keeps a try that lost like this one under TRY_SHARE of the time; 0 until the loser
+        has lost at the widest doubled gap (a method's first steps carry one-off costs, and the text may
+        turn: the doubling schedule runs first)."""
+        if self.gap < EXPLORE[1]:
+            return 0
+        leader = self.drafting if self.leader else self.plain
+        return min(TRY_GAP_MAX, math.ceil(leader.lost_by(tokens, seconds) / TRY_SHARE))
 
     def _leader(self) -> bool | None:
         draft_rate, plain_rate = self.drafting.value, self.plain.value
