@@ -16,6 +16,8 @@ import sys
 import time
 
 sys.path.insert(0, os.environ.get("SRC", "src"))
+from step_pieces import spent, timed  # noqa: E402 - the same timing wrapper
+
 from specdec.backends.torch import rows as R  # noqa: E402
 from specdec.data import load_questions  # noqa: E402
 from specdec.engine.costs import load_or_measure  # noqa: E402
@@ -25,22 +27,6 @@ from specdec.engine.loop import Batch, Engine  # noqa: E402
 from specdec.models import load_model  # noqa: E402
 from specdec.prompts import encode_prompt  # noqa: E402
 from specdec.proposers import parse_method  # noqa: E402
-
-spent: dict[str, float] = collections.defaultdict(float)
-
-
-def timed(name: str, owner: object, attr: str) -> None:
-    """Replace owner.attr by a wrapper that adds its time to spent[name]."""
-    inner = getattr(owner, attr)
-
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            spent[name] += time.perf_counter() - start
-
-    setattr(owner, attr, wrapper)
 
 
 def held_out_prompts(loaded, count: int) -> list[list[int]]:
