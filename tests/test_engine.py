@@ -165,3 +165,11 @@ def test_bad_input(engine):
         engine.generate([1, 10**7], PlainProposer(), GenerationConfig(8))
     with pytest.raises(ValueError, match="context"):
         engine.generate([1] * 9000, PlainProposer(), GenerationConfig(8))
+
+
+def test_decode_rate_leaves_the_prefill_and_its_token_out(engine, prompts):
+    """The demo's tokens/s: tokens after the prefill's own over the time after the prefill."""
+    stats = engine.generate(prompts[0], PlainProposer(), GenerationConfig(max_new_tokens=6)).stats
+    assert stats.prefill_s > 0 and stats.wall_time_s > stats.prefill_s
+    expected = (stats.num_new_tokens - 1) / (stats.wall_time_s - stats.prefill_s)
+    assert stats.decode_tokens_per_s == pytest.approx(expected)

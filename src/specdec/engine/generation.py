@@ -108,6 +108,13 @@ class GenerationStats:
         return self.num_new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
 
     @property
+    def decode_tokens_per_s(self) -> float:
+        """Tokens after the prefill's over the time after it: what decoding itself gives (a prompt whose
+        prefill the prompt cache held, or a head's captured prefill, does not tilt it)."""
+        seconds = self.wall_time_s - self.prefill_s
+        return (self.num_new_tokens - 1) / seconds if seconds > 0 and self.num_new_tokens > 1 else 0.0
+
+    @property
     def draft_time_s(self) -> float:
         return sum(s.draft_s for s in self.steps)
 
