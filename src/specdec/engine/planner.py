@@ -129,4 +129,3 @@ class NarrowBatch:
         """A plan over `rows` rows that proposed trees of up to `widest` nodes chose `width` (a batch
         whose rows found nothing to draft has not learned that drafts do not pay)."""
         self.narrow_rows, self.since = (rows if width == 1 < widest and rows > 1 else 0), 0
-

@@ -5,9 +5,9 @@ pool of worker threads for every thread that has started a parallel region, for 
 thread lives. Once two live threads hold pools, libgomp's threads outnumber the cores and its
 workers stop spinning between regions (its "throttled" wait): every fork and join then wakes a
 sleeping thread. A pass of a small model is hundreds of short regions, so the decode worker ran
-~2.5x slower than the same decoding on the main thread (SmolLM2 on 2 cores: ~12-13 ms a token
-against ~5; a region of 200k multiplies 63 us against 10), because the main thread had loaded
-the model and so held a pool. The main thread serves HTTP for the whole life of the process, so it
+about half as fast as the same decoding on the main thread, because the main thread had loaded
+the model and so held a pool (measured: docs/results/2026-11-server-threads,
+`benchmarks/thread_pools.py`). The main thread serves HTTP for the whole life of the process, so it
 must never start a parallel region: the model is loaded, measured and warmed on a thread that ends
 (its pool goes with it), and after that only the decode worker runs the model.
 

@@ -255,7 +255,7 @@ class FusedDecoder:
         common = (starts, tail, counts, self.heads, self.kv_heads, self.eps, self.scale)
         total, states, at = len(self.layers), {}, 0
         # A captured state is the input of its layer: the layers run in stretches between captures, each one
-        # C++ call (a call per layer cost a captured pass ~0.15 ms more than a plain one on SmolLM2)
+        # C++ call, not a call per layer (docs/results/2026-11-server-threads, "Captured passes")
         for stop in sorted({index % (total + 1) for index in capture} - {total}):
             if stop > at:
                 hidden = torch.ops.specdec_layer.decoder_pass(

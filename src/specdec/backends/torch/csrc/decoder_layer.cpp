@@ -321,9 +321,9 @@ struct Layers : torch::CustomClassHolder {
 };
 
 // Every layer, then the final norm, in one call: layer i writes keys[i], values[i] at write[i]'s slots; the
-// result is norm(h) * w_norm, or h itself for an empty norm (a captured pass runs its layers in stretches). The layers' steps are `decoder_layer`'s (the same bits), in one workspace; what
-// it spares is a Python call, a dispatch and a workspace per layer, a measurable share of a small model's step
-// (docs/benchmarks.md).
+// result is norm(h) * w_norm, or h itself for an empty norm (a captured pass runs its layers in stretches).
+// The layers' steps are `decoder_layer`'s (the same bits), in one workspace; what it spares is a Python call,
+// a dispatch and a workspace per layer, a measurable share of a small model's step (docs/benchmarks.md).
 at::Tensor decoder_pass(const at::Tensor& hidden, const c10::intrusive_ptr<Layers>& model, const at::Tensor& cos,
                         const at::Tensor& sin, at::TensorList keys, at::TensorList values, at::TensorList write,
                         const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, int64_t heads,
