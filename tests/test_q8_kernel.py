@@ -78,6 +78,20 @@ def test_q8_0_bytes_read_as_gguf_writes_and_reads_them():
     assert torch.equal(dequantize_q8(qs, scale), torch.from_numpy(np.ascontiguousarray(expected)).to(torch.bfloat16))
 
 
+def test_quantize_q8_writes_ggufs_q8_0_bytes():
+    """`quantize_q8` (the drafting heads' 8-bit blocks) is ggml's Q8_0 rule: gguf's own quantizer's bits,
+    a block of zeros and a half-way value included."""
+    gguf = pytest.importorskip("gguf")
+    weights = np.random.default_rng(1).standard_normal((6, 128)).astype(np.float32)
+    weights[1, :32] = 0.0
+    weights[3, :32] = np.r_[63.5, np.arange(31) * 0.5 - 7.25].astype(np.float32)  # d 0.5: w / d is x.5 for most
+    raw = gguf.quants.quantize(weights, gguf.GGMLQuantizationType.Q8_0)
+    qs, scale = q4_kernel.quantize_q8(torch.from_numpy(weights))
+    expected_qs, expected_scale = gguf_blocks.q8_0_blocks(raw, 6, 128)
+    assert torch.equal(qs, expected_qs) and torch.equal(scale, expected_scale)
+    assert int(qs[3, 1]) == -15  # -7.25 / 0.5 = -14.5: half away from zero, not to even
+
+
 def test_pack_refuses_bad_input():
     with pytest.raises(ValueError, match="multiple of 32"):
         pack_q8(torch.zeros(2, 48, dtype=torch.int64), torch.ones(2, 1))

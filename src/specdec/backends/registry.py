@@ -169,6 +169,14 @@ def pack_draft(module: torch.nn.Module, loaded: LoadedModel) -> torch.nn.Module:
     return maybe_packed(module, loaded.pack, None)
 
 
+def block_linear(linear: torch.nn.Linear) -> torch.nn.Module:
+    """`linear` on 8-bit blocks (Q8_0, `q4_kernel.Q8Linear`) where the C++ kernel runs it (CPU weights, K a
+    multiple of 32), else `linear` itself. For drafting heads' small products: in bf16 each reads twice
+    the bytes and costs more to start than to multiply. Its output is x's dtype (fp32 or bf16)."""
+    fits = linear.weight.device.type == "cpu" and linear.in_features % q4_kernel.BLOCK == 0
+    return q4_kernel.Q8Linear.from_linear(linear) if fits and q4_kernel.load_extension() else linear
+
+
 def separable_head(model: torch.nn.Module) -> torch.nn.Module | None:
     """`model`'s output head where its logits are exactly head(decoder(...).last_hidden_state) (a model
     type in `FAST_HEAD_TYPES` with a Linear or packed Linear head), so the head may run outside the

@@ -139,6 +139,19 @@ def pack_q8(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return q.to(torch.int8).contiguous(), scale.to(torch.float16).contiguous()
 
 
+def quantize_q8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """weight [N, K] -> Q8_0's blocks (`pack_q8`'s layout) by ggml's rule: per 32 weights d = max|w| / 127
+    in fp32, q = w * (1 / d) rounded half away from zero, d kept as fp16 (a block of zeros: d 0, q 0)."""
+    rows, cols = weight.shape
+    if cols % BLOCK:
+        raise ValueError(f"K = {cols} is not a multiple of {BLOCK}")
+    blocks = weight.detach().float().reshape(rows, cols // BLOCK, BLOCK)
+    d = blocks.abs().amax(-1) / 127
+    x = blocks * torch.where(d > 0, 1 / d, 0.0)[..., None]
+    q = torch.sign(x) * torch.floor(x.abs() + 0.5)
+    return pack_q8(q.reshape(rows, cols), d)
+
+
 def dequantize_q8(qs: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """The bf16 weight [N, K] the 8-bit kernel multiplies by: fp32 q * scale, then to bf16. scale: fp16
     [N, K/32] (Q8_0: the product is exact) or fp32 [N, K/16] (a scale per 16 weights: Q6_K's sub-blocks)."""
@@ -352,6 +365,12 @@ class Q8Linear(torch.nn.Module):
         self.register_buffer("qs", qs)
         self.register_buffer("scale", scale)
         self.register_buffer("bias", None if bias is None else bias.detach())
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear) -> Q8Linear:
+        """`linear`'s weight as Q8_0 blocks (`quantize_q8`), its bias kept in fp32."""
+        bias = None if linear.bias is None else linear.bias.detach().float()
+        return cls(*quantize_q8(linear.weight), bias)
 
     def blocks(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(qs int8 [N, K], scale) in the column form (`pack_q8`'s layout), whichever form the layer holds."""

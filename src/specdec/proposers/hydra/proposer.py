@@ -37,13 +37,13 @@ class HydraConfig(MedusaConfig):
     """Hydra heads drafting Medusa's cost-sized tree, each level guessed for its parent's prefix.
 
     head: the heads' folder (Medusa's layout, `HydraModel`); "" = the heads shipped for the loaded model;
-    the other options are Medusa's (topk, min_prob, budget, adaptive, costs_dir), with its bounds.
+    the other options are Medusa's (topk, min_prob, budget, adaptive, blocks, costs_dir), with its bounds.
     """
 
     def load(self, loaded: LoadedModel) -> HydraHeads:
         folder = Path(self.head).expanduser() if self.head else find_shipped_head(loaded, ARCHITECTURE)
-        key = ("hydra-heads", str(folder.resolve()))
-        return loaded.state.shared(key, lambda: load_medusa(folder, loaded.model, kind=HydraHeads))
+        key = ("hydra-heads", str(folder.resolve()), self.blocks)
+        return loaded.state.shared(key, lambda: self.drafting(load_medusa(folder, loaded.model, kind=HydraHeads)))
 
     def build(self, loaded: LoadedModel) -> HydraProposer:
         costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None

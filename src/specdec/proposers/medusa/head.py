@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from specdec.backends.registry import head_logits
+from specdec.backends.registry import block_linear, head_logits
 from specdec.proposers.eagle import WEIGHTS_FILE, HeadError, read_head_folder, trained_for
 
 ARCHITECTURE = "MedusaModel"
@@ -70,16 +70,35 @@ class MedusaHeads(torch.nn.Module):
     def bind(self, target: torch.nn.Module) -> None:
         """Attach what the heads read from the target besides its state (Medusa's: nothing)."""
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """What the heads compute in: their weights' dtype, fp32 once on 8-bit blocks (`on_blocks`)."""
+        weight = getattr(self.lm_heads[0], "weight", None)
+        return torch.float32 if weight is None else weight.dtype
+
+    def on_blocks(self) -> MedusaHeads:
+        """Every product on 8-bit blocks where the backend's kernel runs (`registry.block_linear`), for
+        drafting only: the drafts change a little, never the output (verification decides)."""
+        for module in list(self.modules()):
+            for name, child in list(module.named_children()):
+                if isinstance(child, torch.nn.Linear):
+                    setattr(module, name, block_linear(child))
+        return self
+
     def logits(self, hidden: torch.Tensor) -> list[torch.Tensor]:
         """hidden [..., H] -> per head, logits over the draft vocabulary [..., V_d]."""
-        hidden = hidden.to(self.lm_heads[0].weight.dtype)
+        hidden = hidden.to(self.dtype)
         return [lm(block(hidden)) for block, lm in zip(self.blocks, self.lm_heads, strict=True)]
 
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """One row's state [H] -> [heads, V_d], as the `medusa` method calls it (few rows: W @ h.T)."""
-        hidden = hidden.to(self.lm_heads[0].weight.dtype)[None]
-        return torch.cat([head_logits(lm.weight, block(hidden)) for block, lm in zip(self.blocks, self.lm_heads,
-                                                                                     strict=True)])
+        """One row's state [H] -> [heads, V_d], as the `medusa` method calls it."""
+        hidden = hidden.to(self.dtype)[None]
+        return torch.cat([self.head_product(i, block(hidden)) for i, block in enumerate(self.blocks)])
+
+    def head_product(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """Head i's vocabulary product of x [rows, H]: few rows of a Linear as W @ x.T (`head_logits`)."""
+        lm = self.lm_heads[i]
+        return head_logits(lm.weight, x) if isinstance(lm, torch.nn.Linear) else lm(x)
 
     def config_dict(self) -> dict:
         return {

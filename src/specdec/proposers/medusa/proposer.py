@@ -49,6 +49,8 @@ class MedusaConfig:
     min_prob: a node is expanded only if its cumulative probability is at least this;
     budget: most nodes in the tree, root included;
     adaptive: keep the node count that maximises expected tokens per second (else always `budget`);
+    blocks: the heads' products on 8-bit blocks where the backend's kernel runs (a CPU): cheaper drafts,
+    a little different, the same output; false: in the heads' own dtype;
     costs_dir: cache folder of measured cost curves ("" = ~/.cache/specdec/costs).
     """
 
@@ -57,12 +59,17 @@ class MedusaConfig:
     min_prob: Annotated[float, option(ge=0.0, le=1.0)] = 0.02  # server-side: 0 would expand every node
     budget: Annotated[int, option(ge=2, le=256, request_max=64)] = 32
     adaptive: Annotated[bool, option(request=True)] = True
+    blocks: bool = True
     costs_dir: str = ""
 
     def load(self, loaded: LoadedModel) -> MedusaHeads:
         folder = Path(self.head).expanduser() if self.head else find_shipped_head(loaded, ARCHITECTURE)
-        key = ("medusa-heads", str(folder.resolve()))
-        return loaded.state.shared(key, lambda: load_medusa(folder, loaded.model))
+        key = ("medusa-heads", str(folder.resolve()), self.blocks)
+        return loaded.state.shared(key, lambda: self.drafting(load_medusa(folder, loaded.model)))
+
+    def drafting(self, heads: MedusaHeads) -> MedusaHeads:
+        """The heads as they draft: on 8-bit blocks when `blocks` asks for it."""
+        return heads.on_blocks() if self.blocks else heads
 
     def build(self, loaded: LoadedModel) -> MedusaProposer:
         costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
