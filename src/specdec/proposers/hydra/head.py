@@ -54,8 +54,9 @@ class HydraHeads(MedusaHeads):
         """Head i: hidden [..., H] and branch [..., i + 1] token ids (root first) -> logits [..., V_d]."""
         if branch.shape[-1] != i + 1:
             raise ValueError(f"hydra head {i} reads {i + 1} branch tokens, got {branch.shape[-1]}")
-        hidden = hidden.to(self.dtype)
-        embedded = self.embed[0](branch).to(self.dtype).flatten(-2)  # [..., (i + 1) H]
+        dtype = self.dtype
+        hidden = hidden.to(dtype)
+        embedded = self.embed[0](branch).to(dtype).flatten(-2)  # [..., (i + 1) H]
         x = hidden + self.inputs[i](torch.cat([hidden, embedded], dim=-1))
         return self.lm_heads[i](self.blocks[i](x))
 

@@ -73,8 +73,8 @@ class MedusaHeads(torch.nn.Module):
     @property
     def dtype(self) -> torch.dtype:
         """What the heads compute in: their weights' dtype, fp32 once on 8-bit blocks (`on_blocks`)."""
-        weight = getattr(self.lm_heads[0], "weight", None)
-        return torch.float32 if weight is None else weight.dtype
+        head = self.lm_heads[0]  # an isinstance test, not getattr: a Q8Linear's missing attribute raises
+        return head.weight.dtype if isinstance(head, torch.nn.Linear) else torch.float32
 
     def on_blocks(self) -> MedusaHeads:
         """Every product on 8-bit blocks where the backend's kernel runs (`registry.block_linear`), for
