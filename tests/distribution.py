@@ -1,11 +1,12 @@
-"""The distribution checks every acceptance rule's test uses (tests/test_sampling.py, tests/test_spectr.py).
+"""The models and scenarios every acceptance rule's distribution test uses (tests/test_sampling.py, tests/test_spectr.py).
 
-A tiny "target model" and "draft model" are random order-2 Markov tables over a vocabulary of 8 (the
-distribution of the next token depends on the last two tokens), so a target distribution is defined
-after *every* prefix, in the tree or not. `check` runs 100k independent steps of a rule and compares
-the empirical distribution of the first emitted token, and of the first two, with the target's own
-(`helpers.tv_bound`); `SCENARIOS` are the trees and settings the rules are checked on. See
-tests/test_sampling.py's docstring for why the two-token check measures what a step adds.
+A tiny "target model" and "draft model" are random order-2 Markov tables over a small vocabulary
+(the distribution of the next token depends on the last two tokens), so a target distribution is
+defined after *every* prefix, in the tree or not. `SCENARIOS` are the trees and settings the rules
+are checked on: exactly, by enumeration (tests/exact.py), and `check` runs seeded steps through the
+rules' own random numbers and compares the empirical distribution of the first emitted token, and of
+the first two, with the target's (`helpers.tv_bound`). See tests/exact.py for why the two-token check
+measures what a step adds.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from specdec.engine.accept import (
     accept_speculative_chain,
     point_mass_rows,
 )
-from specdec.engine.uniforms import PositionUniforms
+from specdec.engine.uniforms import Chance, PositionUniforms
 from specdec.sampling import SamplingParams, logits_to_probs
 from specdec.tree import DraftTree
 
@@ -71,11 +72,11 @@ class Models:
     draft_table: torch.Tensor  # [V, V, V] float32: what drafts are drawn from
 
     @classmethod
-    def make(cls, seed: int, params: SamplingParams) -> Models:
+    def make(cls, seed: int, params: SamplingParams, vocab: int = VOCAB) -> Models:
         gen = torch.Generator().manual_seed(seed)
-        target_logits = 1.5 * torch.randn(VOCAB, VOCAB, VOCAB, generator=gen)
+        target_logits = 1.5 * torch.randn(vocab, vocab, vocab, generator=gen)
         # Correlated with the target (drafts get accepted, often several in a row) but clearly off.
-        draft_logits = 0.7 * target_logits + torch.randn(VOCAB, VOCAB, VOCAB, generator=gen)
+        draft_logits = 0.7 * target_logits + torch.randn(vocab, vocab, vocab, generator=gen)
         draft_table = reference_probs(draft_logits, params).float()
         return cls(params, target_logits, reference_probs(target_logits, params), draft_table)
 
@@ -85,8 +86,8 @@ class Models:
         return first, (first[:, None] * self.target_table[ROOT]).flatten()
 
 
-# Rule under test: (tree, target_probs [N, V], generator) -> Acceptance
-Rule = Callable[[DraftTree, torch.Tensor, torch.Generator], Acceptance]
+# Rule under test: (tree, target_probs [N, V], a generator or a Chance) -> Acceptance
+Rule = Callable[[DraftTree, torch.Tensor, "torch.Generator | Chance"], Acceptance]
 
 
 @dataclass
@@ -97,6 +98,11 @@ class Scenario:
     fixed_tokens: list[int] | None = None  # deterministic drafts; None: drawn from the draft model
     fixed_nodes: dict[int, int] | None = None  # mixed tree: these nodes are fixed guesses, the rest drawn
     random_size: bool = False  # keep only the first 2..N nodes, at random (a chain of random length)
+    by_position: bool = False  # deterministic drafts drawn with their output positions' uniforms
+    vocab: int = VOCAB
+
+    def models(self, seed: int) -> Models:
+        return Models.make(seed, self.params, self.vocab)
 
 
 def draw_drafts(scenario: Scenario, models: Models, num_trials: int, gen: torch.Generator) -> torch.Tensor:
@@ -127,7 +133,7 @@ def build_step(scenario: Scenario, models: Models, tokens: list[int]) -> tuple[D
     if scenario.fixed_tokens is None:  # row i: the distribution node i was drawn from (row 0 unused)
         draft_probs = models.draft_table[prev, tokens_t][[0, *parents[1:]]]
         for node in scenario.fixed_nodes or {}:  # a fixed guess drafts with all mass on its token
-            draft_probs[node] = point_mass_rows(tokens_t[node : node + 1], VOCAB)[0]
+            draft_probs[node] = point_mass_rows(tokens_t[node : node + 1], scenario.vocab)[0]
     return DraftTree(tokens_t, torch.tensor(parents, dtype=torch.int64), draft_probs), target_probs
 
 
@@ -147,7 +153,8 @@ def run_trials(
         step = steps.get(key)
         if step is None:
             step = steps[key] = build_step(scenario, models, list(key))
-        emitted = scenario.rule(step[0], step[1], rule_gen).tokens
+        chance = Chance.by_output_position(PositionUniforms(rule_gen)) if scenario.by_position else rule_gen
+        emitted = scenario.rule(step[0], step[1], chance).tokens
         first[trial] = emitted[0]
         if len(emitted) > 1:
             second[trial] = emitted[1]
@@ -155,14 +162,14 @@ def run_trials(
     alone = second_t < 0  # one token emitted: the next step would draw the second from the target
     rows = models.target_table[ROOT, first_t[alone]]  # [m, V]
     second_t[alone] = torch.multinomial(rows, 1, generator=gen).squeeze(1)
-    return first_t, first_t * VOCAB + second_t
+    return first_t, first_t * models.target_table.shape[-1] + second_t
 
 
 def check(
     scenario: Scenario, seed: int, num_trials: int = NUM_TRIALS
 ) -> tuple[tuple[float, float], tuple[float, float]]:
     """((TV, bound) of the first token, (TV, bound) of the first two tokens)."""
-    models = Models.make(seed, scenario.params)
+    models = scenario.models(seed)
     first, two = run_trials(scenario, models, num_trials, seed=seed)
     true_first, true_two = models.truth()
     return (
@@ -210,17 +217,14 @@ def _mixed_guesses(seed: int, params: SamplingParams) -> dict[int, int]:
     return {1: first, 4: int(table[ROOT, first].argmax())}
 
 
-def by_position(tree: DraftTree, target_probs: torch.Tensor, gen: torch.Generator) -> Acceptance:
-    """The deterministic rule as the engines call it: each emitted token drawn with its position's uniform."""
-    return accept_deterministic(tree, target_probs, gen, PositionUniforms(gen))
-
-
 MIXED_GUESSES = _mixed_guesses(14, PLAIN)
 SCENARIOS = {
     # deterministic drafts (retrieval), temperature + top-p
     "deterministic-tree": (11, Scenario(RETRIEVAL_PARENTS, accept_deterministic, PARAMS_B, RETRIEVAL_TOKENS)),
     # the same, with uniforms by output position
-    "deterministic-by-position": (11, Scenario(RETRIEVAL_PARENTS, by_position, PARAMS_B, RETRIEVAL_TOKENS)),
+    "deterministic-by-position": (
+        11, Scenario(RETRIEVAL_PARENTS, accept_deterministic, PARAMS_B, RETRIEVAL_TOKENS, by_position=True)
+    ),
     # a drafted chain, plain temperature-1 distributions
     # (1 to 3 drafts: the bonus token after a fully accepted chain is the 2nd token for 1 draft)
     "speculative-chain": (12, Scenario(CHAIN, accept_speculative_chain, PLAIN, random_size=True)),

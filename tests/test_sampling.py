@@ -1,34 +1,31 @@
 """Tests for specdec.sampling (parameters, logits -> probs) and specdec.engine.accept (the acceptance rules).
 
-The acceptance rules are tested by distribution, model-free: a tiny "target model"
-and "draft model" are random order-2 Markov tables over a vocabulary of 8 (the
-distribution of the next token depends on the last two tokens), so a target
-distribution is defined after *every* prefix, in the tree or not. For each rule
-we run 100k independent steps and compare the empirical distribution of the first
-emitted token, and of the first two emitted tokens, with the target's own.
+The acceptance rules are tested by distribution, model-free and exactly: a tiny
+"target model" and "draft model" are random order-2 Markov tables over a vocabulary
+of 8 (tests/distribution.py), and for each rule every draft and every random choice
+of one step is enumerated with its probability (tests/exact.py), so the distribution
+of the first emitted token, and of the first two, is computed exactly and compared
+with the target's own: a lossless rule is off by float rounding (~1e-7), the
+deliberately broken ones by 1e-2 and more. One sampled check runs the rules on the
+engines' own random numbers (a seeded generator), so what the enumeration assumes of
+`Chance` is checked against what production draws.
 
 The first-two-token truth is p(x1) * p(x2 | root, x1) for every (x1, x2). When a
-step emits only one token, the second is drawn straight from the target given the
-root and x1: that is what any lossless next step would emit (the next step's own
-first token is what the first-token check covers), so the two-token check
-measures exactly what the step under test adds: an accepted draft and the bonus /
-recovered token after it must have the target's conditional distribution.
-
-The rules are always the real functions, called once per trial. What is
-vectorised around them: drawing the draft tokens for all trials, and building
-each distinct tree (and its target rows) once, keyed by its tokens.
+step emits only one token, the second is the target's own given the root and x1:
+that is what any lossless next step would emit (the next step's own first token is
+what the first-token check covers), so the two-token check measures exactly what
+the step under test adds: an accepted draft and the bonus / recovered token after
+it must have the target's conditional distribution.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import random
 
 import pytest
 import torch
 from distribution import (
     CONTEXT,
-    NUM_TRIALS,
     PARAMS_A,
     PARAMS_B,
     PLAIN,
@@ -36,22 +33,20 @@ from distribution import (
     RETRIEVAL_TOKENS,
     ROOT,
     SCENARIOS,
-    VOCAB,
     Models,
     Rule,
     Scenario,
     build_step,
-    by_position,
     check,
     reference_probs,
 )
+from exact import LOSSLESS_TV, Enumerated, assert_exact, enumerate_outcomes, exact_distributions
 from helpers import tv_bound
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec.engine.accept import (
     Acceptance,
-    _draw,
     _residual,
     accept,
     accept_deterministic,
@@ -61,7 +56,7 @@ from specdec.engine.accept import (
     draw_next,
     point_mass_rows,
 )
-from specdec.engine.uniforms import PositionUniforms
+from specdec.engine.uniforms import Chance, PositionUniforms, draw
 from specdec.sampling import SamplingParams, logits_to_probs, make_generator
 from specdec.tree import DraftTree
 
@@ -69,24 +64,43 @@ from specdec.tree import DraftTree
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
     """Everything here works on tiny tensors: extra intra-op threads only add synchronisation
-    (on a busy 2-core machine the 100k-trial checks ran 3x slower with 2 threads)."""
+    (on a busy 2-core machine the sampled checks ran 3x slower with 2 threads)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SCENARIOS))
-def test_rule_matches_target_distribution(name: str) -> None:
+def test_rule_matches_target_distribution_exactly(name: str) -> None:
     seed, scenario = SCENARIOS[name]
-    (tv_first, bound_first), (tv_two, bound_two) = check(scenario, seed)
-    print(f"{name}: TV first {tv_first:.4f} < {bound_first:.4f}, first two {tv_two:.4f} < {bound_two:.4f}")
-    assert tv_first < bound_first
-    assert tv_two < bound_two
+    assert_exact(name, scenario, seed, lossless=True)
 
 
-def accept_every_draft(tree: DraftTree, target_probs: torch.Tensor, gen: torch.Generator) -> Acceptance:
+def test_sampled_steps_match_the_target_distribution() -> None:
+    """The real rules on a seeded generator (the engines' per-node uniforms), 20k steps of the mixed tree
+    (drawn drafts and point-mass guesses as siblings): within the sampling bound of the truth."""
+    seed, scenario = SCENARIOS["mixed-tree"]
+    (tv_first, bound_first), (tv_two, bound_two) = check(scenario, seed, num_trials=20_000)
+    print(f"sampled: TV first {tv_first:.4f} < {bound_first:.4f}, first two {tv_two:.4f} < {bound_two:.4f}")
+    assert tv_first < bound_first and tv_two < bound_two
+
+
+def test_enumeration_covers_every_choice_with_its_probability() -> None:
+    """The enumerator itself, on choices whose answer is known: a test at 0.3, a draw from [1, 2, 1],
+    and one uniform used twice (u < 0.5, then u < 0.25 given that: 0.25 in all)."""
+
+    def trial(chance: Enumerated) -> tuple:
+        return chance.below(0, 0.3, 1.0), chance.draw(1, torch.tensor([1.0, 2.0, 1.0]))
+
+    outcomes = enumerate_outcomes(trial)
+    assert outcomes[(True, 1)] == pytest.approx(0.3 * 0.5) and outcomes[(False, 0)] == pytest.approx(0.7 * 0.25)
+    assert len(outcomes) == 6
+    twice = enumerate_outcomes(lambda chance: chance.below(0, 1.0, 2.0) and chance.below(0, 1.0, 4.0))
+    assert twice[True] == pytest.approx(0.25)
+
+
+def accept_every_draft(tree: DraftTree, target_probs: torch.Tensor, chance: Chance) -> Acceptance:
     """BROKEN on purpose: takes the first child all the way down."""
     path = [0]
     while tree.children[path[-1]]:
@@ -94,36 +108,24 @@ def accept_every_draft(tree: DraftTree, target_probs: torch.Tensor, gen: torch.G
     return Acceptance(path, [tree.token_list[i] for i in path[1:]] + [0])
 
 
-def forgetful_chain(seed: int) -> Rule:
+def forgetful_chain(tree: DraftTree, target_probs: torch.Tensor, chance: Chance) -> Acceptance:
     """BROKEN on purpose, subtly: after a rejection it samples the target row, not the residual."""
-    rng = random.Random(seed)
-
-    def rule(tree: DraftTree, target_probs: torch.Tensor, gen: torch.Generator) -> Acceptance:
-        target, draft, tokens = target_probs.tolist(), tree.draft_probs.tolist(), tree.token_list
-        for node in range(1, tree.num_nodes):
-            token = tokens[node]
-            if rng.random() * draft[node][token] >= target[node - 1][token]:
-                final = rng.choices(range(VOCAB), weights=target[node - 1])[0]
-                return Acceptance(list(range(node)), tokens[1:node] + [final])
-        bonus = rng.choices(range(VOCAB), weights=target[-1])[0]
-        return Acceptance(list(range(tree.num_nodes)), tokens[1:] + [bonus])
-
-    return rule
+    draft, tokens = tree.draft_probs, tree.token_list
+    for node in range(1, tree.num_nodes):
+        token = tokens[node]
+        if not chance.below(node, float(target_probs[node - 1, token]), float(draft[node, token])):
+            return Acceptance(list(range(node)), tokens[1:node] + [chance.draw(0, target_probs[node - 1])])
+    return Acceptance(list(range(tree.num_nodes)), tokens[1:] + [chance.draw(0, target_probs[-1])])
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["accept-every-draft", "forgetful-residual"])
-def test_broken_rule_fails_the_same_check(name: str) -> None:
-    """The check has teeth: broken rules land outside the bound the real rules meet (same scenario)."""
+@pytest.mark.parametrize("broken", [accept_every_draft, forgetful_chain], ids=["accept-every-draft", "forgetful-residual"])
+def test_broken_rule_fails_the_same_check(broken: Rule) -> None:
+    """The check has teeth: broken rules land far outside float rounding (same scenario)."""
     seed, scenario = SCENARIOS["speculative-chain"]
-    broken = accept_every_draft if name == "accept-every-draft" else forgetful_chain(seed)
-    (tv_first, bound_first), (tv_two, bound_two) = check(dataclasses.replace(scenario, rule=broken), seed)
-    print(f"{name}: TV first {tv_first:.4f} > {bound_first:.4f}, first two {tv_two:.4f} > {bound_two:.4f}")
-    assert tv_first > bound_first
-    assert tv_two > bound_two
+    assert_exact(broken.__name__, dataclasses.replace(scenario, rule=broken), seed, lossless=False)
 
 
-def guess_kept_in_residual(tree: DraftTree, target_probs: torch.Tensor, gen: torch.Generator) -> Acceptance:
+def guess_kept_in_residual(tree: DraftTree, target_probs: torch.Tensor, chance: Chance) -> Acceptance:
     """BROKEN on purpose: a rejected point-mass guess is not taken out of the residual."""
     draft, tokens, children = tree.draft_probs, tree.token_list, tree.children
     node, path = 0, [0]
@@ -131,51 +133,48 @@ def guess_kept_in_residual(tree: DraftTree, target_probs: torch.Tensor, gen: tor
         residual = target_probs[node]
         for child in children[node]:
             x = tokens[child]
-            if float(torch.rand((), generator=gen, dtype=torch.float64)) * float(draft[child, x]) < float(residual[x]):
+            if chance.below(child, float(residual[x]), float(draft[child, x])):
                 break
             if float(draft[child].max()) < 1.0:  # the bug: only drawn drafts shrink the residual
                 residual = _residual(residual, draft[child])
         else:
-            final = _draw(residual, float(torch.rand((), generator=gen, dtype=torch.float64)))
+            final = chance.draw(0, residual)
             return Acceptance(path, [tokens[i] for i in path[1:]] + [final])
         node = child
         path.append(node)
 
 
-@pytest.mark.slow
 def test_broken_mixed_rule_fails_the_same_check() -> None:
     seed, scenario = SCENARIOS["mixed-tree"]
-    (tv_first, bound_first), (tv_two, bound_two) = check(dataclasses.replace(scenario, rule=guess_kept_in_residual), seed)
-    print(f"mixed, guess kept: TV first {tv_first:.4f} > {bound_first:.4f}, first two {tv_two:.4f} > {bound_two:.4f}")
-    assert tv_first > bound_first
-    assert tv_two > bound_two
+    assert_exact("mixed, guess kept", dataclasses.replace(scenario, rule=guess_kept_in_residual), seed, lossless=False)
 
 
-class StuckUniforms(PositionUniforms):
-    """BROKEN on purpose: every position of a step gets the step's first uniform."""
+class StuckChance(Chance):
+    """BROKEN on purpose: every draw of a step made with the step's first uniform."""
 
-    def at(self, offset: int) -> float:
-        return super().at(0)
+    def __init__(self, chance: Chance) -> None:
+        self.chance, self.by_position = chance, True
+
+    def draw(self, key: int, probs: torch.Tensor) -> int:
+        return self.chance.draw(0, probs)
 
 
-@pytest.mark.slow
 def test_broken_position_uniforms_fail_the_same_check() -> None:
     """Reusing one uniform for two positions keeps each token's marginal but couples them: the pair fails."""
     seed, scenario = SCENARIOS["deterministic-by-position"]
 
-    def stuck(tree: DraftTree, target_probs: torch.Tensor, gen: torch.Generator) -> Acceptance:
-        return accept_deterministic(tree, target_probs, gen, StuckUniforms(gen))
+    def stuck(tree: DraftTree, target_probs: torch.Tensor, chance: Chance) -> Acceptance:
+        return accept_deterministic(tree, target_probs, StuckChance(chance))
 
-    (tv_first, bound_first), (tv_two, bound_two) = check(dataclasses.replace(scenario, rule=stuck), seed)
-    print(f"stuck uniforms: TV first {tv_first:.4f} < {bound_first:.4f}, two {tv_two:.4f} > {bound_two:.4f}")
-    assert tv_first < bound_first
-    assert tv_two > bound_two
+    tv_first, tv_two = exact_distributions(dataclasses.replace(scenario, rule=stuck), seed)
+    print(f"stuck uniforms: exact TV first {tv_first:.2e}, first two {tv_two:.2e}")
+    assert tv_first < LOSSLESS_TV < 100 * LOSSLESS_TV < tv_two
 
 
 def test_position_uniforms_make_deterministic_drafts_irrelevant() -> None:
     """With uniforms by position a tree emits what plain sampling (one draw per position) emits."""
     models = Models.make(11, PARAMS_B)
-    scenario = Scenario(RETRIEVAL_PARENTS, by_position, PARAMS_B, RETRIEVAL_TOKENS)
+    scenario = Scenario(RETRIEVAL_PARENTS, accept_deterministic, PARAMS_B, RETRIEVAL_TOKENS, by_position=True)
     tree, target_probs = build_step(scenario, models, RETRIEVAL_TOKENS)
     deep = 0
     for seed in range(40):
@@ -207,8 +206,8 @@ def test_point_mass_rows() -> None:
 
 def test_bounds_are_what_the_docstring_says() -> None:
     uniform_8, uniform_64 = torch.full((8,), 1 / 8), torch.full((64,), 1 / 64)
-    assert 0.011 < tv_bound(uniform_8, NUM_TRIALS) < 0.014
-    assert 0.018 < tv_bound(uniform_64, NUM_TRIALS) < 0.021
+    assert 0.011 < tv_bound(uniform_8, 100_000) < 0.014
+    assert 0.018 < tv_bound(uniform_64, 100_000) < 0.021
 
 
 # ============================================================== unit tests
@@ -358,10 +357,10 @@ def test_logits_to_probs_matches_the_reference(seed, vocab_size, scale, temperat
 # ------------------------------------------------------------ helpers of the rules
 def test_draw_never_picks_a_zero_probability_token() -> None:
     probs = torch.tensor([0.0, 2.0, 0.0, 2.0, 0.0])  # unnormalised is fine
-    assert _draw(probs, 0.0) == 1
-    assert _draw(probs, 0.4999) == 1
-    assert _draw(probs, 0.5) == 3
-    assert _draw(probs, 1 - 2**-53) == 3
+    assert draw(probs, 0.0) == 1
+    assert draw(probs, 0.4999) == 1
+    assert draw(probs, 0.5) == 3
+    assert draw(probs, 1 - 2**-53) == 3
 
 
 def test_residual_is_normalised_and_falls_back_when_empty() -> None:

@@ -4,12 +4,13 @@ Three kinds of check:
 - exact, model-free: one group of k i.i.d. drafts emits the target distribution *exactly*
   (what acceptances take plus the residual's share, summed per token, is p), and the same
   sum with rho forced to 1 (SpecInfer's per-draft ratio with no correction for k) is not;
-- by distribution, with `test_sampling`'s Markov models and bound: the whole tree rule over
-  25k seeded trials, and the broken rho = 1 rule rejected by the same check;
+- by distribution, with `test_sampling`'s Markov models, exactly (every draft and every choice
+  of the rule enumerated, tests/exact.py): the whole tree rule, and the broken rho = 1 rule
+  rejected by the same check;
 - acceptance: on synthetic rows where the paper's argument says SpecTr gains (a draft
   more peaked than the target: k draws repeat the token the draft over-rates, SpecInfer
-  wastes the repeats once the residual has no mass there), the measured acceptance of both
-  real rules matches its exact value, and SpecTr's is the higher.
+  wastes the repeats once the residual has no mass there), the acceptance of both real
+  rules, enumerated, matches its closed form, and SpecTr's is the higher.
 
 End to end: `eagle:sampled=true,accept=spectr` on the bundled model (fp32) is seeded
 (same seed, same text) at temperature 1 and token-identical to plain at temperature 0.
@@ -21,11 +22,11 @@ import dataclasses
 
 import pytest
 import torch
-from distribution import PARAMS_A, PLAIN, SCENARIOS, TREE, Scenario, assert_check
+from distribution import PARAMS_A, PLAIN, SCENARIOS, TREE, Scenario
+from exact import Enumerated, assert_exact, enumerate_outcomes
 
 from specdec.engine.accept import (
     Acceptance,
-    _draw,
     _normalised,
     accept,
     accept_multi_draft,
@@ -34,12 +35,13 @@ from specdec.engine.accept import (
 )
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.spectr import KSequential, expanded_twin, optimal_rho, sibling_groups
+from specdec.engine.uniforms import Chance
 from specdec.proposers import make_config
 from specdec.proposers.schema import MethodError
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
 
-WIDE = [-1, 0, 0, 0, 0, 1, 1, 1]  # four i.i.d. siblings at the root, three below the first
+WIDE = [-1, 0, 0, 0, 0]  # four i.i.d. siblings at the root
 
 
 def emitted_distribution(selection: KSequential) -> torch.Tensor:
@@ -131,18 +133,17 @@ def specinfer_acceptance(target: torch.Tensor, draft: torch.Tensor, k: int) -> f
     return beta + (1 - beta) * rest
 
 
-def measured_acceptance(rule, target: torch.Tensor, draft: torch.Tensor, k: int, num_trials: int) -> float:  # noqa: ANN001
-    """Share of one-level trees (k siblings drawn i.i.d. from `draft`) where the real rule accepts one."""
-    gen, rule_gen = torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)
-    drawn = torch.multinomial(draft, num_trials * k, replacement=True, generator=gen).view(num_trials, k)
+def exact_acceptance(rule, target: torch.Tensor, draft: torch.Tensor, k: int) -> float:  # noqa: ANN001
+    """Chance that the real rule accepts one of k siblings drawn i.i.d. from `draft` (every draw and
+    every choice of the rule enumerated: tests/exact.py)."""
     rows = torch.cat([torch.zeros(1, draft.shape[0]), draft.expand(k, -1)])
-    target_probs = target.expand(k + 1, -1)
-    parents = torch.tensor([-1] + [0] * k)
-    accepted = 0
-    for tokens in drawn.tolist():
-        tree = DraftTree(torch.tensor([0, *tokens]), parents, rows)
-        accepted += rule(tree, target_probs, rule_gen).num_accepted
-    return accepted / num_trials
+    target_probs, parents = target.expand(k + 1, -1), torch.tensor([-1] + [0] * k)
+
+    def trial(chance: Enumerated) -> bool:
+        tokens = [0] + [chance.draw(-i, draft) for i in range(1, k + 1)]
+        return rule(DraftTree(torch.tensor(tokens), parents, rows), target_probs, chance).num_accepted > 0
+
+    return enumerate_outcomes(trial).get(True, 0.0)
 
 
 PEAKED = (torch.tensor([0.25, 0.25, 0.25, 0.25]), torch.tensor([0.7, 0.1, 0.1, 0.1]))  # (target, draft)
@@ -152,21 +153,16 @@ OFF = (torch.tensor([0.5, 0.5]), torch.tensor([0.9, 0.1]))
 @pytest.mark.parametrize(("rows", "k"), [(PEAKED, 4), (PEAKED, 2), (OFF, 4)])
 def test_spectr_accepts_more_where_the_draft_over_rates_a_token(rows, k: int) -> None:  # noqa: ANN001
     target, draft = rows
-    num_trials = 20_000
-    exact = {"specinfer": specinfer_acceptance(target, draft, k), "spectr": KSequential.solve(target, draft, k).acceptance()}
-    measured = {
-        "specinfer": measured_acceptance(accept_multi_draft, target, draft, k, num_trials),
-        "spectr": measured_acceptance(accept_spectr, target, draft, k, num_trials),
-    }
-    print(f"k={k}: exact {exact}, measured {measured}")
-    for rule, value in exact.items():
-        assert abs(measured[rule] - value) < 4 * (value * (1 - value) / num_trials) ** 0.5 + 1e-3
-    assert exact["spectr"] > exact["specinfer"] + 0.015
-    assert measured["spectr"] > measured["specinfer"]
+    closed_form = {"specinfer": specinfer_acceptance(target, draft, k), "spectr": KSequential.solve(target, draft, k).acceptance()}
+    rules = {"specinfer": exact_acceptance(accept_multi_draft, target, draft, k), "spectr": exact_acceptance(accept_spectr, target, draft, k)}
+    print(f"k={k}: closed form {closed_form}, the rules enumerated {rules}")
+    for rule, value in closed_form.items():
+        assert rules[rule] == pytest.approx(value, abs=1e-6)
+    assert closed_form["spectr"] > closed_form["specinfer"] + 0.015
 
 
 # ------------------------------------------------------------------ by distribution
-def rho_one(tree: DraftTree, target_probs: torch.Tensor, gen: torch.Generator) -> Acceptance:
+def rho_one(tree: DraftTree, target_probs: torch.Tensor, chance: Chance) -> Acceptance:
     """BROKEN on purpose: k-sequential selection with rho = 1 whatever k is."""
     draft, tokens, children = tree.draft_probs, tree.token_list, tree.children
     node, path = 0, [0]
@@ -174,43 +170,36 @@ def rho_one(tree: DraftTree, target_probs: torch.Tensor, gen: torch.Generator) -
         residual = target_probs[node]
         for group in sibling_groups(tree, children[node], "spectr"):
             selection = KSequential(residual, draft[group[0]], len(group), 1.0)
-            uniforms = torch.rand(len(group), generator=gen, dtype=torch.float64).tolist()
-            pairs = zip(group, uniforms, strict=True)
-            child = next((c for c, u in pairs if selection.accepts(tokens[c], u, float(draft[c, tokens[c]]))), None)
+            odds = {c: selection.odds(tokens[c], float(draft[c, tokens[c]])) for c in group}
+            child = next((c for c in group if chance.below(c, *odds[c])), None)
             if child is not None:
                 break
             residual = _normalised(selection.excess(), residual)
         else:
-            final = _draw(residual, float(torch.rand((), generator=gen, dtype=torch.float64)))
+            final = chance.draw(0, residual)
             return Acceptance(path, [tokens[i] for i in path[1:]] + [final])
         node = expanded_twin(tree, children[node], child)
         path.append(node)
 
 
+# The wide tree is four i.i.d. siblings at the root, drawn from rows cut to their top 4 of a vocabulary of 6
+# (256 draft outcomes, each enumerated: ~1 s).
 SPECTR_SCENARIOS = {
     "tree": (13, Scenario(TREE, accept_spectr, PARAMS_A)),
-    "wide-tree": (15, Scenario(WIDE, accept_spectr, PLAIN)),
+    "wide-tree": (15, Scenario(WIDE, accept_spectr, SamplingParams(temperature=1.0, top_k=4), vocab=6)),
     "mixed-tree": (14, dataclasses.replace(SCENARIOS["mixed-tree"][1], rule=accept_spectr)),
 }
 
 
-# Each call of the real rule solves SpecTr's rho for its sibling runs (~0.6 ms a wide tree here), so these
-# checks draw 25k trials, not test_sampling's 100k: the bound doubles (~0.022 on the first token, ~0.033 on
-# the first two) and the broken rule (`rho_one`) still lands at 2.3x and 3.5x it (TV 0.050 and 0.114).
-SPECTR_TRIALS = 25_000
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SPECTR_SCENARIOS))
-def test_spectr_matches_target_distribution(name: str) -> None:
+def test_spectr_matches_target_distribution_exactly(name: str) -> None:
     seed, scenario = SPECTR_SCENARIOS[name]
-    assert_check(f"spectr {name}", scenario, seed, lossless=True, num_trials=SPECTR_TRIALS)
+    assert_exact(f"spectr {name}", scenario, seed, lossless=True)
 
 
-@pytest.mark.slow
 def test_broken_spectr_fails_the_same_check() -> None:
     seed, scenario = SPECTR_SCENARIOS["wide-tree"]
-    assert_check("rho = 1", dataclasses.replace(scenario, rule=rho_one), seed, lossless=False, num_trials=SPECTR_TRIALS)
+    assert_exact("rho = 1", dataclasses.replace(scenario, rule=rho_one), seed, lossless=False)
 
 
 # ------------------------------------------------------------------ options and end to end

@@ -23,7 +23,8 @@ Invariants (every rule):
   at temperature > 0 they are distributed exactly as tokens drawn one by one
   from `logits_to_probs(target_logits)` along the path;
 - randomness only through the explicit `generator` (on the target rows' device,
-  where `draft_probs` must live too); probabilities in float32, the uniforms
+  where `draft_probs` must live too), each choice made by a `Chance` with a uniform
+  of its own (tests pass one that enumerates them); probabilities in float32, the uniforms
   and the sampling CDF in float64; given `positions` (`specdec.engine.uniforms`, as the
   engines do), every emitted token is drawn with its output position's uniform,
   so deterministic drafts emit exactly what plain sampling emits with that seed;
@@ -84,7 +85,7 @@ import torch
 
 from specdec.backends.registry import argmax_rows
 from specdec.engine.spectr import KSequential, expanded_twin, sibling_groups
-from specdec.engine.uniforms import PositionUniforms
+from specdec.engine.uniforms import Chance, PositionUniforms, draw
 from specdec.sampling import SamplingParams, logits_to_probs
 from specdec.tree import DraftTree
 
@@ -137,26 +138,9 @@ def _check_rows(tree: DraftTree, rows: torch.Tensor, name: str) -> None:
         )
 
 
-def _uniforms(tree: DraftTree, generator: torch.Generator | None, device: torch.device) -> list[float]:
-    """N float64 uniforms in [0, 1), one per node, all drawn up front.
-
-    uniforms[i] (i >= 1) decides node i; uniforms[0] (the root needs no test) draws the
-    final token. One generator call and one host transfer per step.
-    """
-    return torch.rand(tree.num_nodes, generator=generator, device=device, dtype=torch.float64).tolist()
-
-
-def _draw(probs: torch.Tensor, uniform: float) -> int:
-    """The token whose CDF interval holds uniform * total: inverse-CDF sampling from probs [V].
-
-    probs need not be normalised. The CDF is float64, so tiny probabilities are
-    neither lost nor inflated.
-    """
-    cdf = probs.cumsum(-1, dtype=torch.float64)  # [V]
-    index = int(torch.searchsorted(cdf, cdf[-1:] * uniform, right=True))
-    if index >= cdf.shape[0]:  # uniform * total rounded up to total (probability ~2**-53)
-        index = int(probs.nonzero()[-1])
-    return index
+def _chance(tree: DraftTree, source: torch.Generator | Chance | None, device: torch.device) -> Chance:
+    """A `Chance` as given, or one uniform per node from the generator."""
+    return source if isinstance(source, Chance) else Chance.per_node(tree.num_nodes, source, device)
 
 
 def draw_next(logits: torch.Tensor, params: SamplingParams, positions: PositionUniforms) -> int:
@@ -164,7 +148,7 @@ def draw_next(logits: torch.Tensor, params: SamplingParams, positions: PositionU
     if params.greedy:
         token = int(logits.argmax())
     else:
-        token = _draw(logits_to_probs(logits, params), positions.at(0))
+        token = draw(logits_to_probs(logits, params), positions.at(0))
     positions.advance(1)
     return token
 
@@ -238,7 +222,7 @@ def accept_greedy(tree: DraftTree, target_logits: torch.Tensor) -> Acceptance:
 def accept_deterministic(
     tree: DraftTree,
     target_probs: torch.Tensor,
-    generator: torch.Generator | None,
+    generator: torch.Generator | Chance | None,
     positions: PositionUniforms | None = None,
 ) -> Acceptance:
     """Drafts without probabilities (retrieval): sample the target, follow the tree while it agrees.
@@ -250,36 +234,34 @@ def accept_deterministic(
     lossless for any tree; in a trie (merged siblings) no rule accepts more. With
     duplicate siblings the first is taken and the others' subtrees are wasted, not wrong.
     positions: draw the d-th token of this step with the uniform of its output position
-    (then the emitted tokens do not depend on the tree at all); None: one uniform per node.
+    (then the emitted tokens do not depend on the tree at all), and move them past what
+    was emitted; None: one uniform per node.
     """
     _check_rows(tree, target_probs, "target_probs")
-    return _deterministic_walk(tree, _TargetRows(target_probs), generator, positions)
-
-
-def _deterministic_walk(
-    tree: DraftTree, rows: _TargetRows, generator: torch.Generator | None, positions: PositionUniforms | None
-) -> Acceptance:
     if positions is None:
-        uniforms = _uniforms(tree, generator, rows.device)  # node i draws with uniforms[i]
+        return _deterministic_walk(tree, _TargetRows(target_probs), _chance(tree, generator, target_probs.device))
+    acceptance = _deterministic_walk(tree, _TargetRows(target_probs), Chance.by_output_position(positions))
+    positions.advance(len(acceptance.tokens))
+    return acceptance
+
+
+def _deterministic_walk(tree: DraftTree, rows: _TargetRows, chance: Chance) -> Acceptance:
     tokens, children = tree.token_list, tree.children
     node, path, emitted = 0, [0], []
     while True:
-        uniform = positions.at(len(emitted)) if positions is not None else uniforms[node]
-        drawn = _draw(rows[node], uniform)
+        drawn = chance.draw(len(emitted) if chance.by_position else node, rows[node])
         emitted.append(drawn)
         for child in children[node]:
             if tokens[child] == drawn:
                 break
         else:
-            if positions is not None:
-                positions.advance(len(emitted))
             return Acceptance(path, emitted)
         node = child
         path.append(node)
 
 
 def accept_speculative_chain(
-    tree: DraftTree, target_probs: torch.Tensor, generator: torch.Generator | None
+    tree: DraftTree, target_probs: torch.Tensor, generator: torch.Generator | Chance | None
 ) -> Acceptance:
     """Speculative sampling on a chain (Leviathan et al. 2023; Chen et al. 2023).
 
@@ -294,11 +276,11 @@ def accept_speculative_chain(
     _check_rows(tree, target_probs, "target_probs")
     if tree.draft_probs is None or not _is_chain(tree):
         raise ValueError("accept_speculative_chain needs a chain with draft_probs")
-    return _rejection_walk(tree, _TargetRows(target_probs), generator)
+    return _rejection_walk(tree, _TargetRows(target_probs), _chance(tree, generator, target_probs.device))
 
 
 def accept_multi_draft(
-    tree: DraftTree, target_probs: torch.Tensor, generator: torch.Generator | None
+    tree: DraftTree, target_probs: torch.Tensor, generator: torch.Generator | Chance | None
 ) -> Acceptance:
     """Recursive rejection sampling over siblings (SpecInfer, Miao et al. 2024, section 4.3).
 
@@ -316,11 +298,11 @@ def accept_multi_draft(
     _check_rows(tree, target_probs, "target_probs")
     if tree.draft_probs is None:
         raise ValueError("accept_multi_draft needs draft_probs")
-    return _rejection_walk(tree, _TargetRows(target_probs), generator)
+    return _rejection_walk(tree, _TargetRows(target_probs), _chance(tree, generator, target_probs.device))
 
 
 def accept_spectr(
-    tree: DraftTree, target_probs: torch.Tensor, generator: torch.Generator | None
+    tree: DraftTree, target_probs: torch.Tensor, generator: torch.Generator | Chance | None
 ) -> Acceptance:
     """SpecTr's k-sequential selection over each run of siblings that share one draft row.
 
@@ -333,34 +315,31 @@ def accept_spectr(
     _check_rows(tree, target_probs, "target_probs")
     if tree.draft_probs is None:
         raise ValueError("accept_spectr needs draft_probs")
-    return _rejection_walk(tree, _TargetRows(target_probs), generator, "spectr")
+    return _rejection_walk(tree, _TargetRows(target_probs), _chance(tree, generator, target_probs.device), "spectr")
 
 
-def _rejection_walk(
-    tree: DraftTree, rows: _TargetRows, generator: torch.Generator | None, rule: str = "specinfer"
-) -> Acceptance:
+def _rejection_walk(tree: DraftTree, rows: _TargetRows, chance: Chance, rule: str = "specinfer") -> Acceptance:
     draft_probs = tree.draft_probs  # [N, V]
-    uniforms = _uniforms(tree, generator, rows.device)  # [N]
     index = tree.tokens[:, None].to(draft_probs.device)  # [N, 1]
     draft_at = draft_probs.gather(1, index)[:, 0].tolist()  # [N] draft(x_i), one sync
     tokens, children = tree.token_list, tree.children
     node, path = 0, [0]
-    while True:
+    while True:  # child c is tested with key c; key 0 (the root needs no test) draws the final token
         residual = rows[node]  # [V], the target row until a child is rejected
         for group in sibling_groups(tree, children[node], rule):
             if len(group) == 1:  # one draft: min(1, r / q), then r = norm(max(0, r - q))
                 child = group[0]
-                if uniforms[child] * draft_at[child] < float(residual[tokens[child]]):
+                if chance.below(child, float(residual[tokens[child]]), draft_at[child]):
                     break
                 residual = _residual(residual, draft_probs[child])
                 continue
             selection = KSequential.solve(residual, draft_probs[group[0]], len(group))
-            child = next((c for c in group if selection.accepts(tokens[c], uniforms[c], draft_at[c])), None)
+            child = next((c for c in group if chance.below(c, *selection.odds(tokens[c], draft_at[c]))), None)
             if child is not None:
                 break
             residual = _normalised(selection.excess(), residual)
         else:  # every child rejected (recovered token), or a leaf (bonus token)
-            final = _draw(residual, uniforms[0])
+            final = chance.draw(0, residual)
             return Acceptance(path, [tokens[i] for i in path[1:]] + [final])
         node = expanded_twin(tree, children[node], child)
         path.append(node)
@@ -391,9 +370,12 @@ def accept(
     else:
         _check_rows(tree, target_logits, "target_logits")
         rows = _TargetRows(target_logits, params)
-        if tree.draft_probs is None:
-            return _deterministic_walk(tree, rows, generator, positions)
-        acceptance = _rejection_walk(tree, rows, generator, multi_draft)
+        if tree.draft_probs is not None:
+            acceptance = _rejection_walk(tree, rows, _chance(tree, generator, rows.device), multi_draft)
+        elif positions is not None:
+            acceptance = _deterministic_walk(tree, rows, Chance.by_output_position(positions))
+        else:
+            acceptance = _deterministic_walk(tree, rows, _chance(tree, generator, rows.device))
     if positions is not None:
         positions.advance(len(acceptance.tokens))
     return acceptance

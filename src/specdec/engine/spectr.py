@@ -89,9 +89,9 @@ class KSequential:
     def solve(cls, target_probs: torch.Tensor, draft_probs: torch.Tensor, k: int) -> KSequential:
         return cls(target_probs, draft_probs, k, optimal_rho(target_probs, draft_probs, k))
 
-    def accepts(self, token: int, uniform: float, draft_at: float) -> bool:
-        """Draft `token` (draft_at = q(token)) is accepted: uniform * rho * q(x) < p(x)."""
-        return uniform * self.rho * draft_at < float(self.target_probs[token])
+    def odds(self, token: int, draft_at: float) -> tuple[float, float]:
+        """(p(x), rho q(x)) for draft `token` (draft_at = q(x)): accepted with probability min(1, their ratio)."""
+        return float(self.target_probs[token]), self.rho * draft_at
 
     def acceptance(self) -> float:
         """Probability that one of the k drafts is accepted: 1 - (1 - beta(rho))^k."""

@@ -18,9 +18,17 @@ emitted token, whichever rule emitted it); values are drawn CHUNK at a time, so
 a step costs no generator call most of the time. A rule that also needs other
 random numbers (rejection tests for drafts with probabilities) draws them from
 the same generator, between chunks: all values stay distinct draws.
+
+`Chance` is the one door the acceptance rules' randomness goes through: a test
+passed with probability a / b, or a token drawn from a row, each with the uniform
+of its own key (a node, or an output position). So a rule is a plain function
+of its uniforms, and the tests can replace `Chance` by one that enumerates every
+choice with its exact probability (tests/exact.py) instead of sampling.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -49,3 +57,46 @@ class PositionUniforms:
         if count < 0:
             raise ValueError(f"cannot advance by {count} positions")
         self.position += count
+
+
+def draw(probs: torch.Tensor, uniform: float) -> int:
+    """The token whose CDF interval holds uniform * total: inverse-CDF sampling from probs [V].
+
+    probs need not be normalised. The CDF is float64, so tiny probabilities are
+    neither lost nor inflated (faster than torch.multinomial over a vocabulary on CPU).
+    """
+    cdf = probs.cumsum(-1, dtype=torch.float64)  # [V]
+    index = int(torch.searchsorted(cdf, cdf[-1:] * uniform, right=True))
+    if index >= cdf.shape[0]:  # uniform * total rounded up to total (probability ~2**-53)
+        index = int(probs.nonzero()[-1])
+    return index
+
+
+class Chance:
+    """A step's random choices, each made with the uniform of its key (used once per step).
+
+    uniform: key -> float64 uniform in [0, 1). by_position: the deterministic rule keys its
+    draws by output offset (the request's `PositionUniforms`), not by tree node.
+    """
+
+    def __init__(self, uniform: Callable[[int], float], by_position: bool = False) -> None:
+        self.uniform, self.by_position = uniform, by_position
+
+    @classmethod
+    def per_node(cls, num_nodes: int, generator: torch.Generator | None, device: torch.device) -> Chance:
+        """One uniform per tree node, drawn up front: one generator call and one host transfer a step."""
+        values = torch.rand(num_nodes, generator=generator, device=device, dtype=torch.float64).tolist()
+        return cls(values.__getitem__)
+
+    @classmethod
+    def by_output_position(cls, positions: PositionUniforms) -> Chance:
+        """Key d is the step's d-th emitted token: its output position's uniform."""
+        return cls(positions.at, by_position=True)
+
+    def below(self, key: int, a: float, b: float) -> bool:
+        """True with probability min(1, a / b) (a >= 0, b >= 0): the key's uniform u has u * b < a."""
+        return self.uniform(key) * b < a
+
+    def draw(self, key: int, probs: torch.Tensor) -> int:
+        """A token from probs [V] (unnormalised), by inverse CDF at the key's uniform."""
+        return draw(probs, self.uniform(key))
