@@ -208,7 +208,7 @@ def test_retrieval_keeps_guesses_when_sampling(default_model, engine):
     assert seen and all(tree.draft_probs is None for tree in seen) and proposer.prunable
 
 
-@pytest.mark.parametrize("sampled", ["true", "false"])
+@pytest.mark.parametrize("sampled", ["true", pytest.param("false", marks=pytest.mark.slow)])
 def test_sampled_eagle_generates_single_and_batched(default_model, engine, bench_prompts, sampled):
     """End to end at temperature 1, one row and a batch with a node budget (drawn trees are never cut)."""
     prompts = [bench_prompts["mt_bench"], bench_prompts["qa"]]

@@ -100,9 +100,14 @@ def build(method: str, request: pytest.FixtureRequest):  # noqa: ANN201 - a Prop
 
 
 DRAFTING_METHODS = sorted(set(METHODS) - {"plain"})
+# The fast tier checks one method of each kind of proposer state (n-gram index, feature head, draft model's
+# cache); the full tier every method.
+FLOOR_FAST = {"pld", "eagle", "draft"}
 
 
-@pytest.mark.parametrize("method", DRAFTING_METHODS)
+@pytest.mark.parametrize(
+    "method", [pytest.param(m, marks=() if m in FLOOR_FAST else pytest.mark.slow) for m in DRAFTING_METHODS]
+)
 def test_where_no_draft_pays_every_method_steps_plainly(plain_runs, bench_prompts, method, request):
     """After its warm-up the row's steps are plain, but for the floor's drafting tries (after 4, 8, 16
     steps), and the text is plain decoding's: every method keeps its state through depth-0 steps."""

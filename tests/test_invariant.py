@@ -100,7 +100,9 @@ def test_tree_nodes_carry_one_token_bits(bf16, text_ids, starts, sizes):
     assert _node_mismatches(engine, text_ids, starts, sizes) == 0
 
 
+@pytest.mark.slow
 def test_without_invariance_the_node_check_fails_here(bf16, text_ids):
+    """The control (the check has teeth), in the full tier: transformers' bf16 modules, ~11 s here."""
     _, engine = bf16["off"]
     starts, sizes = CONTEXTS[1]
     assert _node_mismatches(engine, text_ids, starts, sizes) > 0
