@@ -38,7 +38,9 @@ def test_the_tree_is_the_chain_plus_distinct_leaves_within_fill(default_model, s
         assert tokens[node] not in siblings
 
 
+@pytest.mark.slow
 def test_sampling_keeps_the_chain(engine, default_model, small_draft, prompts):
+    """In the full tier (~11 s here: two sampled runs beside a draft model); the fast tier checks the tree."""
     sampling = SamplingParams(temperature=0.8, seed=3)
     outs = []
     for fill in (0, 6):

@@ -72,7 +72,9 @@ def test_padded_rows_and_nodes_give_the_unpadded_logits_and_cache():
     assert max(padded.lengths) > 256  # the cache grew past its first capacity on the way
 
 
-@pytest.mark.parametrize("method", ["plain", "pld", "logitspec"])
+@pytest.mark.parametrize(
+    "method", [pytest.param("plain", marks=pytest.mark.slow), pytest.param("pld", marks=pytest.mark.slow), "logitspec"]
+)  # the fast tier: LogitSpec's trees, padded; the full tier plain and pld too
 def test_greedy_text_through_the_padded_pass_equals_plain(default_model, engine, method):
     """The engine on the padded pass (what a GPU replays) emits plain decoding's tokens (fp32)."""
     prompt = default_model.tokenizer("Count from one to twelve: one, two, three,").input_ids

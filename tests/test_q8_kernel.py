@@ -156,9 +156,11 @@ def test_q8_linear_module(op):
         Q8Linear(qs16, scale16[:, :3])
 
 
+@pytest.mark.slow
 def test_the_bundled_models_head_is_read_from_its_gguf(op):
     """The bundled GGUF stores its (tied) head as Q8_0: read from the file it equals the bf16 model's head;
-    a head that differs, an fp32 head, or no GGUF keeps the module as it was, with the reason."""
+    a head that differs, an fp32 head, or no GGUF keeps the module as it was, with the reason. In the full
+    tier (~11 s here: a bf16 load and a whole int4 view); the fast tier checks the blocks against gguf's bytes."""
     from specdec.models import load_model
 
     loaded = load_model("smollm2-135m", dtype="bf16")
