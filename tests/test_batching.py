@@ -203,7 +203,7 @@ def test_a_narrow_batch_stops_proposing_what_its_plan_would_cut(engine, default_
         proposer.propose = lambda ctx: seen.append(ctx.max_depth) or inner(ctx)
         return proposer
 
-    names = ("translation", "math_reasoning", "rag")  # plain runs of 32 tokens the lossless matrix shares
+    names = ("translation", "math_reasoning", "qa")  # short prompts: the depths asked are what is checked
     configs = [GenerationConfig(max_new_tokens=32) for _ in names]
     proposers = [watched(parse_method("pld").build(default_model)) for _ in configs]
     batched = generate_batch(engine, [bench_prompts[n] for n in names], proposers, configs, costs=costs, max_batch=3)
