@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.data import load_questions
 from specdec.engine.generation import GenerationConfig, ProposalContext
 from specdec.prompts import encode_prompt
 from specdec.proposers.base import ProposerBase
@@ -18,18 +17,19 @@ from specdec.tree import DraftTree
 NEW_TOKENS = 28
 
 
+CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning")
+
+
 @pytest.fixture(scope="module")
-def prompts(default_model, spec_bench_subset):
+def prompts(bench_prompts):
     """Five Spec-Bench prompts of different categories, chat-templated."""
-    cats = ["mt_bench", "translation", "summarization", "qa", "math_reasoning"]
-    questions = load_questions(spec_bench_subset, categories=cats, per_category=1)
-    return [encode_prompt(default_model.tokenizer, q.turns[0], chat=True) for q in questions]
+    return [bench_prompts[category] for category in CATEGORIES]
 
 
 @pytest.fixture(scope="module")
-def greedy_outputs(engine, prompts):
-    config = GenerationConfig(max_new_tokens=NEW_TOKENS)
-    return [engine.generate(p, PlainProposer(), config).token_ids for p in prompts]
+def greedy_outputs(plain_runs):
+    """Plain decoding's outputs (the run's shared ones: conftest's `plain_runs`)."""
+    return [plain_runs.tokens(category, NEW_TOKENS) for category in CATEGORIES]
 
 
 def hf_greedy(model, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
