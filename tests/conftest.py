@@ -107,13 +107,19 @@ def bench_prompts(default_model, spec_bench_subset) -> dict[str, list[int]]:
 
 
 @pytest.fixture(scope="session")
-def plain_runs(engine, bench_prompts, tmp_path_factory, worker_id):
-    """Plain decoding's outputs on `bench_prompts`, each computed once per run (`helpers.PlainRuns`: under
-    pytest-xdist the workers share them through the run's base folder)."""
+def plain_runs_of(engine, tmp_path_factory, worker_id):
+    """prompts -> plain decoding's outputs on them, each computed once per run (`helpers.PlainRuns`: under
+    pytest-xdist the workers share them through the run's base folder, keyed by the prompt's ids)."""
     from helpers import PlainRuns
 
     shared = tmp_path_factory.getbasetemp().parent if worker_id != "master" else None
-    return PlainRuns(engine, bench_prompts, shared)
+    return lambda prompts: PlainRuns(engine, prompts, shared)
+
+
+@pytest.fixture(scope="session")
+def plain_runs(plain_runs_of, bench_prompts):
+    """Plain decoding's outputs on `bench_prompts` (`plain_runs_of`)."""
+    return plain_runs_of(bench_prompts)
 
 
 @pytest.fixture(scope="session")
