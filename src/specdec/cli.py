@@ -227,6 +227,24 @@ def _cmd_models(args: argparse.Namespace) -> int:
 SUBCOMMANDS.append(_add_models)
 
 
+def _add_doctor(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="what this machine runs for a model: every auto settled, each with its reason")
+    add_model_options(p)
+    p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    p.set_defaults(func=_cmd_doctor)
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from specdec.doctor import format_report, report
+
+    result = report(model_spec(args))
+    print(json.dumps(result, default=str) if args.json else format_report(result, args.model))
+    return 0
+
+
+SUBCOMMANDS.append(_add_doctor)
+
+
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (chat and completions, streaming)")
     add_model_options(p, exact_auto="wherever it holds, even where it costs tokens/s (specdec.serve.exactness)")

@@ -27,6 +27,7 @@ from specdec.backends.compiled import CompiledTarget
 from specdec.backends.contract import Rows, Target
 from specdec.backends.llamacpp import LlamaCppModel, LlamaCppTarget
 from specdec.backends.timing_cache import contended, cost_file, cost_key, write_json_atomic
+from specdec.backends.torch import explain as torch_explain
 from specdec.backends.torch import q4_kernel
 from specdec.backends.torch.attention import AttentionPlan, resolve_plan
 from specdec.backends.torch.graphs import GraphedTarget
@@ -217,3 +218,12 @@ def path_line(loaded: LoadedModel) -> str:
     shown = {k: ("on" if v else "off") if isinstance(v, bool) else ("none" if v is None else v)
              for k, v in describe_path(loaded).items()}
     return ", ".join(f"{key} {value}" for key, value in shown.items())
+
+
+def explain(loaded: LoadedModel) -> dict[str, str]:
+    """setting ("pack", "exact", "kernels") -> why it is settled so for `loaded` (`specdec-hf doctor`)."""
+    if BACKENDS[loaded.backend].gguf:
+        exact = "on: as asked" if loaded.exact == "on" else "off: llama.cpp's passes are exact only when asked (--exact on)"
+        return {"pack": "the GGUF's own tensors, on llama.cpp's engine", "exact": exact,
+                "kernels": "llama.cpp's own (ggml)"}
+    return torch_explain.reasons(loaded)

@@ -25,6 +25,9 @@ DTYPE_NAMES = {
     "float16": torch.float16,
 }
 CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+# The instruction sets specdec's kernels use or plan to (`specdec-hf doctor` shows which are present).
+X86_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_bf16")
+ARM_FLAGS = ("asimd", "asimddp", "i8mm", "bf16", "sve")
 
 
 def default_device() -> str:
@@ -73,6 +76,25 @@ def default_dtype(device: str | torch.device) -> torch.dtype:
     if kind == "cpu" and _cpu_flags() & CPU_BF16_FLAGS:
         return torch.bfloat16
     return torch.float32
+
+
+def default_dtype_reason(device: str | torch.device) -> str:
+    """Why `default_dtype(device)` is what it is, in one line (`specdec-hf doctor`)."""
+    chosen = str(default_dtype(device)).removeprefix("torch.")
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return f"{chosen}: " + ("the GPU has native bf16" if chosen == "bfloat16" else "no native bf16 on this GPU")
+    found = sorted(_cpu_flags() & CPU_BF16_FLAGS) if kind == "cpu" else []
+    if found:
+        return f"{chosen}: the CPU has {' and '.join(found)}"
+    return f"{chosen}: no avx512_bf16 or amx_bf16 here (bf16 would be emulated, several times slower)"
+
+
+def isa_flags() -> dict[str, bool]:
+    """Each instruction set of X86_FLAGS (or ARM_FLAGS on Arm): present on this CPU or not."""
+    arm = platform.machine().lower() in ("aarch64", "arm64")
+    flags = frozenset(_cpuinfo_field("Features").split()) if arm else _cpu_flags()
+    return {name: name in flags for name in (ARM_FLAGS if arm else X86_FLAGS)}
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device) -> torch.dtype:
