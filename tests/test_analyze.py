@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from specdec.analyze import AnalyzeConfig, PromptAnalysis, next_next_ranks, run_analysis, summarize
@@ -26,7 +27,9 @@ def test_summarize_weights_by_steps():
     assert table["overall"]["pld_retrieval"] == 34 / 40
 
 
+@pytest.mark.slow
 def test_small_real_run(default_model, tmp_path, spec_bench_subset):
+    """In the full tier (~9 s here: a summarization prompt's prefill and two analyses)."""
     questions = load_questions(spec_bench_subset, categories=["summarization", "qa"], per_category=1)
     table = run_analysis(Engine(default_model), questions, AnalyzeConfig(max_new_tokens=24), tmp_path / "out")
     for name in ("analysis.md", "analysis.json", "analysis.png"):

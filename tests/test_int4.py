@@ -182,7 +182,7 @@ def test_methods_are_lossless_on_int4_weights(on_int4, bench_prompts):
     engine = Engine(on_int4)
     assert any(type(m) is Int4Linear for m in engine.target.model.modules())
     assert verify_model(on_int4) is engine.target.model  # one view per model
-    prompt = bench_prompts["summarization"]
+    prompt = bench_prompts["summarization"][-320:]  # the article's end and the request: it still copies
     plain = _run(engine, [prompt], "plain")[0]
     for method in ("pld", "logitspec"):
         assert _run(engine, [prompt], method)[0] == plain, method
