@@ -1,4 +1,4 @@
-"""Random numbers by output position: the t-th sampled token of a request is drawn with the t-th uniform.
+"""The acceptance rules' random numbers: the t-th sampled token of a request is drawn with the t-th uniform.
 
 Why: the acceptance rule for drafts without probabilities (retrieval, lookup,
 Token Recycling: `accept.accept_deterministic`) draws the target's own token
