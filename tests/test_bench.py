@@ -115,6 +115,8 @@ def test_results_folder_and_rows(bench_run):
     assert manifest["model"]["dtype"] == "float32"
     assert manifest["model"]["path"]["weights"] == "float32" and manifest["model"]["path"]["exact"] is False
     assert manifest["machine"]["torch_threads"] >= 1 and manifest["versions"]["torch"]
+    assert manifest["model"]["why"]["exact"].startswith("off")  # fp32: the reason beside the path, as doctor's
+    assert manifest["machine"]["isa"] and all(isinstance(here, bool) for here in manifest["machine"]["isa"].values())
     assert manifest["data"]["question_ids"] == ["81", "301"]
     assert manifest["status"] == "complete" and len(manifest["sessions"]) == 1
     assert manifest["git"] == manifest["sessions"][0]["git"] and set(manifest["git"]) == {"commit", "dirty"}

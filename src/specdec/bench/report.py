@@ -34,10 +34,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from specdec.backends.registry import describe_path
+from specdec.backends.registry import describe_path, explain
 from specdec.bench import sources
 from specdec.bench.config import BASELINES
 from specdec.bench.metrics import OVERALL, BenchSummary
+from specdec.models.machine import isa_flags
 
 CSV_FIELDS = (
     "method", "category", "num_questions", "num_turns", "new_tokens", "wall_time_s", "tokens_per_s",
@@ -216,11 +217,12 @@ def build_manifest(summary: BenchSummary | None, context: dict[str, Any]) -> dic
         "run_identity": context["identity"],
         "model": {"name": target.name, "dtype": str(target.dtype).replace("torch.", ""), "device": str(target.device),
                   "eos_token_ids": list(target.eos_token_ids), "pack": target.pack, "exact": target.exact,
-                  "backend": target.backend, "given_by_caller": given, "path": describe_path(target)},
+                  "backend": target.backend, "given_by_caller": given, "path": describe_path(target),
+                  "why": explain(target)},  # each setting's reason, as `specdec-hf doctor` prints it
         "draft_model": assistant.name if assistant is not None else None,
         "versions": {"specdec": _version("specdec"), "torch": torch.__version__,
                      "transformers": _version("transformers"), "python": platform.python_version()},
-        "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "machine": {"cpu": _cpu_model(), "isa": isa_flags(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                     "platform": platform.platform()},
         # a model the caller loaded (run_bench's `loaded`) stands in for settings.model, which was not loaded
         "settings": {**config.to_dict(), **({"model": None} if given else {})},

@@ -76,6 +76,7 @@ import jinja2.exceptions
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from specdec.backends.registry import path_line
 from specdec.engine.costs import load_or_measure
 from specdec.engine.floor import Floor
 from specdec.engine.generation import GenerationConfig
@@ -385,8 +386,12 @@ def serve(config: ServerConfig) -> None:
     from specdec.models import load_model
 
     _log_to_stderr(config.log_level)
+    def build() -> tuple[FastAPI, str]:
+        app = create_app(config, load_model(config.model))
+        return app, path_line(app.state.service.loaded)
+
     # loads the model and prepares the configured methods (measure, load, calibrate), off the main thread
-    app = off_main_thread(lambda: create_app(config, load_model(config.model)))
+    app, path = off_main_thread(build)
     loaded = app.state.service.loaded
     if not config.api_keys and config.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without --api-key: anyone who can reach it can use it", config.host)
@@ -394,7 +399,8 @@ def serve(config: ServerConfig) -> None:
         f"specdec: serving {loaded.name} (default method {config.method}) on "
         f"http://{config.host}:{config.port}; {app.state.service.exact_note}; a joining prompt is "
         f"prefilled {app.state.service.prefill_chunk} tokens per step"
-        + (f"; the playground is at http://{config.host}:{config.port}/" if config.ui else ""),
+        + (f"; the playground is at http://{config.host}:{config.port}/" if config.ui else "")
+        + f"\nspecdec: path: {path} (`specdec-hf doctor` says why)",
         file=sys.stderr,
         flush=True,
     )
