@@ -110,7 +110,9 @@ def exact_distributions(scenario: Scenario, seed: int) -> tuple[float, float]:
 
     def trial(chance: Enumerated) -> tuple[int, ...]:
         tokens = _drafts(scenario, models, chance)
-        step = steps.get(tokens) or steps.setdefault(tokens, build_step(scenario, models, list(tokens)))
+        step = steps.get(tokens)
+        if step is None:
+            step = steps[tokens] = build_step(scenario, models, list(tokens))
         return tuple(scenario.rule(step[0], step[1], chance).tokens[:2])
 
     vocab = models.target_table.shape[-1]

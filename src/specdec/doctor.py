@@ -9,7 +9,6 @@ backend (`registry.explain`) and from `models.machine` for the dtype.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
 import shutil
@@ -19,8 +18,9 @@ import torch
 
 from specdec.backends.registry import describe_path, explain
 from specdec.choices import ModelSpec
+from specdec.extras import installed_version
 from specdec.models import load_model
-from specdec.models.machine import default_dtype_reason, isa_flags, machine_fingerprint
+from specdec.models.machine import cpu_model, default_dtype_reason, isa_flags
 
 # Which reason stands beside which line of the path.
 REASON_OF = {"dtype": "dtype", "weights": "pack", "exact": "exact", "kernels": "kernels"}
@@ -38,24 +38,17 @@ def _compiler() -> str:
     return version.splitlines()[0] if version else name
 
 
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def machine_facts() -> dict[str, str]:
     """The CPU, its instruction sets that matter here, torch, the compiler and ninja."""
     flags = isa_flags()
     present = " ".join(name for name, here in flags.items() if here) or "none of those specdec uses"
     absent = " ".join(name for name, here in flags.items() if not here)
     return {
-        "cpu": f"{machine_fingerprint('cpu')}, {platform.machine()}",
+        "cpu": f"{cpu_model()} ({os.cpu_count()} cpus, {platform.machine()})",
         "isa": present + (f" (absent: {absent})" if absent else ""),
         "torch": f"{torch.__version__}, {torch.get_num_threads()} threads",
         "compiler": _compiler(),
-        "ninja": _version("ninja"),
+        "ninja": installed_version("ninja") or "not installed",
     }
 
 

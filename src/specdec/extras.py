@@ -14,6 +14,7 @@ pyproject.toml (top-level module names, not distribution names).
 from __future__ import annotations
 
 import importlib.util
+from importlib import metadata
 
 from specdec.errors import SpecdecError
 
@@ -38,3 +39,11 @@ def require_extra(extra: str, purpose: str) -> None:
             f"{purpose} needs the {extra} extra ({', '.join(missing)} not installed): "
             f"pip install '{DISTRIBUTION}[{extra}]'"
         )
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version of a distribution, or None where it is not installed."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None

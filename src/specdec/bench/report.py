@@ -25,7 +25,6 @@ import subprocess
 import sys
 from dataclasses import asdict, is_dataclass
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,8 @@ from specdec.backends.registry import describe_path, explain
 from specdec.bench import sources
 from specdec.bench.config import BASELINES
 from specdec.bench.metrics import OVERALL, BenchSummary
-from specdec.models.machine import isa_flags
+from specdec.extras import installed_version
+from specdec.models.machine import cpu_model, isa_flags
 
 CSV_FIELDS = (
     "method", "category", "num_questions", "num_turns", "new_tokens", "wall_time_s", "tokens_per_s",
@@ -158,23 +158,6 @@ def plot_accepted_lengths(path: Path, summary: BenchSummary) -> None:
     fig.savefig(path, dpi=110)
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def _utc(timestamp: float | None) -> str | None:
     return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds") if timestamp else None
 
@@ -220,9 +203,9 @@ def build_manifest(summary: BenchSummary | None, context: dict[str, Any]) -> dic
                   "backend": target.backend, "given_by_caller": given, "path": describe_path(target),
                   "why": explain(target)},  # each setting's reason, as `specdec-hf doctor` prints it
         "draft_model": assistant.name if assistant is not None else None,
-        "versions": {"specdec": _version("specdec"), "torch": torch.__version__,
-                     "transformers": _version("transformers"), "python": platform.python_version()},
-        "machine": {"cpu": _cpu_model(), "isa": isa_flags(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "versions": {"specdec": installed_version("specdec"), "torch": torch.__version__,
+                     "transformers": installed_version("transformers"), "python": platform.python_version()},
+        "machine": {"cpu": cpu_model(), "isa": isa_flags(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                     "platform": platform.platform()},
         # a model the caller loaded (run_bench's `loaded`) stands in for settings.model, which was not loaded
         "settings": {**config.to_dict(), **({"model": None} if given else {})},

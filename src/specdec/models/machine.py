@@ -46,6 +46,11 @@ def _cpuinfo_field(name: str) -> str:
     return ""
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo, else the platform's word for it)."""
+    return _cpuinfo_field("model name") or platform.processor() or "unknown"
+
+
 def _cpu_flags() -> frozenset[str]:
     return frozenset(_cpuinfo_field("flags").split())
 
@@ -60,7 +65,7 @@ def machine_fingerprint(device: str | torch.device) -> str:
         return torch.cuda.get_device_name(torch.device(device))
     flags = " ".join(sorted(_cpu_flags()))
     digest = hashlib.sha256(flags.encode()).hexdigest()[:12]
-    return f"{_cpuinfo_field('model name') or platform.processor() or 'cpu'} ({os.cpu_count()} cpus, flags {digest})"
+    return f"{cpu_model()} ({os.cpu_count()} cpus, flags {digest})"
 
 
 def default_dtype(device: str | torch.device) -> torch.dtype:
