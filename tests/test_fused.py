@@ -5,6 +5,10 @@ depend on the pass around it (tree nodes, batched rows and prompt chunks against
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -282,3 +286,29 @@ def test_the_weights_handed_over_must_match_their_layer_sizes():
         torch.classes.specdec_layer.Layers(weights, [len(weights) - 1], [1])
     with pytest.raises(RuntimeError, match="one size and one qkv part count per layer"):
         torch.classes.specdec_layer.Layers(weights, [len(weights)], [1, 1])
+
+
+# What must hold on every path: attention is softmax attention and a row's bits are its own (tree attention's
+# tests), the layer computes transformers' layer; on the AVX2 path also the bundled model's tree rows against
+# one-token passes (the scalar path runs the same source, minutes slower on the bundled model).
+PORTABLE_CHECKS = ("tests/test_tree_attention.py", "tests/test_fused.py::test_fused_layers_compute_what_transformers_layers_compute")
+BUNDLED_CHECKS = ("tests/test_fused.py::test_rows_get_the_bits_of_one_token_passes",
+                  "tests/test_fused.py::test_batched_trees_of_different_sizes_get_each_trees_bits_alone")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cap", ["avx2", "scalar"])
+def test_the_portable_paths_keep_every_rows_bits(cap):
+    """The fused pass on CPUs without AVX-512 BF16: tree attention and the layer's steps on portable.cpp's code,
+    the products on their AVX2 or scalar path (SPECDEC_KERNELS forces them here; it is read once a process, so
+    the checks run in a process of their own)."""
+    if not q4_kernel.load_extension():
+        pytest.skip(q4_kernel.unavailable_reason())
+    if cap not in torch.ops.specdec_q4.q4_linear_i8_paths():
+        pytest.skip(f"this CPU has no {cap} path")
+    root = Path(__file__).resolve().parent.parent
+    checks = [*PORTABLE_CHECKS, *(BUNDLED_CHECKS if cap == "avx2" else ())]
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *checks],
+                         cwd=root, env={**os.environ, "SPECDEC_KERNELS": cap}, capture_output=True, text=True,
+                         timeout=900)
+    assert run.returncode == 0 and " passed" in run.stdout, run.stdout[-4000:] + run.stderr[-2000:]

@@ -8,6 +8,10 @@ the rows beside it. Kernel tests skip, with the reason, where the extension cann
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from helpers import assert_i8_within_bound
@@ -31,7 +35,7 @@ def op():
 
 
 def paths() -> list[str]:
-    return ["avx512_vnni", "scalar"] if torch.ops.specdec_q4.q4_linear_i8_fast() else ["scalar"]
+    return list(torch.ops.specdec_q4.q4_linear_i8_paths())
 
 
 def random_blocks(rows: int, cols: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -128,8 +132,8 @@ def test_bad_input_is_refused_with_its_reason(op):
     q, step, minimum = random_blocks(32, 64)
     qs, scale, low = q4_i8.interleave(q, step.half(), minimum.half())
     x = torch.randn(2, 64)
-    with pytest.raises(RuntimeError, match="take path auto, avx512_vnni or scalar"):
-        op(x, qs, scale, low, "avx2")
+    with pytest.raises(RuntimeError, match="take path auto, avx512_vnni, avx2 or scalar, got sse9"):
+        op(x, qs, scale, low, "sse9")
     with pytest.raises(RuntimeError, match="x has K = 96"):
         op(torch.randn(2, 96), qs, scale, low)
     with pytest.raises(RuntimeError, match="both be float16 or float32"):
@@ -182,3 +186,45 @@ def test_a_scale_per_16_sums_each_half_alone(op):
         assert torch.equal(layer(x), full)
     with pytest.raises(RuntimeError, match=r"float32 \[N/16, K/16, 16\]"):
         torch.ops.specdec_q4.q8_linear(x, qs, grouped[:, :18].contiguous())
+
+
+def test_extreme_weights_and_activations_give_the_scalar_bits_on_every_path(op):
+    """The largest products each form can hold (4-bit u = 15, 6-bit u = 63, 8-bit u = 0 and 255) by activations
+    quantized to +-127: AVX2's 16-bit pair sums (`vpmaddubsw`) must not saturate, so every path gives the
+    scalar path's bits."""
+    x = torch.ones(4, 64).to(torch.bfloat16)
+    x[1] = -1
+    x[2, ::2] = -1  # alternating signs: +-127 next to each other
+    x[3, 32:] = -3
+    q4 = torch.full((32, 64), 15)
+    q4[1::2, ::3] = 0
+    step = torch.full((32, 2), 0.01)
+    form4 = q4_i8.interleave(q4, step.half(), (-step * 7.5).half())
+    q8 = torch.full((32, 64), 127, dtype=torch.int8)
+    q8[::2] = -128
+    q8[3, ::2] = -128
+    form8 = q4_i8.interleave8(q8, step.half())
+    form16 = q4_i8.interleave8(q8, torch.full((32, 4), 0.01))  # a scale per 16: each half alone
+    for path in paths():
+        assert torch.equal(op(x, *form4, path), op(x, *form4, "scalar")), path
+        for form in (form8, form16):
+            assert torch.equal(torch.ops.specdec_q4.q8_linear(x, *form, path),
+                               torch.ops.specdec_q4.q8_linear(x, *form, "scalar")), path
+
+
+def test_specdec_kernels_caps_every_op_s_path(op):
+    """SPECDEC_KERNELS caps the instruction sets every op may use (read once per process: a new one here): the
+    bf16 block products, the 8-bit-activation ones, and tree attention with the fused layer's steps."""
+    probe = ("import torch; from specdec.backends.torch import q4_kernel; assert q4_kernel.load_extension(); "
+             "ops = torch.ops; print(ops.specdec_q4.q4_linear_path(), list(ops.specdec_q4.q4_linear_i8_paths()), "
+             "ops.specdec_attention.steps_path())")
+
+    def run(value: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "SPECDEC_KERNELS": value}
+        return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+
+    assert run("scalar").stdout.split() == ["scalar", "['scalar']", "scalar"]
+    if "avx2" in paths():
+        assert run("avx2").stdout.split() == ["avx2", "['avx2',", "'scalar']", "avx2"]
+    bad = run("sse9")
+    assert bad.returncode != 0 and "SPECDEC_KERNELS must be one of auto, avx512, avx2, scalar, got 'sse9'" in bad.stderr

@@ -23,7 +23,7 @@ def op():
 
 
 def paths() -> list[str]:
-    return ["avx512_vnni", "scalar"] if torch.ops.specdec_q4.q4_linear_i8_fast() else ["scalar"]
+    return list(torch.ops.specdec_q4.q4_linear_i8_paths())
 
 
 def random_q6(rows: int, cols: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

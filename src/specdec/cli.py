@@ -31,7 +31,7 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
-EXACT_AUTO = "where it costs nothing (bf16 on a CPU with AVX-512 BF16, where attention runs specdec's kernel)"
+EXACT_AUTO = "where it costs nothing (bf16 where attention runs specdec's kernel)"
 
 
 def add_model_options(parser: argparse.ArgumentParser, exact_auto: str = EXACT_AUTO) -> None:
@@ -43,7 +43,7 @@ def add_model_options(parser: argparse.ArgumentParser, exact_auto: str = EXACT_A
     group.add_argument("--cache-dir", default=None, help="where converted models are kept (~/.cache/specdec)")
     group.add_argument("--pack", default="auto", choices=PACK,
                         help="verify with prepacked Linear weights: auto (bf16 on CPU, bit-identical; a GGUF model in bf16 on "
-                             "an AVX-512 BF16 CPU: int4, on the fused exact pass), on (fp32 too), off; "
+                             "a CPU: int4, on the fused exact pass), on (fp32 too), off; "
                              "int4: 4-bit weights in groups of 32 (CPU; plain decoding and every method run the "
                              "quantized model; bf16 multiplies on specdec's 4-bit kernel, built at install)")
     group.add_argument("--exact", default="auto", choices=EXACT,

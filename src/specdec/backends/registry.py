@@ -190,8 +190,9 @@ def separable_head(model: torch.nn.Module) -> torch.nn.Module | None:
 
 def describe_path(loaded: LoadedModel) -> dict[str, object]:
     """What decodes `loaded` on this machine, every `auto` settled: backend, device, dtype, weights (`pack`),
-    exact verification, the fused layer, the C++ kernels' path (`avx512_bf16`, `avx2`, `scalar`; None where
-    the extension is not loaded in this process) and, on a GPU, how passes run. What `--stats`, the demo and
+    exact verification, the fused layer, the C++ kernels' paths (`q4_kernel.kernels_in_use`: the block
+    products' and the fused layer's, e.g. `avx512_vnni+avx512_bf16`; None where the extension is not loaded in
+    this process) and, on a GPU, how passes run. What `--stats`, the demo and
     the bench manifest show, so nobody has to guess which path ran."""
     device = loaded.device
     dtype = str(loaded.dtype).removeprefix("torch.")
@@ -205,7 +206,7 @@ def describe_path(loaded: LoadedModel) -> dict[str, object]:
     path: dict[str, object] = {
         "backend": loaded.backend, "device": str(device), "dtype": dtype, "weights": weights,
         "exact": verifies_exactly(loaded), "fused_layer": verifies_on_int4(loaded),
-        "kernels": q4_kernel.kernel_path() if weights.startswith("int4") and q4_kernel.is_loaded() else None,
+        "kernels": q4_kernel.kernels_in_use() if weights.startswith("int4") else None,
     }
     if device.type == "cuda":
         path["gpu"] = torch.cuda.get_device_name(device)

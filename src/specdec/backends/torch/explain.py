@@ -24,10 +24,11 @@ def kernels_reason(used: bool) -> str:
     why = q4_kernel.unavailable_reason()
     if why is not None:
         return why
+    products, steps = (q4_kernel.kernels_in_use() or "+").split("+")
     if not used:
-        return f"built ({q4_kernel.kernel_path()} path), unused: the weights are not int4"
-    attention = "tree attention runs here" if kernel_runs_here() else "tree attention needs AVX-512 BF16"
-    return f"block products on the {q4_kernel.kernel_path()} path, {attention}"
+        return f"built (paths {products}+{steps}), unused: the weights are not int4"
+    attention = "tree attention runs here" if kernel_runs_here() else "tree attention does not run here"
+    return f"block products on the {products} path, the fused layer's steps on the {steps} path, {attention}"
 
 
 def pack_reason(loaded: LoadedModel) -> str:
@@ -43,7 +44,7 @@ def pack_reason(loaded: LoadedModel) -> str:
         (loaded.device.type != "cpu", f"device {loaded.device.type} (int4 is a CPU kernel)"),
         (not fused.fits(loaded.model.config), "the fused pass does not fit this architecture"),
         (not has_invariant_int4(loaded.dtype), f"specdec's kernel is not loaded: {q4_kernel.unavailable_reason()}"),
-        (not kernel_runs_here(), "the CPU lacks AVX-512 BF16 for the fused pass's attention"),
+        (not kernel_runs_here(), "specdec's tree attention does not run here"),
     ]
     why = next((text for blocked, text in blockers if blocked), None)
     if why is None:

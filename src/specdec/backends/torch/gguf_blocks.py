@@ -14,7 +14,7 @@ files' usual type), `FileBlocks.q4` takes its blocks as they are (each 32 weight
 -dmin * min, exact in fp32) instead of re-quantizing the dequantized weights, which moves them; where it
 stores one as Q6_K (Q4_K_M files' `attn_v` and `ffn_down` in about half the layers) or Q8_0 (Q8_0
 files' every layer), `FileBlocks.q8` runs it on the 8-bit kernels as the head runs (a Q6_K tensor from
-its own bits, or as 8-bit blocks with a scale per 16 where the CPU lacks VNNI), so the view holds the
+its own bits, or as 8-bit blocks with a scale per 16 where the CPU runs no 8-bit-activation kernel), so the view holds the
 file's weights instead of 4-bit copies of them.
 
 Invariants:

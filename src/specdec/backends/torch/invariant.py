@@ -31,7 +31,8 @@ whatever machine runs the suite):
 - everything else on the path (embeddings, rotary tables, RMS norms, residual
   sums, SiLU) is computed row by row and was already invariant.
 
-Where it can (bf16, heads of 64 or 128, a CPU with AVX-512 BF16, specdec's extension built), attention
+Where it can (bf16, heads of 64 or 128, specdec's extension built: AVX-512 BF16 code, else its portable
+AVX2 or scalar code), attention
 runs specdec's own kernel instead (`csrc/tree_attention.cpp`, `uses_kernel`): each query row reads
 its keys as one sequence in position order (the contiguous prefix, then the gathered tail) and its
 arithmetic depends on nothing else, so the split point, padding and row grouping above are not
@@ -273,7 +274,7 @@ def prefill_attention(
 
 def uses_kernel(query: torch.Tensor, key: torch.Tensor) -> bool:
     """Whether this pass's attention runs specdec's tree-attention kernel (`csrc/tree_attention.cpp`): bf16,
-    heads of 64 or 128, a CPU with AVX-512 BF16 and the extension built. Fixed for a model on a machine, so every
+    heads of 64 or 128, the extension built (its AVX-512 BF16 or portable path). Fixed for a model on a machine, so every
     pass of a generation (prefill, one-token steps, trees) runs the same arithmetic."""
     if query.dtype != torch.bfloat16 or query.shape[-1] not in KERNEL_DIMS or query.device.type != "cpu":
         return False
@@ -282,7 +283,8 @@ def uses_kernel(query: torch.Tensor, key: torch.Tensor) -> bool:
 
 @functools.cache
 def kernel_runs_here() -> bool:
-    """Whether specdec's tree-attention kernel runs on this machine (AVX-512 BF16, the extension built)."""
+    """Whether specdec's tree-attention kernel runs on this machine (the extension built: AVX-512 BF16 code, or the
+    portable AVX2 or scalar code on other CPUs)."""
     from specdec.backends.torch.q4_kernel import load_extension  # the one extension: built once a process
 
     return load_extension() and bool(torch.ops.specdec_attention.tree_attention_available())

@@ -2,7 +2,7 @@
 
 Why: `csrc/q4_gemm_i8.cpp` multiplies a 4-bit block by activations quantized to int8 per row and block of
 32 (llama.cpp's Q8_1 rule: d = max|x| / 127, q = round(x / d), half to even), the block's products summed
-exactly in int32 by AVX-512 VNNI's `vpdpbusd`. On the two-core machines we measure, it does about half
+exactly in int32 (AVX-512 VNNI's `vpdpbusd`; on AVX2, `vpmaddubsw` and `vpmaddwd`). On the two-core machines we measure, it does about half
 the instructions of the bf16 form at every number of rows: the decoder's products of a one-token pass
 and of a tree alike cost about half (docs/benchmarks.md). This module holds the form's layout
 (`interleave`, `deinterleave`) and its plain PyTorch reference (`reference_linear`); `q4_kernel.Q4Linear`
@@ -16,7 +16,8 @@ a Q4_K tensor's pairs [N/16, K/32, 2, 16] (uint8 scale, min) and [N/16, K/256, 2
 Invariants:
 - interleaving moves bytes only: `deinterleave(interleave(q, s, m))` gives back q, s and m exactly;
 - the product is a different arithmetic from the bf16 form's (activations rounded to 8 bits, not bf16),
-  the same bits for a row whatever the rows beside it, on every path (`avx512_vnni`, `scalar`); a model
+  the same bits for a row whatever the rows beside it, on every path (`avx512_vnni`, `avx2`, `scalar`: the integer sums are exact, the rest the same fp32
+  steps in every lane); a model
   verifies on one form throughout, so losslessness is relative to it;
 - nothing here imports the extension: the layout and the reference are plain PyTorch.
 """

@@ -7,9 +7,11 @@ times the bytes. `csrc/q4_gemm.cpp` reads each 4-bit block once per call, dequan
 and multiplies every row with it (bf16 products, fp32 accumulation). It is built on first use with
 `torch.utils.cpp_extension` (a C++ compiler and ninja are needed); where it cannot be built,
 `load_extension()` says False and `unavailable_reason()` why, and callers keep PyTorch's own int4
-kernel (`specdec.backends.torch.int4`). Where the CPU has AVX-512 VNNI, `Q4Linear` and `Q8Linear` hold their
-blocks in a second form and multiply activations quantized to 8 bits (`q4_i8`, `csrc/q4_gemm_i8.cpp`):
-about half the instructions; the ops take that form when `qs` is 3-D.
+kernel (`specdec.backends.torch.int4`). Where the CPU has AVX-512 VNNI or AVX2, `Q4Linear` and `Q8Linear` hold
+their blocks in a second form and multiply activations quantized to 8 bits (`q4_i8`, `csrc/q4_gemm_i8.cpp`,
+`csrc/q4_gemm_i8_avx2.cpp`): about half the instructions; the ops take that form when `qs` is 3-D.
+`SPECDEC_KERNELS` (`kernels_cap`) caps the instruction sets every kernel may use, to compare paths or
+rule one out.
 
 The format: for W [N, K], K a multiple of 32, `qs` uint8 [N, K/2] holds each block of 32 as 16 bytes,
 byte j's low nibble the q of element j and its high nibble that of element j + 16; `scale` and
@@ -53,9 +55,9 @@ PATHS = ("avx512_bf16", "avx2", "scalar")  # the C++ kernel's paths, fastest fir
 _SOURCE = Path(__file__).parent / "csrc" / "q4_gemm.cpp"
 # One extension: the block products, tree attention, and a decoder layer built from both (`specdec.backends.torch.fused`)
 _SOURCES = (_SOURCE, _SOURCE.with_name("q4_gemm_portable.cpp"), _SOURCE.with_name("q4_gemm_i8.cpp"),
-            _SOURCE.with_name("quantize_i8.cpp"),
+            _SOURCE.with_name("q4_gemm_i8_avx2.cpp"), _SOURCE.with_name("quantize_i8.cpp"),
             _SOURCE.with_name("tree_attention.cpp"), _SOURCE.with_name("top_tokens.cpp"),
-            _SOURCE.with_name("decoder_layer.cpp"))
+            _SOURCE.with_name("decoder_layer.cpp"), _SOURCE.with_name("portable.cpp"))
 _EXTENSION = "specdec_q4_gemm"
 # -ffp-contract=off: no multiply-add is fused behind the kernel's back (the dequantization and the scalar
 # path round where the reference does)
@@ -223,9 +225,22 @@ def _register_fake() -> None:
         return x.new_empty(x.shape[0], q4_i8.GROUP * qs.shape[0])
 
 
+KERNEL_CAPS = ("auto", "avx512", "avx2", "scalar")  # SPECDEC_KERNELS: the widest instruction set kernels may use
+
+
+def kernels_cap() -> str:
+    """SPECDEC_KERNELS, checked: "auto" (unset: the CPU's best) or the widest instruction set every kernel
+    may use ("avx512", "avx2", "scalar"; the C++ side reads the same variable)."""
+    value = os.environ.get("SPECDEC_KERNELS") or "auto"
+    if value not in KERNEL_CAPS:
+        raise ValueError(f"SPECDEC_KERNELS must be one of {', '.join(KERNEL_CAPS)}, got {value!r}")
+    return value
+
+
 @functools.cache
 def _build() -> str | None:
     """Builds (or finds in the cache) and loads the extension, once a process: None, or why not."""
+    kernels_cap()  # a bad SPECDEC_KERNELS is the user's to fix: raised, not a silent fallback
     if sys.platform == "win32" or not _SOURCE.exists():
         return f"the 4-bit GEMM extension is not available on this platform; {_FALLBACK}"
     try:
@@ -265,11 +280,26 @@ def kernel_path() -> str | None:
     return str(torch.ops.specdec_q4.q4_linear_path()) if load_extension() else None
 
 
+def i8_path() -> str | None:
+    """The path the 8-bit-activation products run here ("avx512_vnni", "avx2" or "scalar"), None without the
+    extension."""
+    return str(torch.ops.specdec_q4.q4_linear_i8_paths()[0]) if load_extension() else None
+
+
+def kernels_in_use() -> str | None:
+    """The paths an int4 pass takes here, "<block products>+<the fused layer's steps and tree attention>" (e.g.
+    "avx512_vnni+avx512_bf16", "avx2+avx2"), None where this process has not loaded the extension."""
+    if not is_loaded():
+        return None
+    products = i8_path() if default_activations() == "int8" else kernel_path()
+    return f"{products}+{torch.ops.specdec_attention.steps_path()}"
+
+
 ACTIVATIONS = ("bf16", "int8")  # what Q4Linear multiplies its 4-bit blocks by
 
 
 def default_activations() -> str:
-    """"int8" where the CPU runs the 8-bit-activation kernel (`q4_i8`; AVX-512 VNNI and BF16), else "bf16"."""
+    """"int8" where the CPU runs the 8-bit-activation kernel (`q4_i8`; AVX-512 VNNI or AVX2), else "bf16"."""
     return "int8" if load_extension() and bool(torch.ops.specdec_q4.q4_linear_i8_fast()) else "bf16"
 
 

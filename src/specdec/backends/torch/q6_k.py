@@ -15,7 +15,7 @@ Invariants:
 - interleaving moves bits only: `deinterleave6(interleave6(q, sub, d))` gives back q, sub and d exactly;
 - `Q6Linear` computes, bit for bit, what `Q8Linear` computes from the same tensor's fp32 scales per 16
   (d * sub-scale is exact in fp32), on every path of the 8-bit-activation kernel and at any number of rows;
-- it runs only on 8-bit activations: where the CPU lacks AVX-512 VNNI, `head_q8` keeps `Q8Linear`'s bf16 form.
+- it runs only on 8-bit activations: where the CPU runs no 8-bit-activation kernel (neither AVX-512 VNNI nor AVX2), `head_q8` keeps `Q8Linear`'s bf16 form.
 """
 
 from __future__ import annotations

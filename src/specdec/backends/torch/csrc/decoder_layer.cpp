@@ -64,7 +64,7 @@ SPECDEC_AVX512 inline __m512 rounded(__m512 v) {  // to bf16 (nearest even) and 
 
 // out = bf16(w * bf16(x / sqrt(mean(x^2) + eps))) for one row of `size` values; the squares are summed in
 // 16 lanes (lane l takes i = l mod 16, in order), then by one fixed tree: the same order for every row.
-SPECDEC_AVX512 void rms_norm_row(const bf16* x, const bf16* w, bf16* out, int64_t size, float eps) {
+SPECDEC_AVX512 void rms_norm_row_avx512(const bf16* x, const bf16* w, bf16* out, int64_t size, float eps) {
   __m512 lanes = _mm512_setzero_ps();
   for (int64_t i = 0; i < size; i += 16) {
     const __m512 v = widen(x + i, first(size - i));
@@ -78,6 +78,12 @@ SPECDEC_AVX512 void rms_norm_row(const bf16* x, const bf16* w, bf16* out, int64_
   }
 }
 
+// Each step on this CPU's path: the AVX-512 code above, or the portable one (portable.cpp).
+void rms_norm_row(const bf16* x, const bf16* w, bf16* out, int64_t size, float eps) {
+  if (specdec::avx512_bf16_steps()) rms_norm_row_avx512(x, w, out, size, eps);
+  else specdec::portable_ops().rms_norm_row(x, w, out, size, eps);
+}
+
 void rms_norm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t size, float eps) {
   at::parallel_for(0, rows, kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) rms_norm_row(x + r * size, w, out + r * size, size, eps);
@@ -85,7 +91,7 @@ void rms_norm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t siz
 }
 
 // out = bf16(a + b), elementwise over n values (out may be a or b).
-SPECDEC_AVX512 void add(const bf16* a, const bf16* b, bf16* out, int64_t n) {
+SPECDEC_AVX512 void add_avx512(const bf16* a, const bf16* b, bf16* out, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 live = first(n - i);
     put(out + i, live, _mm512_add_ps(widen(a + i, live), widen(b + i, live)));
@@ -94,7 +100,7 @@ SPECDEC_AVX512 void add(const bf16* a, const bf16* b, bf16* out, int64_t n) {
 
 // transformers' apply_rotary_pos_emb for one head: bf16(bf16(x * cos) + bf16(rotate_half(x) * sin)),
 // rotate_half(x) = (-x[half:], x[:half]); dim is a multiple of 32, so each run of 16 is in one half.
-SPECDEC_AVX512 void rotate(const bf16* x, const bf16* cos, const bf16* sin, bf16* out, int64_t dim) {
+SPECDEC_AVX512 void rotate_avx512(const bf16* x, const bf16* cos, const bf16* sin, bf16* out, int64_t dim) {
   const int64_t half = dim / 2;
   const __mmask16 all = 0xFFFF;
   for (int64_t d = 0; d < dim; d += 16) {
@@ -106,7 +112,7 @@ SPECDEC_AVX512 void rotate(const bf16* x, const bf16* cos, const bf16* sin, bf16
 
 // out[i] = bf16(bf16(silu(gate[i])) * up[i]), 16 values at a time (out may be gate); silu(x) = x * sigmoid(x)
 // with sigmoid from e = exp(-|x|): 1 / (1 + e) for x >= 0, e / (1 + e) below (no overflow either side).
-SPECDEC_AVX512 void silu_mul(const bf16* gate, const bf16* up, bf16* out, int64_t n) {
+SPECDEC_AVX512 void silu_mul_avx512(const bf16* gate, const bf16* up, bf16* out, int64_t n) {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 live = first(n - i);
@@ -116,6 +122,21 @@ SPECDEC_AVX512 void silu_mul(const bf16* gate, const bf16* up, bf16* out, int64_
     const __m512 sigmoid = _mm512_div_ps(_mm512_mask_mov_ps(one, negative, e), _mm512_add_ps(one, e));
     put(out + i, live, _mm512_mul_ps(rounded(_mm512_mul_ps(x, sigmoid)), widen(up + i, live)));
   }
+}
+
+void add(const bf16* a, const bf16* b, bf16* out, int64_t n) {
+  if (specdec::avx512_bf16_steps()) add_avx512(a, b, out, n);
+  else specdec::portable_ops().add(a, b, out, n);
+}
+
+void rotate(const bf16* x, const bf16* cos, const bf16* sin, bf16* out, int64_t dim) {
+  if (specdec::avx512_bf16_steps()) rotate_avx512(x, cos, sin, out, dim);
+  else specdec::portable_ops().rotate(x, cos, sin, out, dim);
+}
+
+void silu_mul(const bf16* gate, const bf16* up, bf16* out, int64_t n) {
+  if (specdec::avx512_bf16_steps()) silu_mul_avx512(gate, up, out, n);
+  else specdec::portable_ops().silu_mul(gate, up, out, n);
 }
 
 struct Shape {

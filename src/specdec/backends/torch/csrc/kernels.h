@@ -5,13 +5,33 @@
 #include <ATen/ATen.h>
 #include <immintrin.h>
 
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #define SPECDEC_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 namespace specdec {
+
+// The widest instruction set the kernels may use: the CPU's, capped by SPECDEC_KERNELS (scalar < avx2 < avx512;
+// unset or "auto": no cap), read once per process. Tests force each path with it, and a user can compare
+// paths or rule one out. Every op picks its best path at or below the cap; the ops' paths name their own
+// instruction sets (avx512_bf16, avx512_vnni, avx2, scalar).
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+inline Isa isa_cap() {
+  static const Isa cap = [] {
+    const char* value = std::getenv("SPECDEC_KERNELS");
+    const std::string name = value == nullptr || *value == '\0' ? "auto" : value;
+    if (name == "scalar") return Isa::kScalar;
+    if (name == "avx2") return Isa::kAvx2;
+    TORCH_CHECK(name == "auto" || name == "avx512", "SPECDEC_KERNELS must be auto, avx512, avx2 or scalar, got ", name);
+    return Isa::kAvx512;
+  }();
+  return cap;
+}
+inline bool isa_allowed(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(isa_cap()); }
 
 // x [M, K] by Q4_1 blocks (q4_gemm.cpp): each output row's bits independent of M.
 at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale, const at::Tensor& minimum,
@@ -45,7 +65,10 @@ at::Tensor q8_linear_i8(const at::Tensor& x, const at::Tensor& qs, const at::Ten
 // [N/16, K/256, 16]; the 8-bit form's bits with a scale per 16.
 at::Tensor q6_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale, const at::Tensor& d,
                      std::optional<c10::string_view> path);
+// Whether the interleaved products run vectorized here (AVX-512 VNNI or AVX2), and the paths this CPU runs
+// (fastest first; every path gives the same bits).
 bool q4_linear_i8_fast();
+std::vector<std::string> q4_linear_i8_paths();
 // An interleaved product (4-, 6- or 8-bit blocks, told apart by qs [N/16, K/32, 256 | 384 | 512]; minimum
 // not read for 8-bit ones) of bf16 rows x [M, K] into caller-held memory: out row r at out + r * ldo, the rows'
 // quantized activations in `scratch`. The same bits as q4_linear_i8 / q6_linear / q8_linear on the auto path;
@@ -57,6 +80,8 @@ void interleaved_into(const at::BFloat16* x, int64_t M, int64_t K, const at::Ten
 at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                           const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, double scale);
 bool tree_attention_available();
+// The path tree attention and the fused layer's elementwise steps take here: "avx512_bf16", "avx2" or "scalar".
+std::string steps_path();
 // The same over caller-held memory (decoder_layer.cpp), its checks the caller's: query [B, H, T, D]
 // contiguous, out [B, T, H, D]; key and value [>= B, KV, S, D] rows of D contiguous, with the given strides.
 struct AttentionJob {
@@ -73,6 +98,20 @@ struct AttentionJob {
 };
 // False (the output partly written) where a row sees no key or a key outside the cache.
 bool attend(const AttentionJob& job);
+// Whether tree attention and the fused layer run their AVX-512 BF16 code here (else `portable_ops`').
+bool avx512_bf16_steps();
+
+// The fused pass's steps on CPUs without AVX-512 BF16 (portable.cpp): the best portable path allowed here.
+struct LayerOps {
+  const char* path;  // "avx2" or "scalar"
+  void (*rms_norm_row)(const c10::BFloat16* x, const c10::BFloat16* w, c10::BFloat16* out, int64_t size, float eps);
+  void (*add)(const c10::BFloat16* a, const c10::BFloat16* b, c10::BFloat16* out, int64_t n);
+  void (*rotate)(const c10::BFloat16* x, const c10::BFloat16* cos, const c10::BFloat16* sin, c10::BFloat16* out,
+                 int64_t dim);
+  void (*silu_mul)(const c10::BFloat16* gate, const c10::BFloat16* up, c10::BFloat16* out, int64_t n);
+  bool (*attend_row)(const AttentionJob& job, int64_t b, int64_t h, int64_t t, float* scores);
+};
+const LayerOps& portable_ops();
 
 // exp(x) for x <= 0, Cephes' single-precision polynomial: the same instructions for every lane.
 SPECDEC_AVX512 inline __m512 exp_avx512(__m512 x) {

@@ -262,16 +262,18 @@ const std::string& best_path() {  // the CPU's features are read once
   static const std::string best = [] {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl"))
+        __builtin_cpu_supports("avx512vl") && specdec::isa_allowed(specdec::Isa::kAvx512))
       return "avx512_bf16";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+        specdec::isa_allowed(specdec::Isa::kAvx2))
       return "avx2";
     return "scalar";
   }();
   return best;
 }
 
-// A slower path may be forced (tests); every CPU with AVX-512 BF16 has AVX2, FMA and F16C.
+// A slower path may be forced (tests); every CPU with AVX-512 BF16 has AVX2, FMA and F16C. (best_path is
+// already within SPECDEC_KERNELS' cap.)
 bool path_runs_here(const std::string& path) {
   const std::string& best = best_path();
   return path == "scalar" || path == best || (path == "avx2" && best == "avx512_bf16");
@@ -387,6 +389,7 @@ TORCH_LIBRARY(specdec_q4, m) {
   m.def("q6_linear(Tensor x, Tensor qs, Tensor scale, Tensor d, str? path=None) -> Tensor");
   m.def("q4_linear_path() -> str", &specdec::q4_linear_path);
   m.def("q4_linear_i8_fast() -> bool", &specdec::q4_linear_i8_fast);
+  m.def("q4_linear_i8_paths() -> str[]", &specdec::q4_linear_i8_paths);
   m.def("quantize_activations(Tensor x, str? path=None) -> (Tensor, Tensor, Tensor)");
 }
 

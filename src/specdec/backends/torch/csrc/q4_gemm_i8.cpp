@@ -44,65 +44,14 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "i8_blocks.h"
 #include "kernels.h"
 
 namespace {
 
-constexpr int64_t kBlock = 32;   // activations per scale; weights per (scale, minimum)
-constexpr int64_t kGroup = 16;   // columns interleaved together: one zmm of fp32 outputs
-constexpr int64_t kRun = 256;    // bytes of one block of one column group
-constexpr int kRows = 8;         // rows multiplied together per unpacked block
-
-enum class Scales { kHalf, kFloat, kPairs };
-
-struct Problem {
-  const uint8_t* qs;        // [G, nb, 256] (4-bit) or [G, nb, 512] (8-bit, `wide`)
-  const void* scale;        // [G, nb, 16] fp16 / fp32, or [G, nb, 2, 16] uint8 (Q4_K pairs)
-  const void* minimum;      // [G, nb, 16] fp16 / fp32, or [G, nb / 8, 2, 16] fp16 (Q4_K's d, dmin)
-  Scales form;
-  const int8_t* xq;         // [M, K] quantized activations
-  const float* d;           // [M, nb] their scales
-  const float* s;           // [M, nb] d * sum of the block's q
-  const int32_t* sq;        // [M, nb] 128 * sum of the block's q (8-bit weights: the offset taken back)
-  const int32_t* sh;        // [M, nb] 128 * sum of its first 16 q (8-bit weights, a scale per 16)
-  bool wide;                // 8-bit weights: qs [N/16, K/32, 512], w = scale * (u - 128), no minimum
-  bool halves;              // wide with fp32 scales [N/16, K/16, 16]: a scale per 16 weights
-  bool six;                 // 6-bit weights: qs [N/16, K/32, 384], int8 scale [G, 2 nb, 16], fp16 d in `minimum`
-  int64_t M, N, K, nb;
-  float* out_f;             // [M, N] when x is fp32 ...
-  at::BFloat16* out_b;      // ... or bf16
-  int64_t ldo;              // out's row stride (N, or wider for a part of a bigger output)
-};
-
-// Column n's block b: scale and minimum as fp32 (Q4_K: d * scale and -(dmin * min), exact products).
-inline void block_scales(const Problem& p, int64_t n, int64_t b, float& scale, float& minimum) {
-  const int64_t g = n / kGroup, j = n % kGroup, at = (g * p.nb + b) * kGroup + j;
-  switch (p.form) {
-    case Scales::kHalf:
-      scale = static_cast<float>(static_cast<const at::Half*>(p.scale)[at]);
-      minimum = p.wide ? 0.0f : static_cast<float>(static_cast<const at::Half*>(p.minimum)[at]);
-      return;
-    case Scales::kFloat:
-      scale = static_cast<const float*>(p.scale)[at];
-      minimum = static_cast<const float*>(p.minimum)[at];
-      return;
-    case Scales::kPairs: {
-      const uint8_t* pairs = static_cast<const uint8_t*>(p.scale) + (g * p.nb + b) * 2 * kGroup;
-      const at::Half* supers = static_cast<const at::Half*>(p.minimum) + (g * (p.nb / 8) + b / 8) * 2 * kGroup;
-      scale = static_cast<float>(supers[j]) * static_cast<float>(pairs[j]);
-      minimum = -(static_cast<float>(supers[kGroup + j]) * static_cast<float>(pairs[kGroup + j]));
-      return;
-    }
-  }
-}
-
-inline void store(const Problem& p, int64_t r, int64_t n, float v) {
-  if (p.out_b != nullptr) p.out_b[r * p.ldo + n] = c10::BFloat16(v);  // nearest even
-  else p.out_f[r * p.ldo + n] = v;
-}
-
-#define I8_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,f16c")))
+using namespace specdec::i8;  // NOLINT: the interleaved products' own parts
 
 // ---------------------------------------------------------------- scalar
 // An 8-bit or 6-bit form's unsigned weight u (q + 128, q + 32) for quad i, element k of column j in block b.
@@ -164,27 +113,6 @@ void groups_scalar(const Problem& p, int64_t begin, int64_t end) {
 }
 
 // ---------------------------------------------------------------- avx512_vnni
-// Group g's block b as 16 fp32 scales and minimums.
-I8_AVX512 inline void scales_avx512(const Problem& p, int64_t g, int64_t b, __m512& scale, __m512& minimum) {
-  const int64_t at = (g * p.nb + b) * kGroup;
-  if (p.form == Scales::kHalf) {
-    scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const at::Half*>(p.scale) + at)));
-    minimum = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const at::Half*>(p.minimum) + at)));
-  } else if (p.form == Scales::kFloat) {
-    scale = _mm512_loadu_ps(static_cast<const float*>(p.scale) + at);
-    minimum = _mm512_loadu_ps(static_cast<const float*>(p.minimum) + at);
-  } else {
-    const uint8_t* pairs = static_cast<const uint8_t*>(p.scale) + 2 * at;
-    const at::Half* supers = static_cast<const at::Half*>(p.minimum) + (g * (p.nb / 8) + b / 8) * 2 * kGroup;
-    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pairs))));
-    const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pairs + kGroup))));
-    const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(supers)));
-    const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(supers + kGroup)));
-    scale = _mm512_mul_ps(dd, sc);
-    minimum = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dm, mn));
-  }
-}
-
 inline int32_t quad(const int8_t* x) {
   int32_t v;
   std::memcpy(&v, x, 4);
@@ -298,17 +226,21 @@ bool vnni_here() {
   static const bool here = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bf16");
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512bf16") && specdec::isa_allowed(specdec::Isa::kAvx512);
   }();
   return here;  // avx512bf16 too: the bf16 stores (every CPU with it has VNNI)
 }
 
+// The path a call runs: "auto" picks the first of avx512_vnni, avx2 and scalar this CPU runs (all give the
+// same bits); a named one is refused where the CPU cannot run it.
 std::string chosen_path(std::optional<c10::string_view> path) {
   std::string chosen = path.has_value() ? std::string(path->data(), path->size()) : "auto";
-  if (chosen == "auto") chosen = vnni_here() ? "avx512_vnni" : "scalar";
-  TORCH_CHECK(chosen == "avx512_vnni" || chosen == "scalar",
-              "q4_linear: 8-bit-activation blocks take path auto, avx512_vnni or scalar, got ", chosen);
-  TORCH_CHECK(chosen == "scalar" || vnni_here(), "q4_linear: this CPU cannot run the avx512_vnni path");
+  if (chosen == "auto") chosen = vnni_here() ? "avx512_vnni" : avx2_here() ? "avx2" : "scalar";
+  TORCH_CHECK(chosen == "avx512_vnni" || chosen == "avx2" || chosen == "scalar",
+              "q4_linear: 8-bit-activation blocks take path auto, avx512_vnni, avx2 or scalar, got ", chosen);
+  TORCH_CHECK(chosen != "avx512_vnni" || vnni_here(), "q4_linear: this CPU cannot run the avx512_vnni path");
+  TORCH_CHECK(chosen != "avx2" || avx2_here(), "q4_linear: this CPU cannot run the avx2 path");
   return chosen;
 }
 
@@ -371,7 +303,7 @@ Problem weights(const at::Tensor& qs, const at::Tensor& scale, const at::Tensor*
 
 // p's product over the quantized rows a (M of them), column groups split across threads (each output element
 // reduced by one thread).
-void run(Problem& p, const specdec::Activations& a, int64_t M, bool fast) {
+void run(Problem& p, const specdec::Activations& a, int64_t M, const std::string& path) {
   p.xq = a.q;
   p.d = a.d;
   p.s = a.s;
@@ -379,7 +311,9 @@ void run(Problem& p, const specdec::Activations& a, int64_t M, bool fast) {
   p.sh = a.sh;
   p.M = M;
   if (M == 0 || p.N == 0) return;
-  auto kernel = !fast ? groups_scalar : p.six ? groups_avx512<6> : p.wide ? groups_avx512<8> : groups_avx512<4>;
+  using Kernel = void (*)(const Problem&, int64_t, int64_t);
+  Kernel kernel = path == "avx2" ? groups_avx2 : path == "scalar" ? groups_scalar
+                  : p.six ? groups_avx512<6> : p.wide ? groups_avx512<8> : groups_avx512<4>;
   const int64_t grain = std::max<int64_t>(1, 16384 / (kGroup * p.K));
   at::parallel_for(0, p.N / kGroup, grain, [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
 }
@@ -401,7 +335,7 @@ at::Tensor interleaved_linear(const at::Tensor& x, const at::Tensor& qs, const a
   p.out_b = x.scalar_type() == at::kBFloat16 ? out.data_ptr<at::BFloat16>() : nullptr;
   p.ldo = p.N;
   run(p, {a.q.data_ptr<int8_t>(), a.d.data_ptr<float>(), a.s.data_ptr<float>(), a.sq.data_ptr<int32_t>(),
-          a.sh.data_ptr<int32_t>()}, M, chosen == "avx512_vnni");
+          a.sh.data_ptr<int32_t>()}, M, chosen);
   return out;
 }
 
@@ -429,7 +363,15 @@ at::Tensor q6_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor
   return interleaved_linear(x, qs, scale, &d, path, "q6_linear", true);
 }
 
-bool q4_linear_i8_fast() { return vnni_here(); }
+bool q4_linear_i8_fast() { return vnni_here() || avx2_here(); }
+
+std::vector<std::string> q4_linear_i8_paths() {
+  std::vector<std::string> paths;
+  if (vnni_here()) paths.emplace_back("avx512_vnni");
+  if (avx2_here()) paths.emplace_back("avx2");
+  paths.emplace_back("scalar");
+  return paths;
+}
 
 void interleaved_into(const at::BFloat16* x, int64_t M, int64_t K, const at::Tensor& qs, const at::Tensor& scale,
                       const at::Tensor& minimum, at::BFloat16* out, int64_t ldo, const Activations& scratch) {
@@ -437,11 +379,11 @@ void interleaved_into(const at::BFloat16* x, int64_t M, int64_t K, const at::Ten
   const bool six = bytes == kRun + kRun / 2;
   Problem p = weights(qs, scale, bytes == 2 * kRun ? nullptr : &minimum, "interleaved_into", six);
   TORCH_CHECK(K == p.K && ldo >= p.N, "interleaved_into: x has K = ", K, " but the blocks hold ", p.K);
-  const bool fast = vnni_here();
-  quantize_into(x, M, K, scratch, fast);
+  static const std::string path = chosen_path(std::nullopt);  // this CPU's, once
+  quantize_into(x, M, K, scratch, path == "avx512_vnni");
   p.out_b = out;
   p.ldo = ldo;
-  run(p, scratch, M, fast);
+  run(p, scratch, M, path);
 }
 
 }  // namespace specdec

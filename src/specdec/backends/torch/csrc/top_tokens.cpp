@@ -15,6 +15,8 @@
 #include <immintrin.h>
 #include <torch/library.h>
 
+#include "kernels.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -76,7 +78,8 @@ void one_row(const T* x, int64_t V, bool fast, Best& best) {
 bool avx512_here() {
   static const bool here = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           specdec::isa_allowed(specdec::Isa::kAvx512);
   }();
   return here;
 }

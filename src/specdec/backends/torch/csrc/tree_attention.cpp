@@ -19,7 +19,8 @@
 //                                   key is paired with zeros); sum p over lanes i mod 16, then a fixed tree
 // The output is rounded to bf16. One thread computes one (batch, query row, query head) entirely; a key head's
 // query heads may run together (each pair of values interleaved once for all of them), which changes no head's steps.
-// AVX-512 BF16 only: other CPUs keep the PyTorch implementation (`specdec.backends.torch.invariant`).
+// This file's code is AVX-512 BF16's; other CPUs run portable.cpp's (scalar, or AVX2), the same steps in a
+// row-independent order of their own, so equal to these to rounding.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -33,6 +34,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace {
@@ -187,7 +189,8 @@ bool runs_here() {
   static const bool ok = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           specdec::isa_allowed(specdec::Isa::kAvx512);
   }();
   return ok;
 }
@@ -196,11 +199,14 @@ bool runs_here() {
 
 namespace specdec {
 
-bool tree_attention_available() { return runs_here(); }
+bool avx512_bf16_steps() { return runs_here(); }
+
+bool tree_attention_available() { return true; }  // the AVX-512 BF16 code, or portable.cpp's elsewhere
+
+std::string steps_path() { return runs_here() ? "avx512_bf16" : portable_ops().path; }
 
 at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                           const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, double scale) {
-  TORCH_CHECK(runs_here(), "tree_attention: needs a CPU with AVX-512 BF16");
   const int64_t dim = query.dim() == 4 ? query.size(3) : 0;
   TORCH_CHECK(takes_dim(dim), "tree_attention: heads of 64 or 128 only, got ", query.sizes());
   for (const at::Tensor* t : {&query, &key, &value})
@@ -228,6 +234,18 @@ at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const 
 
 bool attend(const AttentionJob& j) {
   const int64_t longest = j.S + j.L + 16;
+  if (!runs_here()) {  // one (b, t, head) an item, as one row alone would run it
+    const LayerOps& ops = portable_ops();
+    std::atomic<bool> bad{false};
+    at::parallel_for(0, j.B * j.T * j.H, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> scores(longest);
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t h = item % j.H, t = (item / j.H) % j.T, b = item / (j.H * j.T);
+        if (!ops.attend_row(j, b, h, t, scores.data())) bad = true;
+      }
+    });
+    return !bad;
+  }
   const int64_t together = heads_together(j.D, j.H / j.KV, j.B * j.H * j.T, at::get_num_threads());
   const int64_t chunks = j.H / together;  // items: (b, chunk of query heads, t)
   std::atomic<bool> bad{false};
@@ -250,6 +268,7 @@ TORCH_LIBRARY(specdec_attention, m) {
   m.def("tree_attention(Tensor query, Tensor key, Tensor value, Tensor start, Tensor tail, Tensor count, "
         "float scale) -> Tensor");
   m.def("tree_attention_available() -> bool", &specdec::tree_attention_available);
+  m.def("steps_path() -> str", &specdec::steps_path);
 }
 
 TORCH_LIBRARY_IMPL(specdec_attention, CPU, m) { m.impl("tree_attention", &specdec::tree_attention); }
