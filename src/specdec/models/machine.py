@@ -92,7 +92,9 @@ def default_dtype_reason(device: str | torch.device) -> str:
     found = sorted(_cpu_flags() & CPU_BF16_FLAGS) if kind == "cpu" else []
     if found:
         return f"{chosen}: the CPU has {' and '.join(found)}"
-    return f"{chosen}: no avx512_bf16 or amx_bf16 here (bf16 would be emulated, several times slower)"
+    hint = ("; a GGUF model takes --dtype bf16 here too: int4 on specdec's AVX2 kernels, the fused exact pass"
+            if kind == "cpu" and "avx2" in _cpu_flags() else "")
+    return f"{chosen}: no avx512_bf16 or amx_bf16 here (bf16 would be emulated, several times slower){hint}"
 
 
 def isa_flags() -> dict[str, bool]:
