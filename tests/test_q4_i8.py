@@ -212,6 +212,7 @@ def test_extreme_weights_and_activations_give_the_scalar_bits_on_every_path(op):
                                torch.ops.specdec_q4.q8_linear(x, *form, "scalar")), path
 
 
+@pytest.mark.slow  # ~20 s: three new processes, each loading torch and the extension
 def test_specdec_kernels_caps_every_op_s_path(op):
     """SPECDEC_KERNELS caps the instruction sets every op may use (read once per process: a new one here): the
     bf16 block products, the 8-bit-activation ones, and tree attention with the fused layer's steps."""

@@ -88,9 +88,8 @@ I8_AVX512 inline void scales_avx512(const Problem& p, int64_t g, int64_t b, __m5
   }
 }
 
-// The AVX2 path (q4_gemm_i8_avx2.cpp): column groups [begin, end) of p, every row, the scalar path's bits.
+// The AVX2 path (q4_gemm_i8_avx2.cpp): column groups [begin, end) of p, every row, the scalar path's bits
+// (where `specdec::avx2_allowed()`).
 void groups_avx2(const Problem& p, int64_t begin, int64_t end);
-// Whether this CPU runs the AVX2 path (AVX2, FMA and F16C).
-bool avx2_here();
 
 }  // namespace specdec::i8

@@ -32,6 +32,15 @@ inline Isa isa_cap() {
   return cap;
 }
 inline bool isa_allowed(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(isa_cap()); }
+// Where the AVX2 paths run: AVX2 with FMA and F16C, within the cap. Read once (one flag for every file).
+inline bool avx2_allowed() {
+  static const bool on = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+           isa_allowed(Isa::kAvx2);
+  }();
+  return on;
+}
 
 // x [M, K] by Q4_1 blocks (q4_gemm.cpp): each output row's bits independent of M.
 at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale, const at::Tensor& minimum,

@@ -30,9 +30,7 @@ namespace specdec {
 const LayerOps& portable_ops() {
   static const LayerOps ops = [] {
 #if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-        isa_allowed(Isa::kAvx2)) {
+    if (avx2_allowed()) {
       namespace p = portable_avx2;
       return LayerOps{"avx2", p::rms_norm_row, p::add, p::rotate, p::silu_mul, p::attend_row};
     }

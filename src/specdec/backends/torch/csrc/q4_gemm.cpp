@@ -264,9 +264,7 @@ const std::string& best_path() {  // the CPU's features are read once
     if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && specdec::isa_allowed(specdec::Isa::kAvx512))
       return "avx512_bf16";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-        specdec::isa_allowed(specdec::Isa::kAvx2))
-      return "avx2";
+    if (specdec::avx2_allowed()) return "avx2";
     return "scalar";
   }();
   return best;

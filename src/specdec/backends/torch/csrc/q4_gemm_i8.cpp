@@ -236,11 +236,11 @@ bool vnni_here() {
 // same bits); a named one is refused where the CPU cannot run it.
 std::string chosen_path(std::optional<c10::string_view> path) {
   std::string chosen = path.has_value() ? std::string(path->data(), path->size()) : "auto";
-  if (chosen == "auto") chosen = vnni_here() ? "avx512_vnni" : avx2_here() ? "avx2" : "scalar";
+  if (chosen == "auto") chosen = vnni_here() ? "avx512_vnni" : specdec::avx2_allowed() ? "avx2" : "scalar";
   TORCH_CHECK(chosen == "avx512_vnni" || chosen == "avx2" || chosen == "scalar",
               "q4_linear: 8-bit-activation blocks take path auto, avx512_vnni, avx2 or scalar, got ", chosen);
   TORCH_CHECK(chosen != "avx512_vnni" || vnni_here(), "q4_linear: this CPU cannot run the avx512_vnni path");
-  TORCH_CHECK(chosen != "avx2" || avx2_here(), "q4_linear: this CPU cannot run the avx2 path");
+  TORCH_CHECK(chosen != "avx2" || specdec::avx2_allowed(), "q4_linear: this CPU cannot run the avx2 path");
   return chosen;
 }
 
@@ -363,12 +363,12 @@ at::Tensor q6_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor
   return interleaved_linear(x, qs, scale, &d, path, "q6_linear", true);
 }
 
-bool q4_linear_i8_fast() { return vnni_here() || avx2_here(); }
+bool q4_linear_i8_fast() { return vnni_here() || specdec::avx2_allowed(); }
 
 std::vector<std::string> q4_linear_i8_paths() {
   std::vector<std::string> paths;
   if (vnni_here()) paths.emplace_back("avx512_vnni");
-  if (avx2_here()) paths.emplace_back("avx2");
+  if (specdec::avx2_allowed()) paths.emplace_back("avx2");
   paths.emplace_back("scalar");
   return paths;
 }

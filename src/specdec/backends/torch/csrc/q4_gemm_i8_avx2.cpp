@@ -19,7 +19,6 @@
 #include <cstring>
 
 #include "i8_blocks.h"
-#include "kernels.h"
 
 namespace specdec::i8 {
 
@@ -179,15 +178,6 @@ I8_AVX2 void groups(const Problem& p, int64_t begin, int64_t end) {
 }
 
 }  // namespace
-
-bool avx2_here() {
-  static const bool here = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-           isa_allowed(Isa::kAvx2);
-  }();
-  return here;
-}
 
 void groups_avx2(const Problem& p, int64_t begin, int64_t end) {
   if (p.six) groups<6>(p, begin, end);
