@@ -25,7 +25,7 @@ _EXPORTS = {
     "LoadedModel": "specdec.models",
     "ModelLoadError": "specdec.models",
     "ModelSpec": "specdec.choices",
-    "load_model": "specdec.models",
+    "load_model": "specdec.backends.registry",
     "METHODS": "specdec.proposers",
     "parse_method": "specdec.proposers",
     "SamplingParams": "specdec.sampling",
@@ -49,11 +49,12 @@ __all__ = [
 
 if TYPE_CHECKING:
     from specdec.api import generate
+    from specdec.backends.registry import load_model
     from specdec.choices import ModelSpec
     from specdec.engine.generation import GenerationConfig, GenerationOutput
     from specdec.engine.loop import Engine
     from specdec.integrations.transformers_generate import decoder
-    from specdec.models import LoadedModel, ModelLoadError, load_model
+    from specdec.models import LoadedModel, ModelLoadError
     from specdec.proposers import METHODS, parse_method
     from specdec.sampling import SamplingParams
     from specdec.tree import DraftTree

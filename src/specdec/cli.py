@@ -89,11 +89,10 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from specdec.backends.registry import describe_path, path_line
+    from specdec.backends.registry import describe_path, load_model, path_line
     from specdec.engine.floor import Floor
     from specdec.engine.generation import GenerationConfig
     from specdec.engine.loop import Engine
-    from specdec.models import load_model
     from specdec.prompts import encode_prompt
     from specdec.proposers import parse_method
     from specdec.sampling import SamplingParams
@@ -129,10 +128,10 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _generate_batch(args: argparse.Namespace, settings, method) -> int:
+    from specdec.backends.registry import load_model
     from specdec.engine.floor import Floor
     from specdec.engine.loop import Engine
     from specdec.jobs import generate_file, read_requests
-    from specdec.models import load_model
 
     requests = read_requests(args.batch, settings, chat=args.chat)  # every line checked before loading
     engine = Engine(load_model(model_spec(args)), floor=Floor())
@@ -403,9 +402,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from specdec.analyze import AnalyzeConfig, markdown_table, run_analysis
+    from specdec.backends.registry import load_model
     from specdec.data import load_questions
     from specdec.engine.loop import Engine
-    from specdec.models import load_model
 
     categories = [c.strip() for c in args.categories.split(",")] if args.categories else None
     questions = load_questions(args.data, categories=categories, per_category=args.per_category)
@@ -441,7 +440,7 @@ def _cmd_datastore(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from specdec.datastore_build import build_datastore, check_out_dir, expand_files
-    from specdec.models import load_model
+    from specdec.models import load_model  # its tokenizer only
 
     check_out_dir(args.out)
     files = expand_files(args.files, args.glob)
@@ -482,7 +481,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from specdec.drafters.train import TrainConfig, train
-    from specdec.models import load_model
+    from specdec.models import load_model  # training runs transformers' modules: auto dtype by CPU flags
 
     keys = ("data", "out", "arch", "cache", "draft_vocab", "max_len", "epochs", "lr", "tokens_per_batch",
             "ttt_steps", "heads", "holdout", "seed", "checkpoint_every", "max_steps", "resume")  # fmt: skip

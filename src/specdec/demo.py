@@ -10,14 +10,13 @@ import sys
 
 import torch
 
-from specdec.backends.registry import path_line, verifies_exactly
+from specdec.backends.registry import load_model, path_line, verifies_exactly
 from specdec.choices import BACKENDS, ModelSpec
 from specdec.data import DataError, load_questions
 from specdec.drafters.shipped import find_shipped_head
 from specdec.engine.floor import Floor
 from specdec.engine.generation import GenerationConfig, GenerationOutput
 from specdec.engine.loop import Engine
-from specdec.models import load_model
 from specdec.prompts import encode_prompt
 from specdec.proposers import METHODS, parse_method
 from specdec.proposers.eagle import ARCHITECTURE as EAGLE3

@@ -16,10 +16,9 @@ import subprocess
 
 import torch
 
-from specdec.backends.registry import describe_path, explain
+from specdec.backends.registry import describe_path, explain, load_model
 from specdec.choices import ModelSpec
 from specdec.extras import installed_version
-from specdec.models import load_model
 from specdec.models.machine import cpu_model, default_dtype_reason, isa_flags
 
 # Which reason stands beside which line of the path.
@@ -55,7 +54,7 @@ def machine_facts() -> dict[str, str]:
 def report(spec: ModelSpec) -> dict[str, dict[str, object]]:
     """{"machine": facts, "path": the settled path, "why": setting -> reason} for `spec` on this machine."""
     loaded = load_model(spec)
-    why = {"dtype": default_dtype_reason(loaded.device) if spec.dtype in (None, "auto") else "as asked"}
+    why = {"dtype": default_dtype_reason(loaded.device, loaded.dtype) if spec.dtype in (None, "auto") else "as asked"}
     why.update(explain(loaded))
     return {"machine": machine_facts(), "path": describe_path(loaded), "why": why}
 

@@ -20,6 +20,7 @@ measurement of that model shares one KV memory and its sequence ids.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -47,9 +48,11 @@ from specdec.backends.torch.target import FAST_HEAD_TYPES, TargetModel, head_log
 from specdec.backends.torch.top_tokens import argmax_rows, top_tokens
 from specdec.choices import BACKENDS
 from specdec.models import LoadedModel
+from specdec.models import load_model as load_source
 from specdec.tree import DraftTree
 
 __all__ = [
+    "load_model",
     # verifiers
     "AttentionPlan", "Timed", "llamacpp_model", "verifier", "rows_of", "timing_target",
     # capabilities
@@ -61,6 +64,14 @@ __all__ = [
 ]
 
 Timed = TargetModel | OneSequence  # prefill, forward_tree, trim on a sequence of its own (`timing_target`)
+
+
+def load_model(*args: Any, **kwargs: Any) -> LoadedModel:
+    """`specdec.models.load_model` (same arguments), with dtype "auto" also settled by what the backends run
+    here: on a CPU without native bf16, a GGUF source stays in bf16 where the fused exact 4-bit pass runs it
+    (`verifies_on_int4`; models cannot ask the backends, so the question is passed down). What
+    `specdec.load_model`, the CLI, the server, the demo and the bench load with."""
+    return load_source(*args, fused_bf16=verifies_on_int4, **kwargs)
 
 
 def llamacpp_model(loaded: LoadedModel) -> LlamaCppModel:

@@ -36,6 +36,7 @@ from typing import IO, Any, Protocol
 import torch
 from tqdm import tqdm
 
+from specdec.backends.registry import load_model
 from specdec.bench import sources
 from specdec.bench.baselines import HfContender
 from specdec.bench.config import BASELINES, BenchConfig, BenchPlan, MethodSpec, prepare
@@ -47,7 +48,7 @@ from specdec.data import Question
 from specdec.engine.floor import Floor
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
-from specdec.models import LoadedModel, load_model
+from specdec.models import LoadedModel
 from specdec.prompts import encode_prompt
 from specdec.sampling import SamplingParams
 

@@ -47,7 +47,7 @@ from specdec.models.base import (
     translate_error,
 )
 from specdec.models.gguf import BUNDLED_SHA256, DEFAULT_MODEL
-from specdec.models.machine import default_device, resolve_dtype
+from specdec.models.machine import default_device, default_dtype, resolve_dtype, runs_avx2_kernels
 from specdec.models.wrap import wrap_model
 
 
@@ -105,6 +105,7 @@ def load_model(
     backend: str = DEFAULT_BACKEND,
     *,
     tokenizer: PreTrainedTokenizerBase | None = None,
+    fused_bf16: Callable[[LoadedModel], bool] | None = None,
 ) -> LoadedModel:
     """Load the bundled default, a `.gguf` file, a local HF folder or a hub id as a LoadedModel.
 
@@ -131,6 +132,11 @@ def load_model(
     check_exact(exact)
     check_backend(backend)
     check_exact_backend(exact, backend)
+    if fused_bf16 is not None and dtype in (None, "auto") and auto_bf16_first(name_or_path, device, pack, exact, backend):
+        trial = load_model(name_or_path, "bf16", device, cache_dir, pack, exact, backend)
+        if fused_bf16(trial):
+            return trial
+        del trial  # bf16 would be emulated here: float32, as default_dtype says
     if isinstance(name_or_path, str):
         source = _load(name_or_path, dtype, device, cache_dir)
     else:
@@ -146,6 +152,21 @@ def load_model(
         if loaded.device.type != "cpu":
             raise ValueError(f"backend {backend!r} runs on the CPU here (the model is on {loaded.device.type})")
     return loaded
+
+
+def auto_bf16_first(
+    name_or_path: object, device: str | None, pack: str, exact: str, backend: str
+) -> bool:
+    """Whether dtype "auto" tries bf16 first: a GGUF source (the bundled model, a pulled one, a .gguf file) on
+    the torch backend, on a CPU without native bf16 where specdec's AVX2 kernels run, with packing and exact
+    verification left to run the fused exact 4-bit pass. Its products read 4-bit blocks and 8-bit activations,
+    so bf16 is only the activations' storage there, not emulated arithmetic (docs/results/2026-11-avx2-kernels)."""
+    if not isinstance(name_or_path, str) or backend != DEFAULT_BACKEND or pack not in ("auto", "int4") or exact == "off":
+        return False
+    device = device or default_device()
+    if torch.device(device).type != "cpu" or default_dtype(device) != torch.float32 or not runs_avx2_kernels():
+        return False
+    return name_or_path in (DEFAULT_MODEL, *pulled.PULLABLE) or Path(name_or_path).expanduser().suffix == ".gguf"
 
 
 def _load(

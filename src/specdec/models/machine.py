@@ -83,18 +83,28 @@ def default_dtype(device: str | torch.device) -> torch.dtype:
     return torch.float32
 
 
-def default_dtype_reason(device: str | torch.device) -> str:
-    """Why `default_dtype(device)` is what it is, in one line (`specdec-hf doctor`)."""
-    chosen = str(default_dtype(device)).removeprefix("torch.")
+def runs_avx2_kernels() -> bool:
+    """Whether this is an x86-64 CPU with the instructions specdec's AVX2 kernels need (AVX2, FMA, F16C)."""
+    return platform.machine().lower() in ("x86_64", "amd64") and {"avx2", "fma", "f16c"} <= _cpu_flags()
+
+
+def default_dtype_reason(device: str | torch.device, chosen: torch.dtype | None = None) -> str:
+    """Why dtype "auto" settled on `chosen` (default: `default_dtype(device)`), in one line (`specdec-hf doctor`).
+    bf16 on a CPU without native bf16 is the GGUF rule of `specdec.models.loading.auto_bf16_first`."""
+    native = default_dtype(device)
+    name = str(chosen or native).removeprefix("torch.")
     kind = torch.device(device).type
     if kind == "cuda":
-        return f"{chosen}: " + ("the GPU has native bf16" if chosen == "bfloat16" else "no native bf16 on this GPU")
+        return f"{name}: " + ("the GPU has native bf16" if name == "bfloat16" else "no native bf16 on this GPU")
     found = sorted(_cpu_flags() & CPU_BF16_FLAGS) if kind == "cpu" else []
     if found:
-        return f"{chosen}: the CPU has {' and '.join(found)}"
-    hint = ("; a GGUF model takes --dtype bf16 here too: int4 on specdec's AVX2 kernels, the fused exact pass"
-            if kind == "cpu" and "avx2" in _cpu_flags() else "")
-    return f"{chosen}: no avx512_bf16 or amx_bf16 here (bf16 would be emulated, several times slower){hint}"
+        return f"{name}: the CPU has {' and '.join(found)}"
+    if chosen == torch.bfloat16 and native == torch.float32:
+        return (f"{name}: a GGUF model on specdec's AVX2 kernels (the fused exact 4-bit pass: 8-bit integer products, "
+                "no bf16 arithmetic); no avx512_bf16 or amx_bf16 here, so nothing else runs in bf16")
+    hint = ("; a GGUF model gets bf16 here when specdec's fused exact pass runs it (int4 on the AVX2 kernels)"
+            if kind == "cpu" and runs_avx2_kernels() else "")
+    return f"{name}: no avx512_bf16 or amx_bf16 here (bf16 would be emulated, several times slower){hint}"
 
 
 def isa_flags() -> dict[str, bool]:

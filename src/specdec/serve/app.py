@@ -383,7 +383,7 @@ def serve(config: ServerConfig) -> None:
     """Load the model and serve it until SIGINT/SIGTERM."""
     import uvicorn
 
-    from specdec.models import load_model
+    from specdec.backends.registry import load_model
 
     _log_to_stderr(config.log_level)
     def build() -> tuple[FastAPI, str]:
