@@ -160,6 +160,17 @@ def on_int4(default_model):
     return save_fixed_costs(loaded)
 
 
+def test_a_cost_curve_is_named_by_the_paths_it_was_timed_on(default_model):
+    """An emulated CPU (SPECDEC_KERNELS, ATEN_CPU_CAPABILITY) times its own curve: the machine's flags are the same."""
+    loaded = dataclasses.replace(default_model, pack="int4", state=ModelState())
+    key = cost_key(loaded, (1,), 8)
+    assert key["kernels"] == q4_kernel.kernels_in_use() and key["aten"] == torch.backends.cpu.get_cpu_capability()
+    assert cost_key(default_model, (1,), 8)["kernels"] is None  # not int4: PyTorch's products alone
+    capped = {**key, "kernels": "avx2+avx2"}
+    assert key["kernels"].replace("+", "_") in cost_file(Path("c"), key).name
+    assert cost_file(Path("c"), capped) != cost_file(Path("c"), key)
+
+
 def _run(engine: Engine, prompts: list[list[int]], method: str, tokens: int = 32) -> list[list[int]]:
     loaded, settings = engine.loaded, GenerationConfig(max_new_tokens=tokens)
     if len(prompts) == 1:
