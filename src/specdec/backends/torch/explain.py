@@ -63,7 +63,7 @@ def exact_reason(loaded: LoadedModel) -> str:
     blockers = [
         (loaded.device.type != "cpu", f"device {loaded.device.type}"),
         (loaded.dtype != torch.bfloat16, f"dtype {str(loaded.dtype).removeprefix('torch.')} (auto turns it on in bf16)"),
-        (not kernel_runs_here(), "specdec's tree attention does not run here (AVX-512 BF16 and the extension)"),
+        (not kernel_runs_here(), "specdec's tree attention does not run here (x86-64 and the extension)"),
         (not wants_packing(pack_of(loaded), loaded.model), "the weights are not packed (pack off)"),
     ]
     why = next((text for blocked, text in blockers if blocked), "this backend's pass cannot be batch-invariant")

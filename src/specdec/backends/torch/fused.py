@@ -68,7 +68,7 @@ def why_not(model: torch.nn.Module) -> str | None:
     if next(model.parameters()).dtype != torch.bfloat16:
         return "the model is not bf16"
     if not kernel_runs_here():
-        return "specdec's tree-attention kernel does not run here (AVX-512 BF16 and the extension are needed)"
+        return "specdec's tree-attention kernel does not run here (an x86-64 CPU and the extension are needed)"
     for layer in model.get_decoder().layers:
         attention, mlp = layer.self_attn, layer.mlp
         if getattr(attention, "head_dim", None) not in KERNEL_DIMS:

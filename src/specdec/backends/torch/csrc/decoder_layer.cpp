@@ -20,7 +20,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
-#include <immintrin.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
@@ -44,6 +43,7 @@ constexpr int64_t kGrain = 8;     // rows per task of the row-wise steps: one-to
 // (384 bytes: q6_linear) or 8-bit blocks on 8-bit activations (512 bytes: q8_linear; its third tensor unused).
 constexpr int64_t kWeights = 18, kJoined = 15;  // with P = 1; each further qkv part adds 3
 
+#if SPECDEC_X86
 SPECDEC_AVX512 inline __mmask16 first(int64_t n) {  // the lanes of the first min(n, 16) values
   return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
 }
@@ -78,10 +78,14 @@ SPECDEC_AVX512 void rms_norm_row_avx512(const bf16* x, const bf16* w, bf16* out,
   }
 }
 
+#endif
+
 // Each step on this CPU's path: the AVX-512 code above, or the portable one (portable.cpp).
 void rms_norm_row(const bf16* x, const bf16* w, bf16* out, int64_t size, float eps) {
-  if (specdec::avx512_bf16_steps()) rms_norm_row_avx512(x, w, out, size, eps);
-  else specdec::portable_ops().rms_norm_row(x, w, out, size, eps);
+#if SPECDEC_X86
+  if (specdec::avx512_bf16_steps()) return rms_norm_row_avx512(x, w, out, size, eps);
+#endif
+  specdec::portable_ops().rms_norm_row(x, w, out, size, eps);
 }
 
 void rms_norm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t size, float eps) {
@@ -90,6 +94,7 @@ void rms_norm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t siz
   });
 }
 
+#if SPECDEC_X86
 // out = bf16(a + b), elementwise over n values (out may be a or b).
 SPECDEC_AVX512 void add_avx512(const bf16* a, const bf16* b, bf16* out, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
@@ -124,19 +129,27 @@ SPECDEC_AVX512 void silu_mul_avx512(const bf16* gate, const bf16* up, bf16* out,
   }
 }
 
+#endif
+
 void add(const bf16* a, const bf16* b, bf16* out, int64_t n) {
-  if (specdec::avx512_bf16_steps()) add_avx512(a, b, out, n);
-  else specdec::portable_ops().add(a, b, out, n);
+#if SPECDEC_X86
+  if (specdec::avx512_bf16_steps()) return add_avx512(a, b, out, n);
+#endif
+  specdec::portable_ops().add(a, b, out, n);
 }
 
 void rotate(const bf16* x, const bf16* cos, const bf16* sin, bf16* out, int64_t dim) {
-  if (specdec::avx512_bf16_steps()) rotate_avx512(x, cos, sin, out, dim);
-  else specdec::portable_ops().rotate(x, cos, sin, out, dim);
+#if SPECDEC_X86
+  if (specdec::avx512_bf16_steps()) return rotate_avx512(x, cos, sin, out, dim);
+#endif
+  specdec::portable_ops().rotate(x, cos, sin, out, dim);
 }
 
 void silu_mul(const bf16* gate, const bf16* up, bf16* out, int64_t n) {
-  if (specdec::avx512_bf16_steps()) silu_mul_avx512(gate, up, out, n);
-  else specdec::portable_ops().silu_mul(gate, up, out, n);
+#if SPECDEC_X86
+  if (specdec::avx512_bf16_steps()) return silu_mul_avx512(gate, up, out, n);
+#endif
+  specdec::portable_ops().silu_mul(gate, up, out, n);
 }
 
 struct Shape {

@@ -6,9 +6,10 @@
 #include <ATen/ATen.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
-#include <immintrin.h>
 
 #include <cstdint>
+
+#include "kernels.h"
 
 namespace specdec::i8 {
 
@@ -65,6 +66,7 @@ inline void store(const Problem& p, int64_t r, int64_t n, float v) {
   else p.out_f[r * p.ldo + n] = v;
 }
 
+#if SPECDEC_X86
 #define I8_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,f16c")))
 
 // Group g's block b as 16 fp32 scales and minimums.
@@ -87,6 +89,7 @@ I8_AVX512 inline void scales_avx512(const Problem& p, int64_t g, int64_t b, __m5
     minimum = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dm, mn));
   }
 }
+#endif
 
 // The AVX2 path (q4_gemm_i8_avx2.cpp): column groups [begin, end) of p, every row, the scalar path's bits
 // (where `specdec::avx2_allowed()`).

@@ -3,7 +3,15 @@
 #pragma once
 
 #include <ATen/ATen.h>
+
+// x86-64 builds carry the AVX-512 and AVX2 paths; elsewhere (Arm) only the scalar ones, each op's dispatch
+// answering that no vector path runs (`SPECDEC_X86` guards every intrinsic).
+#if defined(__x86_64__)
+#define SPECDEC_X86 1
 #include <immintrin.h>
+#else
+#define SPECDEC_X86 0
+#endif
 
 #include <cstdlib>
 #include <optional>
@@ -34,12 +42,16 @@ inline Isa isa_cap() {
 inline bool isa_allowed(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(isa_cap()); }
 // Where the AVX2 paths run: AVX2 with FMA and F16C, within the cap. Read once (one flag for every file).
 inline bool avx2_allowed() {
+#if SPECDEC_X86
   static const bool on = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
            isa_allowed(Isa::kAvx2);
   }();
   return on;
+#else
+  return false;
+#endif
 }
 
 // x [M, K] by Q4_1 blocks (q4_gemm.cpp): each output row's bits independent of M.
@@ -122,6 +134,7 @@ struct LayerOps {
 };
 const LayerOps& portable_ops();
 
+#if SPECDEC_X86
 // exp(x) for x <= 0, Cephes' single-precision polynomial: the same instructions for every lane.
 SPECDEC_AVX512 inline __m512 exp_avx512(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
@@ -139,5 +152,6 @@ SPECDEC_AVX512 inline __m512 exp_avx512(__m512 x) {
   const __m512i exponent = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
   return _mm512_mul_ps(y, _mm512_castsi512_ps(exponent));
 }
+#endif
 
 }  // namespace specdec

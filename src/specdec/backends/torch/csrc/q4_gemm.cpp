@@ -25,7 +25,6 @@
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
-#include <immintrin.h>
 #include <torch/library.h>
 
 #include "kernels.h"
@@ -57,6 +56,7 @@ struct Scratch {
 
 
 // ---------------------------------------------------------------- avx512_bf16
+#if SPECDEC_X86
 #define Q4_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,f16c")))
 
 // 32 bf16 weights of one block in element order: the 16 low nibbles are elements 0..15, the high ones
@@ -256,15 +256,18 @@ Q4_AVX512 void column_tiles_avx512(const Problem& p, int64_t begin, int64_t end)
     }
   }
 }
+#endif
 
 // ---------------------------------------------------------------- dispatch and the op
 const std::string& best_path() {  // the CPU's features are read once
   static const std::string best = [] {
+#if SPECDEC_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && specdec::isa_allowed(specdec::Isa::kAvx512))
       return "avx512_bf16";
     if (specdec::avx2_allowed()) return "avx2";
+#endif
     return "scalar";
   }();
   return best;
@@ -350,9 +353,11 @@ at::Tensor blocks_linear(const at::Tensor& x, const at::Tensor& qs, const at::Te
             M, N, K, K / kBlock, row_bytes,
             x.scalar_type() == at::kFloat ? out.data_ptr<float>() : nullptr,
             x.scalar_type() == at::kBFloat16 ? out.data_ptr<at::BFloat16>() : nullptr};
-  auto kernel = chosen == "avx512_bf16" ? column_tiles_avx512<Q8>
-              : chosen == "avx2"        ? column_tiles_avx2<Q8>
-                                        : column_tiles_scalar<Q8>;
+  void (*kernel)(const Problem&, int64_t, int64_t) = column_tiles_scalar<Q8>;
+#if SPECDEC_X86
+  if (chosen == "avx512_bf16") kernel = column_tiles_avx512<Q8>;
+  if (chosen == "avx2") kernel = column_tiles_avx2<Q8>;
+#endif
   // Columns split across threads (each output element reduced by one thread); a grain of about 32k
   // weights a task still gives two threads work for a 192 x 576 weight.
   const int64_t tiles = (N + kCols - 1) / kCols;

@@ -36,7 +36,6 @@
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -113,6 +112,7 @@ void groups_scalar(const Problem& p, int64_t begin, int64_t end) {
 }
 
 // ---------------------------------------------------------------- avx512_vnni
+#if SPECDEC_X86
 inline int32_t quad(const int8_t* x) {
   int32_t v;
   std::memcpy(&v, x, 4);
@@ -220,9 +220,11 @@ I8_AVX512 void groups_avx512(const Problem& p, int64_t begin, int64_t end) {
     }
   }
 }
+#endif
 
 // ---------------------------------------------------------------- dispatch
 bool vnni_here() {
+#if SPECDEC_X86
   static const bool here = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
@@ -230,6 +232,9 @@ bool vnni_here() {
            __builtin_cpu_supports("avx512bf16") && specdec::isa_allowed(specdec::Isa::kAvx512);
   }();
   return here;  // avx512bf16 too: the bf16 stores (every CPU with it has VNNI)
+#else
+  return false;
+#endif
 }
 
 // The path a call runs: "auto" picks the first of avx512_vnni, avx2 and scalar this CPU runs (all give the
@@ -312,8 +317,11 @@ void run(Problem& p, const specdec::Activations& a, int64_t M, const std::string
   p.M = M;
   if (M == 0 || p.N == 0) return;
   using Kernel = void (*)(const Problem&, int64_t, int64_t);
-  Kernel kernel = path == "avx2" ? groups_avx2 : path == "scalar" ? groups_scalar
-                  : p.six ? groups_avx512<6> : p.wide ? groups_avx512<8> : groups_avx512<4>;
+  Kernel kernel = groups_scalar;
+#if SPECDEC_X86
+  if (path == "avx2") kernel = groups_avx2;
+  if (path == "avx512_vnni") kernel = p.six ? groups_avx512<6> : p.wide ? groups_avx512<8> : groups_avx512<4>;
+#endif
   const int64_t grain = std::max<int64_t>(1, 16384 / (kGroup * p.K));
   at::parallel_for(0, p.N / kGroup, grain, [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
 }

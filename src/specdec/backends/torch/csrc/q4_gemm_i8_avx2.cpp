@@ -20,6 +20,7 @@
 
 #include "i8_blocks.h"
 
+#if SPECDEC_X86
 namespace specdec::i8 {
 
 namespace {
@@ -186,3 +187,4 @@ void groups_avx2(const Problem& p, int64_t begin, int64_t end) {
 }
 
 }  // namespace specdec::i8
+#endif

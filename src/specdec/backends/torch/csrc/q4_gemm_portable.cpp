@@ -2,8 +2,7 @@
 // op): an AVX2/FMA path on the same bf16-rounded weights and activations widened to fp32, and a plain C++
 // one. The same invariant as the fast path: each output element is reduced by one thread in one fixed order
 // whatever the number of rows, so a row's bits do not depend on the rows beside it.
-#include <immintrin.h>
-
+#include "kernels.h"
 #include "q4_blocks.h"
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 namespace specdec::q4 {
 
 // ---------------------------------------------------------------- avx2
+#if SPECDEC_X86
 #define Q4_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 // Round fp32 lanes to bf16 (nearest even) and back: the weights the other paths multiply by.
@@ -100,6 +100,10 @@ Q4_AVX2 void column_tiles_avx2(const Problem& p, int64_t begin, int64_t end) {
   }
 }
 
+template void column_tiles_avx2<false>(const Problem&, int64_t, int64_t);
+template void column_tiles_avx2<true>(const Problem&, int64_t, int64_t);
+#endif
+
 // ---------------------------------------------------------------- scalar
 template <bool Q8>
 void column_tiles_scalar(const Problem& p, int64_t begin, int64_t end) {
@@ -127,8 +131,6 @@ void column_tiles_scalar(const Problem& p, int64_t begin, int64_t end) {
   }
 }
 
-template void column_tiles_avx2<false>(const Problem&, int64_t, int64_t);
-template void column_tiles_avx2<true>(const Problem&, int64_t, int64_t);
 template void column_tiles_scalar<false>(const Problem&, int64_t, int64_t);
 template void column_tiles_scalar<true>(const Problem&, int64_t, int64_t);
 

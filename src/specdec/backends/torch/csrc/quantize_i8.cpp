@@ -6,15 +6,12 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "kernels.h"
-
-#define QUANTIZE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 namespace {
 
@@ -41,6 +38,9 @@ void quantize_row_scalar(const T* x, int64_t K, int8_t* q, float* d, float* s, i
   }
 }
 
+#if SPECDEC_X86
+#define QUANTIZE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
 // The same values as quantize_row_scalar for bf16 rows (max is exact in any order; cvtps2dq rounds half to even).
 QUANTIZE_AVX512 void quantize_row_avx512(const at::BFloat16* x, int64_t K, int8_t* q, float* d, float* s, int32_t* sq,
                                    int32_t* sh) {
@@ -61,6 +61,7 @@ QUANTIZE_AVX512 void quantize_row_avx512(const at::BFloat16* x, int64_t K, int8_
     sh[b] = 128 * first;
   }
 }
+#endif
 
 }  // namespace
 
@@ -73,8 +74,13 @@ void quantize_into(const at::BFloat16* x, int64_t M, int64_t K, const Activation
       int8_t* q = out.q + r * K;
       float *d = out.d + r * nb, *s = out.s + r * nb;
       int32_t *sq = out.sq + r * nb, *sh = out.sh + r * nb;
-      if (fast) quantize_row_avx512(x + r * K, K, q, d, s, sq, sh);
-      else quantize_row_scalar(x + r * K, K, q, d, s, sq, sh);
+#if SPECDEC_X86
+      if (fast) {
+        quantize_row_avx512(x + r * K, K, q, d, s, sq, sh);
+        continue;
+      }
+#endif
+      quantize_row_scalar(x + r * K, K, q, d, s, sq, sh);
     }
   });
 }

@@ -12,7 +12,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
-#include <immintrin.h>
 #include <torch/library.h>
 
 #include "kernels.h"
@@ -46,6 +45,7 @@ struct Best {
   }
 };
 
+#if SPECDEC_X86
 #define TOP_AVX512 __attribute__((target("avx512f,avx512bw")))
 
 // Scores [0, V - V mod 16), 16 a compare; the lanes above the floor (rare once k are held) offered in order of id.
@@ -66,22 +66,29 @@ TOP_AVX512 void row_avx512(const T* x, int64_t V, Best& best) {
       if ((above >> lane & 1) && lanes[lane] > best.floor) best.offer(lanes[lane], i + lane);
   }
 }
+#endif
 
 template <typename T>
 void one_row(const T* x, int64_t V, bool fast, Best& best) {
   const int64_t body = fast ? V - V % 16 : 0;
+#if SPECDEC_X86
   if (fast) row_avx512(x, body, best);
+#endif
   for (int64_t i = body; i < V; ++i)  // the last V mod 16 scores, or all of them
     if (static_cast<float>(x[i]) > best.floor) best.offer(static_cast<float>(x[i]), i);
 }
 
 bool avx512_here() {
+#if SPECDEC_X86
   static const bool here = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            specdec::isa_allowed(specdec::Isa::kAvx512);
   }();
   return here;
+#else
+  return false;
+#endif
 }
 
 }  // namespace

@@ -24,7 +24,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
-#include <immintrin.h>
 #include <torch/library.h>
 
 #include "kernels.h"
@@ -39,13 +38,14 @@
 
 namespace {
 
-#define TA_AVX512 SPECDEC_AVX512
-using specdec::exp_avx512;
-
 // Head sizes this kernel takes (SmolLM2, Llama 3.2 1B: 64; Qwen2.5 1.5B, Llama 3 8B: 128): D / 32 zmm of query.
 bool takes_dim(int64_t dim) { return dim == 64 || dim == 128; }
 
 using Job = specdec::AttentionJob;
+
+#if SPECDEC_X86
+#define TA_AVX512 SPECDEC_AVX512
+using specdec::exp_avx512;
 
 // The sums of 16 accumulators, lane i holding accumulator i's: the same tree `_mm512_reduce_add_ps` takes
 // for each alone (lanes (l, l + 8), then (l, l + 4), (l, l + 2), (l, l + 1); a sum is a sum of the same
@@ -184,8 +184,10 @@ bool run_heads(const Job& j, int64_t heads, int64_t b, int64_t h0, int64_t t, fl
     default: return heads_of_row<kDim, 1>(j, b, h0, t, scores, probs, stride);
   }
 }
+#endif
 
 bool runs_here() {
+#if SPECDEC_X86
   static const bool ok = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
@@ -193,6 +195,9 @@ bool runs_here() {
            specdec::isa_allowed(specdec::Isa::kAvx512);
   }();
   return ok;
+#else
+  return false;
+#endif
 }
 
 }  // namespace
@@ -201,7 +206,9 @@ namespace specdec {
 
 bool avx512_bf16_steps() { return runs_here(); }
 
-bool tree_attention_available() { return true; }  // the AVX-512 BF16 code, or portable.cpp's elsewhere
+// The AVX-512 BF16 code, or portable.cpp's on other x86-64 CPUs (AVX2 or scalar). Off x86-64 the portable code
+// builds and is what the layer's steps call, but `auto` does not choose a scalar pass there: no NEON path yet.
+bool tree_attention_available() { return SPECDEC_X86; }
 
 std::string steps_path() { return runs_here() ? "avx512_bf16" : portable_ops().path; }
 
@@ -246,6 +253,7 @@ bool attend(const AttentionJob& j) {
     });
     return !bad;
   }
+#if SPECDEC_X86
   const int64_t together = heads_together(j.D, j.H / j.KV, j.B * j.H * j.T, at::get_num_threads());
   const int64_t chunks = j.H / together;  // items: (b, chunk of query heads, t)
   std::atomic<bool> bad{false};
@@ -260,6 +268,9 @@ bool attend(const AttentionJob& j) {
     }
   });
   return !bad;
+#else
+  return false;  // not reached: runs_here() is false off x86-64
+#endif
 }
 
 }  // namespace specdec
