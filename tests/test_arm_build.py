@@ -1,9 +1,12 @@
-"""The C++ extension's sources compile for Arm (aarch64): every x86 intrinsic sits behind `SPECDEC_X86`.
+"""The C++ extension's sources build for Arm (aarch64), and its NEON path gives the scalar path's bits.
 
-No Arm machine runs here, so Debian's cross compiler (`g++-aarch64-linux-gnu`, which `.ci/run` installs)
-checks each source against this torch's headers (they are the same on every architecture). On Arm the
-extension then carries the scalar paths only and `auto` keeps transformers' pass (no NEON path yet:
-`tree_attention_available()` is false there), so this checks that the build no longer fails, not a speed.
+No Arm machine runs here, so Debian's cross compiler (`g++-aarch64-linux-gnu`) checks each source against this
+torch's headers (they are the same on every architecture), and the 8-bit-activation products' paths, which need
+no torch (`i8_blocks.h`), build into a small test binary (`tests/cpp/i8_paths_check.cpp`) that runs under
+`qemu-aarch64` (Debian's `qemu-user`): the NEON dot-product path against the scalar one, bit for bit, for every
+weight form. `.ci/run` installs both. On Arm `auto` still keeps transformers' pass (tree attention and the
+layer's steps have no NEON path yet: `tree_attention_available()` is false there); `--pack int4` takes the
+NEON products. What this checks is the build and the bits, not a speed.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import pytest
 from torch.utils import cpp_extension
 
 CROSS = "aarch64-linux-gnu-g++"
+QEMU = "qemu-aarch64"
 CSRC = Path(__file__).resolve().parent.parent / "src" / "specdec" / "backends" / "torch" / "csrc"
+CHECK = Path(__file__).resolve().parent / "cpp" / "i8_paths_check.cpp"
 
 pytestmark = [
     pytest.mark.slow,  # ~60 s of compiling on 2 cores
@@ -26,15 +31,18 @@ pytestmark = [
 ]
 
 
+def _includes() -> list[str]:
+    return [f"-I{path}" for path in cpp_extension.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
+
+
 def _compile(source: Path) -> subprocess.CompletedProcess:
-    includes = [f"-I{path}" for path in cpp_extension.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
-    command = [CROSS, "-std=c++20", "-fsyntax-only", "-fopenmp", f"-I{CSRC}", *includes, str(source)]
+    command = [CROSS, "-std=c++20", "-fsyntax-only", "-fopenmp", f"-I{CSRC}", *_includes(), str(source)]
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
 def test_every_source_compiles_for_aarch64():
     sources = sorted(CSRC.glob("*.cpp"))
-    assert len(sources) >= 9
+    assert len(sources) >= 11
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(_compile, sources))
     failed = {s.name: r.stderr[-2000:] for s, r in zip(sources, results, strict=True) if r.returncode}
@@ -47,3 +55,36 @@ def test_an_unguarded_intrinsic_is_caught(tmp_path):
     source.write_text('#include "kernels.h"\nfloat first() { return _mm512_cvtss_f32(_mm512_setzero_ps()); }\n')
     result = _compile(source)
     assert result.returncode != 0 and "_mm512" in result.stderr, result.stderr[-500:]
+
+
+def _check_binary(folder: Path, neon: Path = CSRC / "q4_gemm_i8_neon.cpp") -> Path:
+    binary = folder / "i8_paths_check"
+    sources = [CHECK, CSRC / "q4_gemm_i8_scalar.cpp", neon]
+    command = [CROSS, "-std=c++20", "-O2", "-static", "-ffp-contract=off", f"-I{CSRC}", *_includes(),
+               *map(str, sources), "-o", str(binary)]  # fmt: skip
+    built = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
+    return binary
+
+
+@pytest.mark.skipif(shutil.which(QEMU) is None, reason=f"no {QEMU} (Debian's qemu-user)")
+def test_the_neon_products_give_the_scalar_paths_bits(tmp_path):
+    ran = subprocess.run([QEMU, "-cpu", "max", str(_check_binary(tmp_path))], capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert ran.returncode == 0 and ran.stdout.startswith("ok "), ran.stdout + ran.stderr
+    assert int(ran.stdout.split()[1]) >= 48  # six weight forms, four row counts, random and extreme values
+    older = subprocess.run([QEMU, "-cpu", "cortex-a53", str(tmp_path / "i8_paths_check")], capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    assert older.returncode == 2, older.stdout  # no dot-product instructions: the path says it does not run
+
+
+@pytest.mark.skipif(shutil.which(QEMU) is None, reason=f"no {QEMU} (Debian's qemu-user)")
+def test_a_neon_path_that_drops_the_minimum_is_caught(tmp_path):
+    """The control: the check fails for a NEON path without the 4-bit blocks' minimum term."""
+    source = (CSRC / "q4_gemm_i8_neon.cpp").read_text()
+    planted = source.replace("if (Bits == 4) acc[r][c] = vfmaq_f32", "if (false) acc[r][c] = vfmaq_f32")
+    assert planted != source
+    (tmp_path / "planted.cpp").write_text(planted)
+    binary = _check_binary(tmp_path, tmp_path / "planted.cpp")
+    ran = subprocess.run([QEMU, "-cpu", "max", str(binary)], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 1 and "neon differs from scalar" in ran.stdout, ran.stdout

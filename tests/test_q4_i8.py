@@ -132,7 +132,7 @@ def test_bad_input_is_refused_with_its_reason(op):
     q, step, minimum = random_blocks(32, 64)
     qs, scale, low = q4_i8.interleave(q, step.half(), minimum.half())
     x = torch.randn(2, 64)
-    with pytest.raises(RuntimeError, match="take path auto, avx512_vnni, avx2 or scalar, got sse9"):
+    with pytest.raises(RuntimeError, match="take path auto, avx512_vnni, avx2, neon_dotprod or scalar, got sse9"):
         op(x, qs, scale, low, "sse9")
     with pytest.raises(RuntimeError, match="x has K = 96"):
         op(torch.randn(2, 96), qs, scale, low)

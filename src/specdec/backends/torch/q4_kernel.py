@@ -55,7 +55,8 @@ PATHS = ("avx512_bf16", "avx2", "scalar")  # the C++ kernel's paths, fastest fir
 _SOURCE = Path(__file__).parent / "csrc" / "q4_gemm.cpp"
 # One extension: the block products, tree attention, and a decoder layer built from both (`specdec.backends.torch.fused`)
 _SOURCES = (_SOURCE, _SOURCE.with_name("q4_gemm_portable.cpp"), _SOURCE.with_name("q4_gemm_i8.cpp"),
-            _SOURCE.with_name("q4_gemm_i8_avx2.cpp"), _SOURCE.with_name("quantize_i8.cpp"),
+            _SOURCE.with_name("q4_gemm_i8_scalar.cpp"), _SOURCE.with_name("q4_gemm_i8_avx2.cpp"),
+            _SOURCE.with_name("q4_gemm_i8_neon.cpp"), _SOURCE.with_name("quantize_i8.cpp"),
             _SOURCE.with_name("tree_attention.cpp"), _SOURCE.with_name("top_tokens.cpp"),
             _SOURCE.with_name("decoder_layer.cpp"), _SOURCE.with_name("portable.cpp"))
 _EXTENSION = "specdec_q4_gemm"

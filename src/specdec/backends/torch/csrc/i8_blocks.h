@@ -1,15 +1,15 @@
 // The interleaved block products' shared parts (q4_gemm_i8.cpp: the AVX-512 VNNI and scalar paths and the
 // dispatch; q4_gemm_i8_avx2.cpp: the AVX2 path): the problem a call describes, how a column's scales are read,
-// how an output is stored. Internal to the extension; the ops are declared in kernels.h.
+// how an output is stored. Internal to the extension; the ops are declared in kernels.h. Torch-free (c10's
+// number types only), so the products' paths also build into a test binary of their own (tests/cpp).
 #pragma once
 
-#include <ATen/ATen.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
 #include <cstdint>
 
-#include "kernels.h"
+#include "isa.h"
 
 namespace specdec::i8 {
 
@@ -35,7 +35,7 @@ struct Problem {
   bool six;                 // 6-bit weights: qs [N/16, K/32, 384], int8 scale [G, 2 nb, 16], fp16 d in `minimum`
   int64_t M, N, K, nb;
   float* out_f;             // [M, N] when x is fp32 ...
-  at::BFloat16* out_b;      // ... or bf16
+  c10::BFloat16* out_b;      // ... or bf16
   int64_t ldo;              // out's row stride (N, or wider for a part of a bigger output)
 };
 
@@ -44,8 +44,8 @@ inline void block_scales(const Problem& p, int64_t n, int64_t b, float& scale, f
   const int64_t g = n / kGroup, j = n % kGroup, at = (g * p.nb + b) * kGroup + j;
   switch (p.form) {
     case Scales::kHalf:
-      scale = static_cast<float>(static_cast<const at::Half*>(p.scale)[at]);
-      minimum = p.wide ? 0.0f : static_cast<float>(static_cast<const at::Half*>(p.minimum)[at]);
+      scale = static_cast<float>(static_cast<const c10::Half*>(p.scale)[at]);
+      minimum = p.wide ? 0.0f : static_cast<float>(static_cast<const c10::Half*>(p.minimum)[at]);
       return;
     case Scales::kFloat:
       scale = static_cast<const float*>(p.scale)[at];
@@ -53,12 +53,20 @@ inline void block_scales(const Problem& p, int64_t n, int64_t b, float& scale, f
       return;
     case Scales::kPairs: {
       const uint8_t* pairs = static_cast<const uint8_t*>(p.scale) + (g * p.nb + b) * 2 * kGroup;
-      const at::Half* supers = static_cast<const at::Half*>(p.minimum) + (g * (p.nb / 8) + b / 8) * 2 * kGroup;
+      const c10::Half* supers = static_cast<const c10::Half*>(p.minimum) + (g * (p.nb / 8) + b / 8) * 2 * kGroup;
       scale = static_cast<float>(supers[j]) * static_cast<float>(pairs[j]);
       minimum = -(static_cast<float>(supers[kGroup + j]) * static_cast<float>(pairs[kGroup + j]));
       return;
     }
   }
+}
+
+// Column j's scale for half `half` of block b: an fp32 scale per 16, or d * an int8 sub-scale (exact).
+inline float half_scale(const Problem& p, int64_t g, int64_t b, int half, int64_t j) {
+  const int64_t at = ((g * p.nb + b) * 2 + half) * kGroup + j;
+  if (!p.six) return static_cast<const float*>(p.scale)[at];
+  const float d = static_cast<float>(static_cast<const c10::Half*>(p.minimum)[(g * (p.nb / 8) + b / 8) * kGroup + j]);
+  return d * static_cast<float>(static_cast<const int8_t*>(p.scale)[at]);
 }
 
 inline void store(const Problem& p, int64_t r, int64_t n, float v) {
@@ -73,14 +81,14 @@ inline void store(const Problem& p, int64_t r, int64_t n, float v) {
 I8_AVX512 inline void scales_avx512(const Problem& p, int64_t g, int64_t b, __m512& scale, __m512& minimum) {
   const int64_t at = (g * p.nb + b) * kGroup;
   if (p.form == Scales::kHalf) {
-    scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const at::Half*>(p.scale) + at)));
-    minimum = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const at::Half*>(p.minimum) + at)));
+    scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const c10::Half*>(p.scale) + at)));
+    minimum = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const c10::Half*>(p.minimum) + at)));
   } else if (p.form == Scales::kFloat) {
     scale = _mm512_loadu_ps(static_cast<const float*>(p.scale) + at);
     minimum = _mm512_loadu_ps(static_cast<const float*>(p.minimum) + at);
   } else {
     const uint8_t* pairs = static_cast<const uint8_t*>(p.scale) + 2 * at;
-    const at::Half* supers = static_cast<const at::Half*>(p.minimum) + (g * (p.nb / 8) + b / 8) * 2 * kGroup;
+    const c10::Half* supers = static_cast<const c10::Half*>(p.minimum) + (g * (p.nb / 8) + b / 8) * 2 * kGroup;
     const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pairs))));
     const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pairs + kGroup))));
     const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(supers)));
@@ -91,8 +99,12 @@ I8_AVX512 inline void scales_avx512(const Problem& p, int64_t g, int64_t b, __m5
 }
 #endif
 
-// The AVX2 path (q4_gemm_i8_avx2.cpp): column groups [begin, end) of p, every row, the scalar path's bits
-// (where `specdec::avx2_allowed()`).
+// Column groups [begin, end) of p, every row: the scalar path (q4_gemm_i8_scalar.cpp), and the vector paths that
+// give its bits: AVX2 (q4_gemm_i8_avx2.cpp, where `specdec::avx2_allowed()`) and NEON with the dot-product
+// instructions (q4_gemm_i8_neon.cpp, aarch64 where `neon_dotprod_here()`).
+void groups_scalar(const Problem& p, int64_t begin, int64_t end);
 void groups_avx2(const Problem& p, int64_t begin, int64_t end);
+void groups_neon(const Problem& p, int64_t begin, int64_t end);
+bool neon_dotprod_here();
 
 }  // namespace specdec::i8

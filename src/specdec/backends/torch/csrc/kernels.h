@@ -4,14 +4,7 @@
 
 #include <ATen/ATen.h>
 
-// x86-64 builds carry the AVX-512 and AVX2 paths; elsewhere (Arm) only the scalar ones, each op's dispatch
-// answering that no vector path runs (`SPECDEC_X86` guards every intrinsic).
-#if defined(__x86_64__)
-#define SPECDEC_X86 1
-#include <immintrin.h>
-#else
-#define SPECDEC_X86 0
-#endif
+#include "isa.h"
 
 #include <cstdlib>
 #include <optional>
@@ -86,8 +79,8 @@ at::Tensor q8_linear_i8(const at::Tensor& x, const at::Tensor& qs, const at::Ten
 // [N/16, K/256, 16]; the 8-bit form's bits with a scale per 16.
 at::Tensor q6_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& scale, const at::Tensor& d,
                      std::optional<c10::string_view> path);
-// Whether the interleaved products run vectorized here (AVX-512 VNNI or AVX2), and the paths this CPU runs
-// (fastest first; every path gives the same bits).
+// Whether the interleaved products run vectorized here (AVX-512 VNNI, AVX2 or NEON dotprod), and the paths this
+// CPU runs (fastest first; every path gives the same bits).
 bool q4_linear_i8_fast();
 std::vector<std::string> q4_linear_i8_paths();
 // An interleaved product (4-, 6- or 8-bit blocks, told apart by qs [N/16, K/32, 256 | 384 | 512]; minimum

@@ -31,7 +31,8 @@
 //
 // Invariant (row independence): a row's activations are quantized from that row alone and each output
 // element is reduced by one thread in the order above, whatever M, so a row's bits do not depend on the
-// rows beside it; and the scalar path computes the same bits as the AVX-512 VNNI one (tested).
+// rows beside it; and the scalar path (q4_gemm_i8_scalar.cpp) computes the same bits as the AVX-512 VNNI one
+// here, the AVX2 one (q4_gemm_i8_avx2.cpp) and the NEON one (q4_gemm_i8_neon.cpp) (tested; NEON under qemu).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -51,65 +52,6 @@
 namespace {
 
 using namespace specdec::i8;  // NOLINT: the interleaved products' own parts
-
-// ---------------------------------------------------------------- scalar
-// An 8-bit or 6-bit form's unsigned weight u (q + 128, q + 32) for quad i, element k of column j in block b.
-inline int32_t weight_scalar(const Problem& p, int64_t g, int64_t b, int64_t j, int i, int k) {
-  if (!p.six) return p.qs[(g * p.nb + b) * 2 * kRun + 64 * i + 4 * j + k];
-  const uint8_t* run = p.qs + (g * p.nb + b) * (kRun + kRun / 2);
-  const uint8_t nibbles = run[64 * (i % 4) + 4 * j + k], high = run[kRun + 64 * (i / 4) + 4 * j + k];
-  return (i < 4 ? nibbles & 15 : nibbles >> 4) | (((high >> (2 * (i % 4))) & 3) << 4);
-}
-
-// Column j's scale for half `half` of block b: an fp32 scale per 16, or d * an int8 sub-scale (exact).
-inline float half_scale(const Problem& p, int64_t g, int64_t b, int half, int64_t j) {
-  const int64_t at = ((g * p.nb + b) * 2 + half) * kGroup + j;
-  if (!p.six) return static_cast<const float*>(p.scale)[at];
-  const float d = static_cast<float>(static_cast<const at::Half*>(p.minimum)[(g * (p.nb / 8) + b / 8) * kGroup + j]);
-  return d * static_cast<float>(static_cast<const int8_t*>(p.scale)[at]);
-}
-
-void groups_scalar(const Problem& p, int64_t begin, int64_t end) {
-  for (int64_t n = begin * kGroup; n < std::min(end * kGroup, p.N); ++n) {
-    const int64_t g = n / kGroup, j = n % kGroup;
-    for (int64_t r = 0; r < p.M; ++r) {
-      float acc = 0.0f;
-      for (int64_t b = 0; b < p.nb; ++b) {
-        const int8_t* xq = p.xq + r * p.K + b * kBlock;
-        int32_t dot = 0;
-        if (p.halves || p.six) {  // each half alone: quads 0-3 are k < 16, quads 4-7 k >= 16
-          const int64_t at = r * p.nb + b;
-          for (int half = 0; half < 2; ++half) {
-            int32_t part = 0;
-            for (int i = 4 * half; i < 4 * half + 4; ++i)
-              for (int k = 0; k < 4; ++k) part += weight_scalar(p, g, b, j, i, k) * xq[4 * i + k];
-            part -= (half == 0 ? p.sh[at] : p.sq[at] - p.sh[at]) >> (p.six ? 2 : 0);  // 32 or 128 times the sum
-            acc = std::fma(static_cast<float>(part), half_scale(p, g, b, half, j) * p.d[at], acc);
-          }
-          continue;
-        }
-        if (p.wide) {
-          const uint8_t* run = p.qs + (g * p.nb + b) * 2 * kRun;
-          for (int i = 0; i < 8; ++i)
-            for (int k = 0; k < 4; ++k) dot += run[64 * i + 4 * j + k] * xq[4 * i + k];
-          dot -= p.sq[r * p.nb + b];
-        } else {
-          const uint8_t* run = p.qs + (g * p.nb + b) * kRun;
-          for (int i = 0; i < 4; ++i)
-            for (int k = 0; k < 4; ++k) {
-              const uint8_t byte = run[64 * i + 4 * j + k];
-              dot += (byte & 15) * xq[4 * i + k] + (byte >> 4) * xq[16 + 4 * i + k];
-            }
-        }
-        float scale, minimum;
-        block_scales(p, n, b, scale, minimum);
-        acc = std::fma(static_cast<float>(dot), scale * p.d[r * p.nb + b], acc);
-        if (!p.wide) acc = std::fma(minimum, p.s[r * p.nb + b], acc);
-      }
-      store(p, r, n, acc);
-    }
-  }
-}
 
 // ---------------------------------------------------------------- avx512_vnni
 #if SPECDEC_X86
@@ -237,15 +179,20 @@ bool vnni_here() {
 #endif
 }
 
-// The path a call runs: "auto" picks the first of avx512_vnni, avx2 and scalar this CPU runs (all give the
-// same bits); a named one is refused where the CPU cannot run it.
+// Arm's dot-product path: capped only by SPECDEC_KERNELS=scalar.
+bool neon_allowed() { return neon_dotprod_here() && specdec::isa_allowed(specdec::Isa::kAvx2); }
+
+// The path a call runs: "auto" picks the first of avx512_vnni, avx2, neon_dotprod and scalar this CPU runs (all
+// give the same bits); a named one is refused where the CPU cannot run it.
 std::string chosen_path(std::optional<c10::string_view> path) {
   std::string chosen = path.has_value() ? std::string(path->data(), path->size()) : "auto";
-  if (chosen == "auto") chosen = vnni_here() ? "avx512_vnni" : specdec::avx2_allowed() ? "avx2" : "scalar";
-  TORCH_CHECK(chosen == "avx512_vnni" || chosen == "avx2" || chosen == "scalar",
-              "q4_linear: 8-bit-activation blocks take path auto, avx512_vnni, avx2 or scalar, got ", chosen);
+  if (chosen == "auto")
+    chosen = vnni_here() ? "avx512_vnni" : specdec::avx2_allowed() ? "avx2" : neon_allowed() ? "neon_dotprod" : "scalar";
+  TORCH_CHECK(chosen == "avx512_vnni" || chosen == "avx2" || chosen == "neon_dotprod" || chosen == "scalar",
+              "q4_linear: 8-bit-activation blocks take path auto, avx512_vnni, avx2, neon_dotprod or scalar, got ", chosen);
   TORCH_CHECK(chosen != "avx512_vnni" || vnni_here(), "q4_linear: this CPU cannot run the avx512_vnni path");
   TORCH_CHECK(chosen != "avx2" || specdec::avx2_allowed(), "q4_linear: this CPU cannot run the avx2 path");
+  TORCH_CHECK(chosen != "neon_dotprod" || neon_allowed(), "q4_linear: this CPU cannot run the neon_dotprod path");
   return chosen;
 }
 
@@ -322,6 +269,9 @@ void run(Problem& p, const specdec::Activations& a, int64_t M, const std::string
   if (path == "avx2") kernel = groups_avx2;
   if (path == "avx512_vnni") kernel = p.six ? groups_avx512<6> : p.wide ? groups_avx512<8> : groups_avx512<4>;
 #endif
+#if SPECDEC_ARM
+  if (path == "neon_dotprod") kernel = groups_neon;
+#endif
   const int64_t grain = std::max<int64_t>(1, 16384 / (kGroup * p.K));
   at::parallel_for(0, p.N / kGroup, grain, [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
 }
@@ -371,12 +321,13 @@ at::Tensor q6_linear(const at::Tensor& x, const at::Tensor& qs, const at::Tensor
   return interleaved_linear(x, qs, scale, &d, path, "q6_linear", true);
 }
 
-bool q4_linear_i8_fast() { return vnni_here() || specdec::avx2_allowed(); }
+bool q4_linear_i8_fast() { return vnni_here() || specdec::avx2_allowed() || neon_allowed(); }
 
 std::vector<std::string> q4_linear_i8_paths() {
   std::vector<std::string> paths;
   if (vnni_here()) paths.emplace_back("avx512_vnni");
   if (specdec::avx2_allowed()) paths.emplace_back("avx2");
+  if (neon_allowed()) paths.emplace_back("neon_dotprod");
   paths.emplace_back("scalar");
   return paths;
 }
