@@ -76,7 +76,9 @@ def fixed(default_model, engine) -> FixedState:
         tree = DraftTree(torch.tensor([root, *tokens]), torch.tensor([-1] + [0] * len(tokens)))
         return batch.target.verify_trees([tree])[0][0]  # never committed: the next star reads the same cache
 
-    return FixedState(proposer, dataclasses.replace(ctx, features=None), star)
+    # each later context brings the last position's features again (a step whose pass captured none proposes the
+    # root alone); the fed-once head ignores them
+    return FixedState(proposer, dataclasses.replace(ctx, features=ctx.features[-1:]), star)
 
 
 def _trials(fixed: FixedState, num: int) -> tuple[list[DraftTree], torch.Tensor, dict[int, int]]:

@@ -118,6 +118,31 @@ def test_where_no_draft_pays_every_method_steps_plainly(plain_runs, bench_prompt
     assert len(drafted) <= WARMUP + 3, [step.tree_size for step in out.stats.steps]
 
 
+def test_a_heads_plain_steps_capture_no_features(default_model, plain_runs, bench_prompts):
+    """Where plain steps lead, EAGLE's passes capture the target's features only before a drafting try
+    (`FloorState.may_draft_next`): the head has no entry for the positions between, and the tries still
+    draft a tree (the pass before each captured)."""
+    engine = Engine(default_model, floor=no_draft_pays())
+    proposer = parse_method("eagle").build(default_model)
+    out = engine.generate(bench_prompts["math_reasoning"], proposer, GenerationConfig(max_new_tokens=48))
+    assert out.token_ids == plain_runs.tokens("math_reasoning", 48)
+    entries = proposer.key_positions.tolist()
+    assert entries == sorted(set(entries)) and len(entries) < entries[-1] + 1 - 20, "no position was skipped"
+    drafted = [step.tree_size for step in out.stats.steps if step.tree_size > 1]
+    assert len(drafted) > WARMUP, [step.tree_size for step in out.stats.steps]  # a try after plain steps
+
+
+def test_a_may_draft_next_answer_covers_every_try() -> None:
+    """The prediction never says no before a step that drafts: replayed over a losing mode's steps."""
+    state, modes = FloorState(), []
+    for _ in range(200):
+        drafting = state.drafts()
+        modes.append((drafting, state.may_draft_next(drafting)))
+        state.observe(drafting, 2 if drafting else 1, 3.0 if drafting else 1.0)
+    missed = [i for i in range(1, len(modes)) if modes[i][0] and not modes[i - 1][1]]
+    assert not missed and sum(not answer for _, answer in modes) > 150, modes
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["pld", "logitspec", "eagle"])
 def test_where_drafts_pay_they_go_on(default_model, plain_runs, bench_prompts, method):

@@ -65,11 +65,15 @@ class Proposer(Protocol):
     `ProposalContext.features`; empty for proposers that read none (no cost then).
     `multi_draft`: the rule for drawn siblings at temperature > 0, "specinfer" or "spectr"
     (`specdec.engine.accept.accept`).
+    `features_optional`: whether the proposer drafts on with features missing for some committed tokens (a
+    plain step's pass under the floor then captures none, `Batch._capture_for_next`), proposing the root
+    alone where the last step's are missing.
     """
 
     prunable: bool
     source_stats: dict[str, dict[str, int]] | None
     feature_layers: tuple[int, ...]
+    features_optional: bool
     multi_draft: str
 
     def begin(self, prompt_ids: list[int]) -> None: ...

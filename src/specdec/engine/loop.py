@@ -243,9 +243,9 @@ class Batch:
         """Have every pass return the target features at `layers` (one set per batch: one head)."""
         if not layers:
             return
-        held = self.target.capture
-        if held and held != tuple(layers) and any(r.proposer.feature_layers for r in self.active):
-            raise ValueError(f"this batch's passes capture hidden states {held}; a row asks for {layers}")
+        held = {tuple(r.proposer.feature_layers) for r in self.active if r.proposer.feature_layers}
+        if held and held != {tuple(layers)}:
+            raise ValueError(f"this batch's passes capture hidden states {min(held)}; a row asks for {layers}")
         self.target.capture = tuple(layers)
 
     def _first_token(self, row: Row, joined: tuple[int, torch.Tensor, torch.Tensor | None]) -> bool:
@@ -294,6 +294,7 @@ class Batch:
             return joined
         began = time.perf_counter()
         trees = self._propose()
+        self._capture_for_next()
         start = time.perf_counter()
         results = verify(self.target, trees, [row.draws for row in self.rows])
         verify_s = time.perf_counter() - start
@@ -338,6 +339,18 @@ class Batch:
             row.draft_s = time.perf_counter() - t0
             trees.append(tree)
         return trees if self.costs is None else self._budget(trees)
+
+    def _capture_for_next(self) -> None:
+        """A gated row alone in the pass, whose proposer can miss features (`features_optional`), captures them
+        only where its next step may draft: the floor's plain steps then pay a plain pass. Any other batch
+        captures what its rows asked (`_capture`)."""
+        if len(self.rows) != 1 or self.waiting:
+            return
+        row = self.rows[0]
+        if not row.proposer.feature_layers or not row.proposer.features_optional or row.floor is None:
+            return
+        wanted = row.floor.may_draft_next(row.drafting)
+        self.target.capture = tuple(row.proposer.feature_layers) if wanted else ()
 
     def _budget(self, trees: list[DraftTree]) -> list[DraftTree]:
         """Cut the trees to the pass width that maximises the batch's expected tokens per second."""

@@ -21,6 +21,7 @@ class ProposerBase:
     prunable: bool = False
     source_stats: dict[str, dict[str, int]] | None = None
     feature_layers: tuple[int, ...] = ()
+    features_optional: bool = False  # a pass may capture no features for it (`Proposer.features_optional`)
     multi_draft: str = "specinfer"  # drawn siblings' rule; methods with an `accept` option set it
     draft_source: str = "draft"  # what an accepted token of this proposer's trees is tagged with
 

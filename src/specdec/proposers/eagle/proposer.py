@@ -13,9 +13,12 @@ accepted; so a tree is only as large as it pays.
 The head's features come from the verification pass itself: the engine hands
 each proposal the target's features at the tokens committed since the last one
 (`ProposalContext.features`, captured at `feature_layers`), so the target never
-runs an extra pass. The proposer keeps the head's attention entries for every
-committed position (position t holds the target's feature at t and token t + 1);
-tree nodes get entries only while their step is drafted.
+runs an extra pass. The proposer keeps the head's attention entries for the
+committed positions (position t holds the target's feature at t and token t + 1);
+tree nodes get entries only while their step is drafted. Under the engine's floor a
+plain step's pass may capture nothing (`features_optional`): those positions get no
+entry, the head attends over the ones it has, and a step right after such a pass
+proposes the root alone.
 
 At temperature > 0 with `sampled=true` (the default; without retrieval) the tree
 is drawn from the head's own distribution instead and verified by rejection
@@ -27,7 +30,7 @@ retrieval's merging (a retrieved token equal to a drawn sibling becomes one
 node) would drop or keep drawn nodes by their own values.
 
 Invariants: lossless whatever the head drafts (verification decides); the head's
-entries cover exactly the committed positions between steps; top-k drafts are
+entries are the committed positions it was given features for, in position order; top-k drafts are
 deterministic guesses (`draft_probs` None), so at temperature > 0 the
 acceptance rule treats them as such and the output keeps the target's
 distribution; greedy decoding always drafts the top-k tree.
@@ -106,6 +109,7 @@ class EagleConfig:
 class EagleProposer(ProposerBase):
     source_stats: dict[str, dict[str, int]] | None  # with retrieval: offered / accepted nodes per source
     draft_source = "head"
+    features_optional = True  # the floor's plain steps may capture nothing: the head skips those positions
 
     def __init__(self, config: EagleConfig, head: Eagle3Head, costs: CostModel | None = None) -> None:
         self.config = config
@@ -132,24 +136,25 @@ class EagleProposer(ProposerBase):
     def begin(self, prompt_ids: list[int]) -> None:
         if self.retrieval is not None:
             self.retrieval.begin(prompt_ids)
-        self.keys: torch.Tensor | None = None  # [1, kv, positions, d] the head's entries, committed positions
+        self.keys: torch.Tensor | None = None  # [1, kv, entries, d] the head's entries, committed positions
         self.values: torch.Tensor | None = None
-        self.pending: list[torch.Tensor] = []  # target features not fed to the head yet
+        self.key_positions = torch.empty(0, dtype=torch.int64)  # [entries] the position of each entry
+        self.pending: list[tuple[int, torch.Tensor]] = []  # (first position, features) not fed to the head yet
         self.generator: torch.Generator | None = None  # sampled trees' draws, seeded per request
-
-    @property
-    def fed(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[2]
 
     @torch.inference_mode()
     def propose(self, ctx: ProposalContext) -> DraftTree:
         root = ctx.token_ids[-1]
         self._drew = self.config.sampled and self.retrieval is None and not ctx.sampling.greedy
-        if ctx.features is not None:
-            self.pending.append(ctx.features)
+        committed = len(ctx.token_ids) - 1
+        if ctx.features is not None:  # the last step's committed positions, up to the root's
+            self.pending.append((committed - ctx.features.shape[0], ctx.features))
         depth = min(self.config.depth, ctx.max_depth)
         if depth <= 0:  # nothing to draft: the features wait, and the next drafting step feeds them in one call
             return DraftTree.chain(root)
+        start, last = self.pending[-1] if self.pending else (0, None)
+        if last is None or start + last.shape[0] != committed:
+            return DraftTree.chain(root)  # the last pass captured nothing (a plain step under the floor)
         logits, state = self._feed(ctx.token_ids)
         steps = HeadSteps(self.head, self.keys, self.values, state, len(ctx.token_ids) - 1)
         if self._drew:
@@ -178,25 +183,24 @@ class EagleProposer(ProposerBase):
         self.retrieval.observe(kept, result.tree.parents.tolist(), result.path)
 
     def _feed(self, token_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Give the head the committed positions it lacks (one step's, or every step's since it last
-        drafted: a plain step under the floor leaves its features waiting); its logits and state at the
-        last one."""
-        committed = len(token_ids) - 1
-        features = torch.cat(self.pending) if self.pending else None
-        new = 0 if features is None else features.shape[0]
-        if self.fed + new != committed or new == 0:
-            raise RuntimeError(
-                f"eagle: the head has {self.fed} positions and {new} new features for {committed} committed tokens"
-            )
+        """Give the head the committed positions it has features for and lacks (one step's, or every step's
+        since it last drafted: a plain step under the floor leaves its features waiting, or captures none,
+        and the head then has no entry there); its logits and state at the last one, the root's parent."""
+        features = torch.cat([f for _, f in self.pending])
+        positions = torch.cat([torch.arange(start, start + f.shape[0]) for start, f in self.pending])
+        done = int(self.key_positions[-1]) if self.key_positions.numel() else -1
+        if int(positions[0]) <= done or bool((positions[1:] <= positions[:-1]).any()):
+            raise RuntimeError(f"eagle: features for positions {positions.tolist()} after the head's {done}")
         head = self.head
         hidden = head.fuse(features)[None]  # [1, m, H]
-        tokens = torch.tensor(token_ids[self.fed + 1 :], device=hidden.device)[None]
-        positions = torch.arange(self.fed, committed, device=hidden.device)[None]
-        q, k, v = head.qkv(hidden, tokens, positions)
+        tokens = torch.tensor([token_ids[p + 1] for p in positions.tolist()], device=hidden.device)[None]
+        positions = positions.to(hidden.device)
+        q, k, v = head.qkv(hidden, tokens, positions[None])
         keys = k if self.keys is None else torch.cat([self.keys, k], dim=2)
         values = v if self.values is None else torch.cat([self.values, v], dim=2)
+        self.key_positions = torch.cat([self.key_positions.to(hidden.device), positions])
         self.keys, self.values, self.pending = keys, values, []
-        mask = positions[0, :, None] >= torch.arange(committed, device=hidden.device)[None]  # [m, committed]
+        mask = positions[:, None] >= self.key_positions[None]  # [m, entries]: each sees the entries up to itself
         logits, state = head.finish(hidden, q, keys, values, mask[None, None])
         return logits[0, -1], state[0, -1]
 
