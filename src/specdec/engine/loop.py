@@ -347,7 +347,9 @@ class Batch:
         if len(self.rows) != 1 or self.waiting:
             return
         row = self.rows[0]
-        if not row.proposer.feature_layers or not row.proposer.features_optional or row.floor is None:
+        # getattr: a proposer written to the protocol before it named `features_optional` keeps every capture
+        optional = getattr(row.proposer, "features_optional", False)
+        if not row.proposer.feature_layers or not optional or row.floor is None:
             return
         wanted = row.floor.may_draft_next(row.drafting)
         self.target.capture = tuple(row.proposer.feature_layers) if wanted else ()
