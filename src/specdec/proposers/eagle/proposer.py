@@ -139,6 +139,7 @@ class EagleProposer(ProposerBase):
         self.keys: torch.Tensor | None = None  # [1, kv, entries, d] the head's entries, committed positions
         self.values: torch.Tensor | None = None
         self.key_positions = torch.empty(0, dtype=torch.int64)  # [entries] the position of each entry
+        self.last_position = -1  # the last entry's position, on the host (no device read a step)
         self.pending: list[tuple[int, torch.Tensor]] = []  # (first position, features) not fed to the head yet
         self.generator: torch.Generator | None = None  # sampled trees' draws, seeded per request
 
@@ -188,9 +189,9 @@ class EagleProposer(ProposerBase):
         and the head then has no entry there); its logits and state at the last one, the root's parent."""
         features = torch.cat([f for _, f in self.pending])
         positions = torch.cat([torch.arange(start, start + f.shape[0]) for start, f in self.pending])
-        done = int(self.key_positions[-1]) if self.key_positions.numel() else -1
-        if int(positions[0]) <= done or bool((positions[1:] <= positions[:-1]).any()):
-            raise RuntimeError(f"eagle: features for positions {positions.tolist()} after the head's {done}")
+        if int(positions[0]) <= self.last_position or bool((positions[1:] <= positions[:-1]).any()):
+            raise RuntimeError(f"eagle: features for positions {positions.tolist()} after {self.last_position}")
+        self.last_position = int(positions[-1])
         head = self.head
         hidden = head.fuse(features)[None]  # [1, m, H]
         tokens = torch.tensor([token_ids[p + 1] for p in positions.tolist()], device=hidden.device)[None]
