@@ -4,7 +4,10 @@ Hermetic by construction: before any test runs, `XDG_CACHE_HOME` points at a
 folder under the system's temporary directory, so converted models, cost curves
 and calibrations are written there and never into the user's ~/.cache (child
 processes such as the test server inherit it). The folder is kept between runs,
-so the bundled model is converted once (~20 s), not once per run.
+so the bundled model is converted once (~20 s), not once per run. One thing is
+shared with the user's cache: the C++ extension's build folder (`extensions/`),
+which `make install` has just compiled (~70 s) from the same sources; the build
+checks its sources itself and rebuilds what changed.
 
 LogitSpec sizes its trees from a measured cost curve, and the engine picks an
 attention implementation per pass shape from measured timings; measured under
@@ -24,6 +27,7 @@ TEST_CACHE_HOME = Path(tempfile.gettempdir()) / f"specdec-tests-{os.getuid()}"
 
 
 def pytest_configure(config):
+    share_extension_builds()
     os.environ["XDG_CACHE_HOME"] = str(TEST_CACHE_HOME)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
@@ -34,6 +38,21 @@ def pytest_configure(config):
         import torch
 
         torch.set_num_threads(threads)
+
+
+def share_extension_builds() -> None:
+    """Point the suite's `specdec/extensions` at the user's (where it exists and the suite has none of its own):
+    a fresh clone's `make test` then reuses the build `make install` made instead of compiling it again."""
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    users = (Path(base).expanduser() if base else Path.home() / ".cache") / "specdec" / "extensions"
+    ours = TEST_CACHE_HOME / "specdec" / "extensions"
+    if users == ours or not users.is_dir() or ours.exists() or ours.is_symlink():
+        return
+    ours.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        ours.symlink_to(users, target_is_directory=True)
+    except FileExistsError:  # another xdist worker linked it first
+        pass
 
 
 @pytest.fixture(scope="session")

@@ -148,15 +148,7 @@ def test_many_rows_sum_every_score_in_the_one_row_order(op, dim):
     the head's elements in order)."""
     generator = torch.Generator().manual_seed(5)
     heads, kv_heads, rows, past = 9, 3, 8, 40
-    key = torch.randn(1, kv_heads, past + rows, dim, generator=generator) / 16
-    key[:, :, 3] = 0
-    key[:, :, 3, [0, 1]], key[:, :, 3, [16, 17]], key[:, :, 3, [2, 3]] = 2.0**23, -(2.0**23), 0.25
-    key[:, :, 7] = 0
-    key[:, :, 7, [4, 5, 36, 37]] = torch.tensor([2.0**24, 0, 0.5, -(2.0**24)])
-    key = key.to(torch.bfloat16)
-    value = torch.randn(1, kv_heads, past + rows, dim, generator=generator).to(torch.bfloat16)
-    scales = 2.0 ** (torch.arange(heads * rows) % 4 - 2).view(1, heads, rows, 1)  # powers of two: exact products
-    query = (torch.ones(1, heads, rows, dim) * scales).to(torch.bfloat16)
+    query, key, value = order_revealing_states(generator, heads, kv_heads, rows, past + rows, dim)
     starts = torch.full((1, rows), past, dtype=torch.int64)
     tail = (past + torch.arange(rows)).expand(1, rows, rows).contiguous()
     counts = (1 + torch.arange(rows)).view(1, rows)
@@ -165,3 +157,32 @@ def test_many_rows_sum_every_score_in_the_one_row_order(op, dim):
         one = op(query[:, :, t : t + 1].contiguous(), key, value, starts[:, t : t + 1].contiguous(),
                  tail[:, t : t + 1].contiguous(), counts[:, t : t + 1].contiguous(), 0.125)
         assert torch.equal(one[0, 0], out[0, t]), t
+
+
+def order_revealing_states(generator: torch.Generator, heads: int, kv_heads: int, rows: int, slots: int, dim: int):
+    """Query, key and value where a changed order of sums shows in the output: slots 3 and 7 hold the keys
+    `test_many_rows_sum_every_score_in_the_one_row_order` describes; the queries are powers of two."""
+    key = torch.randn(1, kv_heads, slots, dim, generator=generator) / 16
+    key[:, :, 3] = 0
+    key[:, :, 3, [0, 1]], key[:, :, 3, [16, 17]], key[:, :, 3, [2, 3]] = 2.0**23, -(2.0**23), 0.25
+    key[:, :, 7] = 0
+    key[:, :, 7, [4, 5, 36, 37]] = torch.tensor([2.0**24, 0, 0.5, -(2.0**24)])
+    value = torch.randn(1, kv_heads, slots, dim, generator=generator).to(torch.bfloat16)
+    scales = 2.0 ** (torch.arange(heads * rows) % 4 - 2).view(1, heads, rows, 1)  # powers of two: exact products
+    query = (torch.ones(1, heads, rows, dim) * scales).to(torch.bfloat16)
+    return query, key.to(torch.bfloat16), value
+
+
+@pytest.mark.parametrize("dim", [64, 128])
+def test_cache_blocks_and_gathered_keys_take_the_same_steps(op, dim):
+    """A row's keys read from the cache's contiguous slots (16 at a time, unrolled) and the same keys gathered
+    one by one from its tail give the same bits, the prefix split anywhere (odd splits too: values go in
+    pairs), on keys whose scores change with the order of their sums."""
+    heads, kv_heads, slots = 9, 3, 53
+    query, key, value = order_revealing_states(torch.Generator().manual_seed(7), heads, kv_heads, 1, slots, dim)
+    whole = op(query, key, value, torch.tensor([[slots]]), torch.zeros(1, 1, 1, dtype=torch.int64),
+               torch.tensor([[0]]), dim**-0.5)
+    for cut in (0, 1, 7, 16, 17, 33, slots - 1):
+        tail = torch.arange(cut, slots).view(1, 1, -1)
+        split = op(query, key, value, torch.tensor([[cut]]), tail, torch.tensor([[slots - cut]]), dim**-0.5)
+        assert torch.equal(split, whole), cut

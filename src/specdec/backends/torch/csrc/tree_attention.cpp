@@ -45,12 +45,14 @@ using Job = specdec::AttentionJob;
 
 #if SPECDEC_X86
 #define TA_AVX512 SPECDEC_AVX512
+// The helpers a block's loop calls are inlined: called, a block's 16 accumulators would pass through memory.
+#define TA_INLINE SPECDEC_AVX512 inline __attribute__((always_inline))
 using specdec::exp_avx512;
 
 // The sums of 16 accumulators, lane i holding accumulator i's: the same tree `_mm512_reduce_add_ps` takes
 // for each alone (lanes (l, l + 8), then (l, l + 4), (l, l + 2), (l, l + 1); a sum is a sum of the same
 // pairs whichever side each comes from), so a score's bits do not depend on the keys beside it.
-TA_AVX512 inline __m512 sum16(const __m512 (&a)[16]) {
+TA_INLINE __m512 sum16(const __m512 (&a)[16]) {
   __m512 c[8], e[4], g[2];
   for (int j = 0; j < 8; ++j)  // c[j]: keys 2j, 2j + 1, eight lanes each
     c[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0x44), _mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0xEE));
@@ -62,6 +64,39 @@ TA_AVX512 inline __m512 sum16(const __m512 (&a)[16]) {
   const __m512 h = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], 0x88), _mm512_shuffle_ps(g[0], g[1], 0xDD));
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   return _mm512_permutexvar_ps(order, h);
+}
+
+// One query head's dot products with 16 keys, summed (`sum16`): each key's accumulator starts at zero and takes
+// the head's elements in order (vdpbf16ps over D, fixed lanes). `block_sums` reads 16 keys that sit one after
+// another in the cache (slots below `start`): unrolled, its accumulators stay in registers. `gathered_sums` reads
+// any `live` keys of the row's sequence (a block that reaches its tail, or its last block). The same steps on the
+// same keys, so the same bits.
+template <int64_t kDim>
+TA_INLINE __m512 block_sums(const __m512i (&qv)[kDim / 32], const c10::BFloat16* key) {
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int k = 0; k < 16; ++k) {
+    acc[k] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int part = 0; part < kDim / 32; ++part)
+      acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)qv[part], (__m512bh)_mm512_loadu_si512(key + k * kDim + part * 32));
+  }
+  return sum16(acc);
+}
+
+template <int64_t kDim>
+TA_INLINE __m512 gathered_sums(const __m512i (&qv)[kDim / 32], const c10::BFloat16* keys, int64_t i0,
+                               int64_t live, int64_t start, const int64_t* tail) {
+  __m512 acc[16];
+  for (int k = 0; k < 16; ++k) {
+    acc[k] = _mm512_setzero_ps();
+    if (k >= live) continue;
+    const int64_t i = i0 + k;
+    const c10::BFloat16* key = keys + (i < start ? i : tail[i - start]) * kDim;
+    for (int part = 0; part < kDim / 32; ++part)
+      acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)qv[part], (__m512bh)_mm512_loadu_si512(key + part * 32));
+  }
+  return sum16(acc);
 }
 
 // The scores of one query head over a row's n visible keys (in `scores`, >= n + 16 floats), exponentiated and
@@ -76,17 +111,10 @@ TA_AVX512 float probabilities(const Job& j, const c10::BFloat16* keys, const c10
   __m512 tops = _mm512_set1_ps(-INFINITY);
   for (int64_t i0 = 0; i0 < n; i0 += 16) {  // 16 keys' dot products (vdpbf16ps over D), summed together
     const int64_t live = std::min<int64_t>(16, n - i0);
-    __m512 acc[16];
-    for (int k = 0; k < 16; ++k) {
-      acc[k] = _mm512_setzero_ps();
-      if (k >= live) continue;
-      const int64_t i = i0 + k;
-      const c10::BFloat16* key = keys + (i < start ? i : tail[i - start]) * kDim;
-      for (int part = 0; part < kParts; ++part)  // in order of the head's elements: one accumulator, fixed lanes
-        acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)qv[part], (__m512bh)_mm512_loadu_si512(key + part * 32));
-    }
+    const __m512 sums = live == 16 && i0 + 16 <= start ? block_sums<kDim>(qv, keys + i0 * kDim)
+                                                        : gathered_sums<kDim>(qv, keys, i0, live, start, tail);
     const __mmask16 mask = live == 16 ? __mmask16(0xFFFF) : __mmask16((1u << live) - 1);
-    const __m512 s = _mm512_mul_ps(sum16(acc), _mm512_set1_ps(j.scale));
+    const __m512 s = _mm512_mul_ps(sums, _mm512_set1_ps(j.scale));
     _mm512_mask_storeu_ps(scores + i0, mask, s);
     tops = _mm512_mask_max_ps(tops, mask, tops, s);
   }
@@ -102,6 +130,30 @@ TA_AVX512 float probabilities(const Job& j, const c10::BFloat16* keys, const c10
   }
   probs[n] = 0;
   return _mm512_reduce_add_ps(lanes);
+}
+
+// Values v0 and v1 (v1 null: zeros) weighted by each head's pair of probabilities at `probs + g * stride`, added
+// to its accumulators: the pair interleaved word by word within each 128-bit lane, once for all heads.
+template <int64_t kDim, int kHeads>
+TA_INLINE void add_pair(const c10::BFloat16* v0, const c10::BFloat16* v1, const uint16_t* probs, int64_t stride,
+                        __m512 (&low)[kHeads][kDim / 32], __m512 (&high)[kHeads][kDim / 32]) {
+  constexpr int kParts = kDim / 32;
+  __m512i lo[kParts], hi[kParts];
+  for (int part = 0; part < kParts; ++part) {
+    const __m512i a = _mm512_loadu_si512(v0 + part * 32);
+    const __m512i c = v1 ? _mm512_loadu_si512(v1 + part * 32) : _mm512_setzero_si512();
+    lo[part] = _mm512_unpacklo_epi16(a, c);
+    hi[part] = _mm512_unpackhi_epi16(a, c);
+  }
+  for (int g = 0; g < kHeads; ++g) {
+    int32_t pair;
+    std::memcpy(&pair, probs + g * stride, sizeof(pair));
+    const __m512bh p = (__m512bh)_mm512_set1_epi32(pair);
+    for (int part = 0; part < kParts; ++part) {
+      low[g][part] = _mm512_dpbf16_ps(low[g][part], p, (__m512bh)lo[part]);
+      high[g][part] = _mm512_dpbf16_ps(high[g][part], p, (__m512bh)hi[part]);
+    }
+  }
 }
 
 // One query row of kHeads consecutive query heads h0.. (one key head's): each head's n visible keys, their
@@ -129,26 +181,14 @@ TA_AVX512 bool heads_of_row(const Job& j, int64_t b, int64_t h0, int64_t t, floa
   __m512 low[kHeads][kParts], high[kHeads][kParts];
   for (int g = 0; g < kHeads; ++g)
     for (int part = 0; part < kParts; ++part) low[g][part] = high[g][part] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 2) {
-    const c10::BFloat16* v0 = values + (i < start ? i : tail[i - start]) * kDim;
+  // The pairs within the cache's first `start` slots lie one after another; the rest are gathered. Same order.
+  const int64_t contiguous = std::min(start, n) & ~int64_t{1};
+  for (int64_t i = 0; i < contiguous; i += 2)
+    add_pair<kDim, kHeads>(values + i * kDim, values + (i + 1) * kDim, probs + i, stride, low, high);
+  for (int64_t i = contiguous; i < n; i += 2) {
     const int64_t i1 = i + 1;
     const c10::BFloat16* v1 = i1 >= n ? nullptr : values + (i1 < start ? i1 : tail[i1 - start]) * kDim;
-    __m512i lo[kParts], hi[kParts];
-    for (int part = 0; part < kParts; ++part) {
-      const __m512i a = _mm512_loadu_si512(v0 + part * 32);
-      const __m512i c = v1 ? _mm512_loadu_si512(v1 + part * 32) : _mm512_setzero_si512();
-      lo[part] = _mm512_unpacklo_epi16(a, c);
-      hi[part] = _mm512_unpackhi_epi16(a, c);
-    }
-    for (int g = 0; g < kHeads; ++g) {
-      int32_t pair;
-      std::memcpy(&pair, probs + g * stride + i, sizeof(pair));
-      const __m512bh p = (__m512bh)_mm512_set1_epi32(pair);
-      for (int part = 0; part < kParts; ++part) {
-        low[g][part] = _mm512_dpbf16_ps(low[g][part], p, (__m512bh)lo[part]);
-        high[g][part] = _mm512_dpbf16_ps(high[g][part], p, (__m512bh)hi[part]);
-      }
-    }
+    add_pair<kDim, kHeads>(values + (i < start ? i : tail[i - start]) * kDim, v1, probs + i, stride, low, high);
   }
   // words of cvtne2ps(high, low): 0..15 low's lanes, 16..31 high's; output dim 8l + r reads word 4l + r (r < 4)
   // or 16 + 4l + r - 4
