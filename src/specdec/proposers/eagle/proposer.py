@@ -188,14 +188,15 @@ class EagleProposer(ProposerBase):
         since it last drafted: a plain step under the floor leaves its features waiting, or captures none,
         and the head then has no entry there); its logits and state at the last one, the root's parent."""
         features = torch.cat([f for _, f in self.pending])
-        positions = torch.cat([torch.arange(start, start + f.shape[0]) for start, f in self.pending])
-        if int(positions[0]) <= self.last_position or bool((positions[1:] <= positions[:-1]).any()):
-            raise RuntimeError(f"eagle: features for positions {positions.tolist()} after {self.last_position}")
-        self.last_position = int(positions[-1])
+        # the positions on the host, as lists: spans of the pending features, each after the last
+        order = [p for start, f in self.pending for p in range(start, start + f.shape[0])]
+        if any(later <= earlier for earlier, later in zip([self.last_position, *order[:-1]], order, strict=True)):
+            raise RuntimeError(f"eagle: features for positions {order} after {self.last_position}")
+        self.last_position = order[-1]
         head = self.head
         hidden = head.fuse(features)[None]  # [1, m, H]
-        tokens = torch.tensor([token_ids[p + 1] for p in positions.tolist()], device=hidden.device)[None]
-        positions = positions.to(hidden.device)
+        tokens = torch.tensor([token_ids[p + 1] for p in order], device=hidden.device)[None]
+        positions = torch.tensor(order, device=hidden.device)
         q, k, v = head.qkv(hidden, tokens, positions[None])
         keys = k if self.keys is None else torch.cat([self.keys, k], dim=2)
         values = v if self.values is None else torch.cat([self.values, v], dim=2)
