@@ -17,7 +17,10 @@
 // sums a row's squares in one fixed order; the products and attention are row-independent by their own
 // invariants), so a row's bits depend only on its token, its position and its key sequence: the same for a
 // tree node as for a one-token pass at its place, whatever the batch or the tree.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <torch/custom_class.h>

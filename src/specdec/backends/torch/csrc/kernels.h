@@ -2,7 +2,7 @@
 // One header so `decoder_layer.cpp` runs the same kernels (and so the same bits) as the ops Python calls.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include "isa.h"
 

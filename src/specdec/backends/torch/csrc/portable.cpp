@@ -3,7 +3,7 @@
 // CPU and SPECDEC_KERNELS allow. With these and the block products' AVX2 and scalar paths, the exact fused pass
 // runs on every CPU the extension builds on; decoder_layer.cpp and tree_attention.cpp keep their AVX-512 code
 // and call here elsewhere.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <c10/util/BFloat16.h>
 
 #include <algorithm>

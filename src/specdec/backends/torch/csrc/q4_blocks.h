@@ -3,7 +3,7 @@
 // how an output is stored. Internal to the extension; the ops are declared in kernels.h.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 

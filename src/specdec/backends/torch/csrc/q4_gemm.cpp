@@ -21,7 +21,8 @@
 //   avx2:        the same bf16-rounded weights and activations widened to fp32, fp32 FMAs;
 //   scalar:      plain C++, one accumulator per (row, column).
 // The paths agree to rounding, not bitwise (their lane layouts differ).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>

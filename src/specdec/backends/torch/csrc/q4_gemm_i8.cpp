@@ -33,7 +33,8 @@
 // element is reduced by one thread in the order above, whatever M, so a row's bits do not depend on the
 // rows beside it; and the scalar path (q4_gemm_i8_scalar.cpp) computes the same bits as the AVX-512 VNNI one
 // here, the AVX2 one (q4_gemm_i8_avx2.cpp) and the NEON one (q4_gemm_i8_neon.cpp) (tested; NEON under qemu).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>

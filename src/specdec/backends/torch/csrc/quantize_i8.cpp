@@ -3,7 +3,8 @@
 //
 // Invariant: a row's values depend on that row alone, and the AVX-512 path gives the scalar path's values
 // (max is exact in any order; cvtps2dq rounds half to even, as nearbyint does).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 

@@ -9,7 +9,8 @@
 // Invariants: a row's ids depend on that row alone; ties go to the lower id (the scan runs in order of id
 // and an equal score never displaces an earlier one); NaN scores are never taken. The result feeds drafts
 // only: verification, not this order, decides what is emitted.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/full.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>

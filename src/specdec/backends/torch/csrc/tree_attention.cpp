@@ -21,7 +21,8 @@
 // query heads may run together (each pair of values interleaved once for all of them), which changes no head's steps.
 // This file's code is AVX-512 BF16's; other CPUs run portable.cpp's (scalar, or AVX2), the same steps in a
 // row-independent order of their own, so equal to these to rounding.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
