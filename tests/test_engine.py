@@ -41,10 +41,12 @@ def hf_greedy(model, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
     return out[0, len(prompt_ids):].tolist()
 
 
-def test_plain_greedy_equals_transformers_generate(default_model, prompts, greedy_outputs):
-    assert len(prompts) == 5
-    for prompt_ids, ours in zip(prompts, greedy_outputs, strict=True):
-        assert ours == hf_greedy(default_model, prompt_ids, NEW_TOKENS)
+@pytest.mark.parametrize(  # the fast tier: a short prompt and a long one
+    "category", [c if c in ("mt_bench", "summarization") else pytest.param(c, marks=pytest.mark.slow) for c in CATEGORIES]
+)
+def test_plain_greedy_equals_transformers_generate(default_model, prompts, greedy_outputs, category):
+    index = CATEGORIES.index(category)
+    assert greedy_outputs[index] == hf_greedy(default_model, prompts[index], NEW_TOKENS)
 
 
 class OracleProposer(ProposerBase):

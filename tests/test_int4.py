@@ -195,8 +195,7 @@ def test_methods_are_lossless_on_int4_weights(on_int4, bench_prompts):
     assert verify_model(on_int4) is engine.target.model  # one view per model
     prompt = bench_prompts["summarization"][-320:]  # the article's end and the request: it still copies
     plain = _run(engine, [prompt], "plain")[0]
-    for method in ("pld", "logitspec"):
-        assert _run(engine, [prompt], method)[0] == plain, method
+    assert _run(engine, [prompt], "logitspec")[0] == plain  # prompt lookup: the batched test below
 
 
 @pytest.fixture(scope="module")

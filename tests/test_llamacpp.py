@@ -118,9 +118,8 @@ def exact_llamacpp(on_llamacpp, bench_prompts) -> tuple:
     return exact, plain
 
 
-@pytest.mark.parametrize(
-    "method", ["logitspec", pytest.param("pld", marks=pytest.mark.slow), pytest.param("lookahead", marks=pytest.mark.slow)]
-)  # the fast tier: LogitSpec (trees); test_backends decodes plain and LogitSpec on llama.cpp too
+@pytest.mark.slow  # the fast tier's check of exact LogitSpec on llama.cpp is test_backends' (one prompt)
+@pytest.mark.parametrize("method", ["logitspec", "pld", "lookahead"])
 def test_greedy_methods_equal_plain(exact_llamacpp, bench_prompts, method):
     """exact=on: one-token passes padded, so every pass takes llama.cpp's many-query attention."""
     exact, plain = exact_llamacpp

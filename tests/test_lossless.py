@@ -10,7 +10,9 @@ sampling by their distribution tests instead.
 
 A method's default settings run on every category (`ALL`); its variants (other options, the same
 code with other sizes) and its sampled cases on three (`SOME`: short and long prompts, prose and
-numbers), each (category, sampling) pair once.
+numbers). A sampled case of a method that learns across requests (recycle tables, session stores)
+serves its rows twice, so the second round drafts from state the first changed; one that starts
+each request afresh serves them once, the two samplings alternating.
 
 A case is one proposer serving its rows in order, as a server would: state it keeps
 across requests (recycle tables, session stores, adaptive budgets) carries from row to
@@ -176,7 +178,7 @@ CASES = (
          ran=mat_above_one),
     Case("logitspec:third=true,floor=false", method("logitspec:third=true,floor=false"), greedy(*SOME),
          ran=mat_above_one),
-    Case("pld-sampled", method("pld"), sampled(SOME, SAMPLINGS), 24, fast=True, ran=accepted),
+    Case("pld-sampled", method("pld"), sampled(SOME, SAMPLINGS, rounds=1), 24, fast=True, ran=accepted),
     Case("logitspec-sampled", method("logitspec"), sampled(SOME, SAMPLINGS), 24, fast=True, ran=accepted),
     Case("logitspec:session=true,third=true-sampled", method("logitspec:session=true,third=true"),
          sampled(SOME, SAMPLINGS), 24, ran=accepted),
@@ -187,7 +189,7 @@ CASES = (
     Case("logitspec:session=true", fresh_logitspec("session=true"), greedy(*ALL, ALL[0]),
          ran=session_offered_and_accepted),
     Case("logitspec:datastore", fresh_logitspec("datastore={store}"), greedy(*ALL), ran=offered("datastore")),
-    Case("logitspec:recycle-sampled", fresh_logitspec(""), sampled(ALL, (HOT,)), 24, ran=offered("recycle")),
+    Case("logitspec:recycle-sampled", fresh_logitspec(""), sampled(SOME, (HOT,)), 24, ran=offered("recycle")),
     # Token Recycling (formerly tests/test_recycle.py, test_sampled_identity.py)
     Case("recycle:budget=16", fresh_recycle(RecycleConfig(budget=16)), greedy(*ALL), fast=True, ran=accepted),
     Case("recycle:k=4,budget=8,max_depth=3", fresh_recycle(RecycleConfig(k=4, budget=8, max_depth=3)),
@@ -197,7 +199,7 @@ CASES = (
     Case("lookahead:window=4,ngram=3,guesses=2,max_nodes=10",
          method("lookahead:window=4,ngram=3,guesses=2,max_nodes=10"), greedy("mt_bench", "math_reasoning", "counting"),
          fast=True, ran=lookahead_within_budget),
-    Case("lookahead-sampled", method("lookahead"), sampled(SOME, SAMPLINGS), 24, fast=True, ran=accepted),
+    Case("lookahead-sampled", method("lookahead"), sampled(SOME, SAMPLINGS, rounds=1), 24, fast=True, ran=accepted),
     # REST's datastore (formerly tests/test_datastore.py)
     Case("datastore", with_store("datastore:path={store}"), greedy(*ALL), fast=True, ran=drafted),
     Case("datastore:max_branches=3,budget=12,min_ngram=1",
@@ -240,15 +242,15 @@ CASES = (
     Case("eagle:adaptive=false,budget=24,topk=4", method("eagle:adaptive=false,budget=24,topk=4"), greedy(*SOME),
          ran=mat_above_one),
     Case("eagle:retrieval=true", method("eagle:retrieval=true"), greedy(*SOME), ran=offered("retrieval")),
-    Case("eagle-sampled", method("eagle:sampled=false"), sampled(SOME, SAMPLINGS), 24, fast=True, ran=accepted),
+    Case("eagle-sampled", method("eagle:sampled=false"), sampled(SOME, SAMPLINGS, rounds=1), 24, fast=True, ran=accepted),
     # the Medusa heads shipped for the default model (deterministic drafts, like eagle's above)
     Case("medusa", method("medusa"), greedy(*ALL), fast=True, ran=mat_above_one),
     Case("medusa:adaptive=false,budget=24,topk=3", method("medusa:adaptive=false,budget=24,topk=3"), greedy(*SOME),
          ran=mat_above_one),
-    Case("medusa-sampled", method("medusa"), sampled(SOME, SAMPLINGS), 24, ran=accepted),
+    Case("medusa-sampled", method("medusa"), sampled(SOME, SAMPLINGS, rounds=1), 24, ran=accepted),
     # the Hydra heads shipped for the default model (Medusa's tree, each level guessed for its branch)
     Case("hydra", method("hydra"), greedy(*ALL), fast=True, ran=mat_above_one),
-    Case("hydra-sampled", method("hydra"), sampled(SOME, SAMPLINGS), 24, ran=accepted),
+    Case("hydra-sampled", method("hydra"), sampled(SOME, SAMPLINGS, rounds=1), 24, ran=accepted),
     # layer skipping (formerly tests/test_layerskip.py)
     Case("layerskip:k=3,adaptive=false", lambda request: LayerSkipConfig(skip=SKIP, k=3, adaptive=False).build(
         request.getfixturevalue("default_model")), greedy("translation", "mt_bench", "qa"), fast=True),
