@@ -261,6 +261,7 @@ def prompts(default_model, spec_bench_subset):
     return prompts_by_category(default_model.tokenizer, spec_bench_subset)
 
 
+@pytest.mark.slow  # the fast tier's seeded lossless rows (test_lossless) check these tokens are plain sampling's
 def test_seeded_sampling_is_reproducible(engine, default_model, prompts, stdlib_store):
     ids = prompts[next(name for name in prompts if name.startswith("translation"))]
     proposer = parse_method(f"datastore:path={stdlib_store},min_ngram=1").build(default_model)

@@ -27,6 +27,7 @@ def prompts(default_model, spec_bench_subset):
     return [encode_prompt(default_model.tokenizer, t, chat=True) for t in texts]
 
 
+@pytest.mark.slow  # the fast tier's seeded lossless rows (test_lossless) check these tokens are plain sampling's
 def test_seeded_sampling_is_reproducible(engine, default_model, prompts):
     config = GenerationConfig(max_new_tokens=24, sampling=SamplingParams(temperature=0.7, seed=9))
     runs = [engine.generate(prompts[2], LookaheadConfig().build(default_model), config).token_ids for _ in range(2)]

@@ -191,6 +191,7 @@ def prompts(default_model, spec_bench_subset):
     return prompts_by_category(default_model.tokenizer, spec_bench_subset)
 
 
+@pytest.mark.slow  # the fast tier's seeded lossless rows (test_lossless) check these tokens are plain sampling's
 def test_seeded_sampling_is_reproducible_from_the_same_table_state(engine, default_model, prompts):
     ids = prompts[next(name for name in prompts if name.startswith("translation"))]
 

@@ -328,9 +328,8 @@ def test_the_pld_floor_holds_on_real_prompts(engine, default_model, prompts, pla
     assert proposer.num_held > 0 and proposer.num_drafted > 0  # the floor was tested, and held, on real prompts
 
 
-@pytest.mark.parametrize(
-    "method", [pytest.param(m, marks=() if m == "logitspec" else pytest.mark.slow) for m in METHODS]
-)  # the fast tier: the default LogitSpec; the full tier every variant
+@pytest.mark.slow  # the fast tier's seeded lossless rows (test_lossless) check pld's and LogitSpec's tokens
+@pytest.mark.parametrize("method", METHODS)
 def test_seeded_sampling_is_reproducible(engine, default_model, prompts, method):
     ids = prompts[next(name for name in prompts if name.startswith("translation"))]  # a short prompt: fast
 
