@@ -108,20 +108,27 @@ def test_without_invariance_the_node_check_fails_here(bf16, text_ids):
     assert _node_mismatches(engine, text_ids, starts, sizes) > 0
 
 
-def test_a_prompt_prefilled_in_chunks_has_the_bits_of_the_whole(bf16, text_ids):
+@pytest.fixture(scope="module")
+def whole_prompt(bf16, text_ids) -> tuple[list[int], TargetModel, torch.Tensor]:
+    """A prompt past 1,024 keys (both of oneDNN's summation regimes), prefilled whole: its target and last logits."""
     _, engine = bf16["on"]
-    prompt = text_ids[:1300]  # past 1,024 keys: both of oneDNN's summation regimes
+    prompt = text_ids[:1300]
     whole = TargetModel(engine.target.model, attention=engine.target.attention)
-    last = whole.prefill(prompt)
-    for chunk in (100, 256, 1300):
-        batch = BatchedTarget(engine.target)
-        fill = PromptFill(prompt)
-        joined = None
-        while joined is None:
-            joined = batch.fill(fill, chunk)
-        assert torch.equal(joined[1], last), chunk
-        for mine, theirs in zip(batch.cache.layers, whole.cache.layers, strict=True):
-            assert torch.equal(mine._keys[0, :, : len(prompt)], theirs.keys[0]), chunk
+    return prompt, whole, whole.prefill(prompt)
+
+
+@pytest.mark.parametrize("chunk", [256, pytest.param(100, marks=pytest.mark.slow), pytest.param(1300, marks=pytest.mark.slow)])
+def test_a_prompt_prefilled_in_chunks_has_the_bits_of_the_whole(bf16, whole_prompt, chunk):
+    _, engine = bf16["on"]
+    prompt, whole, last = whole_prompt
+    batch = BatchedTarget(engine.target)
+    fill = PromptFill(prompt)
+    joined = None
+    while joined is None:
+        joined = batch.fill(fill, chunk)
+    assert torch.equal(joined[1], last)
+    for mine, theirs in zip(batch.cache.layers, whole.cache.layers, strict=True):
+        assert torch.equal(mine._keys[0, :, : len(prompt)], theirs.keys[0])
 
 
 def test_a_branch_deeper_than_the_tail_is_cut_before_verification(bf16, text_ids):

@@ -86,6 +86,7 @@ def test_sequences_come_back(context):
     assert all(context.lib.llama_memory_seq_pos_max(context.memory, seq) == -1 for seq in range(MAX_SEQUENCES))
 
 
+@pytest.mark.slow  # the fast tier's exact decoding on llama.cpp is test_backends'
 def test_exact_passes_have_the_bits_of_one_token_steps(context):
     """exact: a 70-token chain over 600 cached tokens equals 70 one-token steps (without it, llama.cpp
     attends a lone query over 512+ cells, and 64+ queries, along other paths: logits ~1 apart)."""
