@@ -37,7 +37,7 @@ from transformers.models.llama.modeling_llama import (
     LlamaMLP,
     LlamaRMSNorm,
     LlamaRotaryEmbedding,
-    apply_rotary_pos_emb,
+    rotate_half,
 )
 
 from specdec.backends.registry import head_logits
@@ -145,19 +145,22 @@ class Eagle3Head(torch.nn.Module):
         return self.fc(features.to(self.fc.weight.dtype))
 
     def qkv(
-        self, hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor
+        self, hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, queries: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """hidden [B, T, H], tokens and positions [B, T] -> q [B, h, T, d], k and v [B, kv, T, d] (rotated)."""
+        """hidden [B, T, H], tokens and positions [B, T] -> q [B, h, Q, d], k and v [B, kv, T, d] (rotated);
+        queries: the last Q positions' queries only (a catch-up over a prompt reads the last one), else all T."""
         layer = self.midlayer
         emb = self.embed[0](tokens).to(hidden.dtype)
         x = torch.cat([layer.input_layernorm(emb), layer.hidden_norm(hidden)], dim=-1)
         attn = layer.self_attn
         shape = (*x.shape[:2], -1, attn.head_dim)
-        q = attn.q_proj(x).view(shape).transpose(1, 2)
+        first = 0 if queries is None else x.shape[1] - queries
+        q = attn.q_proj(x[:, first:]).view(x.shape[0], x.shape[1] - first, -1, attn.head_dim).transpose(1, 2)
         k = attn.k_proj(x).view(shape).transpose(1, 2)
         v = attn.v_proj(x).view(shape).transpose(1, 2)
-        cos, sin = self.rotary(x, positions)
-        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        cos, sin = (t.unsqueeze(1) for t in self.rotary(x, positions))  # [B, 1, T, d]
+        k = k * cos + rotate_half(k) * sin  # transformers' apply_rotary_pos_emb, q on its own rows
+        q = q * cos[:, :, first:] + rotate_half(q) * sin[:, :, first:]
         return q, k, v
 
     def finish(
