@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Annotated
 
+from specdec.backends.registry import argmax_rows
 from specdec.engine.generation import ProposalContext
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
@@ -107,7 +108,8 @@ class LookaheadProposer(ProposerBase):
         tree, start = result.tree, self.root_position
         chain = [tree.token_list[n] for n in self._chain_nodes]  # root, g_1..g_m
         rows = result.target_logits[self._chain_nodes]  # [m + 1, V]: row j predicts position start + j + 1
-        new_iterate = [int(rows[j].float().argmax()) for j in range(rows.shape[0])]
+        # specdec's kernel where loaded: torch's argmax over a 49152-wide CPU row took ~0.1 ms, every step
+        new_iterate = argmax_rows(rows) or rows.float().argmax(-1).tolist()
         level = {start + j: token for j, token in enumerate(chain)}
         self.levels.append(level)
         self._collect(new_iterate, start)
