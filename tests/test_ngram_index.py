@@ -76,6 +76,20 @@ def test_matches_brute_force(scenario):
         assert index.lookup(suffix, max_continuation, min_ngram) == expected[0]
 
 
+@settings(max_examples=500, deadline=None)
+@given(tokens=token_lists, max_ngram=st.integers(1, 4), prefer=prefers,
+       candidates=st.lists(st.integers(0, VOCAB), max_size=VOCAB + 2))
+def test_find_next_is_find_of_each_candidate_after_the_sequence(tokens, max_ngram, prefer, candidates):
+    """LogitSpec's batched query: each candidate appended to the sequence, as `find` and the scan see it."""
+    index = NGramIndex(max_ngram, prefer)
+    index.extend(tokens)
+    found = index.find_next(candidates)
+    assert found == [index.find([*tokens, c]) for c in candidates]
+    for c, (pos, m) in zip(candidates, found, strict=True):
+        expected = brute_lookup(tokens, [*tokens, c], max_ngram, 1, 4, prefer)
+        assert ((index.tokens[pos : pos + 4], m) if m else ([], 0)) == expected
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     tokens=st.lists(st.integers(0, 2), min_size=0, max_size=90),

@@ -191,6 +191,31 @@ class NGramIndex:
         pos, m = self.find(suffix, min_ngram)
         return (self._tokens[pos : pos + max_continuation], m) if m else ([], 0)
 
+    def find_next(self, candidates: Sequence[int]) -> list[tuple[int, int]]:
+        """`find(self.tokens + [c])` for each candidate token c, in one call: (continuation start, m) or (-1, 0).
+
+        LogitSpec asks this for each of the last logits' top-k every step: the sequence's own tail and its
+        keys' prefixes are read once, not once per candidate.
+        """
+        seq = self._tokens
+        width = min(self._max_ngram - 1, len(seq))
+        tail = tuple(seq[len(seq) - width :])
+        # (map, prefix) for m = width + 1 .. 2: the key of m is the last m - 1 tokens plus the candidate
+        keyed = [(self._maps[m - 1], tail[width - m + 1 :]) for m in range(width + 1, 1, -1)]
+        unigrams = self._maps[0]
+        out = []
+        for token in candidates:
+            token = _as_int(token)
+            for m, (table, prefix) in zip(range(width + 1, 1, -1), keyed, strict=True):
+                pos = table.get((*prefix, token))
+                if pos is not None:
+                    out.append((pos, m))
+                    break
+            else:
+                pos = unigrams.get(token)
+                out.append((-1, 0) if pos is None else (pos, 1))
+        return out
+
     def find(self, suffix: Sequence[int], min_ngram: int = 1) -> tuple[int, int]:
         """(where the continuation of the longest matching tail of `suffix` starts, m), or (-1, 0).
 

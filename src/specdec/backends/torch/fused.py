@@ -258,11 +258,13 @@ class FusedDecoder:
         # C++ call, not a call per layer (docs/results/2026-11-server-threads, "Captured passes")
         for stop in sorted({index % (total + 1) for index in capture} - {total}):
             if stop > at:
-                hidden = torch.ops.specdec_layer.decoder_pass(
+                hidden = torch.ops.specdec_layer.decoder_pass.default(
                     hidden, self._stretch(at, stop), cos, sin, keys[at:stop], values[at:stop], writes[at:stop],
                     *common, self._no_norm, self.norm_eps)
             states[stop], at = hidden, stop
-        hidden = torch.ops.specdec_layer.decoder_pass(
+        # `.default`: the op's packet would first search every argument for fake script objects (it takes a
+        # torchbind class), ~60 cache tensors a pass
+        hidden = torch.ops.specdec_layer.decoder_pass.default(
             hidden, self._stretch(at, total), cos, sin, keys[at:], values[at:], writes[at:], *common,
             self.norm_weight, self.norm_eps)
         logits = self.head(hidden[:, -1:] if last_only else hidden)

@@ -135,14 +135,13 @@ def retrieve(
     covered = {*skip, root_branch[0]} if root_branch else skip
     num = min(k, last_logits.shape[-1])
     top = top_tokens(last_logits, num).tolist() if num else []
-    tokens, ranks, conts, ngrams = [], [], [], []
-    for token, token_rank in ranked_candidates(top, root, keep_self):
-        if token in covered:
-            continue
-        cont, m = continue_match(index, (token,), cand_continuation)
-        tokens.append(token)
-        ranks.append(token_rank)
-        conts.append(cont)
+    candidates = [(token, rank) for token, rank in ranked_candidates(top, root, keep_self) if token not in covered]
+    tokens = [token for token, _ in candidates]
+    ranks = [rank for _, rank in candidates]
+    conts, ngrams = [], []
+    for token, (pos, m) in zip(tokens, index.find_next(tokens), strict=True):  # what continue_match finds
+        conts.append(periodic_continuation(index.tokens, (token,), pos, cand_continuation)
+                     if m and cand_continuation > 0 else [])
         ngrams.append(m)
     return Retrieval(root_branch, root_ngram, tokens, ranks, conts, ngrams, top)
 
