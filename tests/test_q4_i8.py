@@ -86,7 +86,7 @@ def test_every_shape_within_bound_on_every_path_and_rows_alone(op, name):
     form = q4_i8.interleave(q, step.half(), minimum.half())
     many = torch.randn(64, cols).to(torch.bfloat16)
     every = op(many, *form)
-    for rows in (1, 3, 4, 5, 8, 9, 17, 64):  # M = 1..64: a row's bits whatever the number of rows
+    for rows in (1, 3, 4, 5, 8, 9, 12, 17, 26, 64):  # M = 1..64: a row's bits whatever the number of rows (and AMX tiles of 10-16)
         assert torch.equal(op(many[:rows].contiguous(), *form), every[:rows]), rows
     x = many[:17].contiguous()
     full = every[:17]
@@ -132,7 +132,7 @@ def test_bad_input_is_refused_with_its_reason(op):
     q, step, minimum = random_blocks(32, 64)
     qs, scale, low = q4_i8.interleave(q, step.half(), minimum.half())
     x = torch.randn(2, 64)
-    with pytest.raises(RuntimeError, match="take path auto, avx512_vnni, avx2, neon_dotprod or scalar, got sse9"):
+    with pytest.raises(RuntimeError, match="take path auto, avx512_amx, avx512_vnni, avx2, neon_dotprod or scalar, got sse9"):
         op(x, qs, scale, low, "sse9")
     with pytest.raises(RuntimeError, match="x has K = 96"):
         op(torch.randn(2, 96), qs, scale, low)

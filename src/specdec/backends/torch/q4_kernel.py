@@ -9,7 +9,8 @@ and multiplies every row with it (bf16 products, fp32 accumulation). It is built
 `load_extension()` says False and `unavailable_reason()` why, and callers keep PyTorch's own int4
 kernel (`specdec.backends.torch.int4`). Where the CPU has AVX-512 VNNI or AVX2, `Q4Linear` and `Q8Linear` hold
 their blocks in a second form and multiply activations quantized to 8 bits (`q4_i8`, `csrc/q4_gemm_i8.cpp`,
-`csrc/q4_gemm_i8_avx2.cpp`): about half the instructions; the ops take that form when `qs` is 3-D.
+`csrc/q4_gemm_i8_avx2.cpp`; AMX tiles from 10 rows on, `csrc/q4_gemm_i8_amx.cpp`): about half the instructions; the
+ops take that form when `qs` is 3-D.
 `SPECDEC_KERNELS` (`kernels_cap`) caps the instruction sets every kernel may use, to compare paths or
 rule one out.
 
@@ -55,7 +56,7 @@ PATHS = ("avx512_bf16", "avx2", "scalar")  # the C++ kernel's paths, fastest fir
 _SOURCE = Path(__file__).parent / "csrc" / "q4_gemm.cpp"
 # One extension: the block products, tree attention, and a decoder layer built from both (`specdec.backends.torch.fused`)
 _SOURCES = (_SOURCE, _SOURCE.with_name("q4_gemm_portable.cpp"), _SOURCE.with_name("q4_gemm_i8.cpp"),
-            _SOURCE.with_name("q4_gemm_i8_scalar.cpp"), _SOURCE.with_name("q4_gemm_i8_avx2.cpp"),
+            _SOURCE.with_name("q4_gemm_i8_scalar.cpp"), _SOURCE.with_name("q4_gemm_i8_avx2.cpp"), _SOURCE.with_name("q4_gemm_i8_amx.cpp"),
             _SOURCE.with_name("q4_gemm_i8_neon.cpp"), _SOURCE.with_name("quantize_i8.cpp"),
             _SOURCE.with_name("tree_attention.cpp"), _SOURCE.with_name("top_tokens.cpp"),
             _SOURCE.with_name("decoder_layer.cpp"), _SOURCE.with_name("portable.cpp"))
@@ -282,7 +283,7 @@ def kernel_path() -> str | None:
 
 
 def i8_path() -> str | None:
-    """The path the 8-bit-activation products run here ("avx512_vnni", "avx2" or "scalar"), None without the
+    """The path the 8-bit-activation products run here ("avx512_amx", "avx512_vnni", "avx2" or "scalar"), None without the
     extension."""
     return str(torch.ops.specdec_q4.q4_linear_i8_paths()[0]) if load_extension() else None
 

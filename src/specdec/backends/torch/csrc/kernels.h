@@ -16,19 +16,20 @@
 
 namespace specdec {
 
-// The widest instruction set the kernels may use: the CPU's, capped by SPECDEC_KERNELS (scalar < avx2 < avx512;
-// unset or "auto": no cap), read once per process. Tests force each path with it, and a user can compare
-// paths or rule one out. Every op picks its best path at or below the cap; the ops' paths name their own
-// instruction sets (avx512_bf16, avx512_vnni, avx2, scalar).
-enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+// The widest instruction set the kernels may use: the CPU's, capped by SPECDEC_KERNELS (scalar < avx2 < avx512 <
+// AMX tiles; unset or "auto": no cap, "avx512": AVX-512 without tiles), read once per process. Tests force each
+// path with it, and a user can compare paths or rule one out. Every op picks its best path at or below the cap;
+// the ops' paths name their own instruction sets (avx512_amx, avx512_bf16, avx512_vnni, avx2, scalar).
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 inline Isa isa_cap() {
   static const Isa cap = [] {
     const char* value = std::getenv("SPECDEC_KERNELS");
     const std::string name = value == nullptr || *value == '\0' ? "auto" : value;
     if (name == "scalar") return Isa::kScalar;
     if (name == "avx2") return Isa::kAvx2;
-    TORCH_CHECK(name == "auto" || name == "avx512", "SPECDEC_KERNELS must be auto, avx512, avx2 or scalar, got ", name);
-    return Isa::kAvx512;
+    if (name == "avx512") return Isa::kAvx512;
+    TORCH_CHECK(name == "auto", "SPECDEC_KERNELS must be auto, avx512, avx2 or scalar, got ", name);
+    return Isa::kAmx;
   }();
   return cap;
 }

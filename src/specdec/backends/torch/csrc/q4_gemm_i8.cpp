@@ -146,22 +146,37 @@ I8_AVX512 void rows_avx512(const Problem& p, int64_t g, int64_t r0) {
   }
 }
 
+// Rows [first, M) of column group g.
 template <int Bits>
-I8_AVX512 void groups_avx512(const Problem& p, int64_t begin, int64_t end) {
-  for (int64_t g = begin; g < end; ++g) {
-    for (int64_t r0 = 0; r0 < p.M; r0 += kRows) {
-      switch (std::min<int64_t>(p.M - r0, kRows)) {
-        case 1: rows_avx512<Bits, 1>(p, g, r0); break;
-        case 2: rows_avx512<Bits, 2>(p, g, r0); break;
-        case 3: rows_avx512<Bits, 3>(p, g, r0); break;
-        case 4: rows_avx512<Bits, 4>(p, g, r0); break;
-        case 5: rows_avx512<Bits, 5>(p, g, r0); break;
-        case 6: rows_avx512<Bits, 6>(p, g, r0); break;
-        case 7: rows_avx512<Bits, 7>(p, g, r0); break;
-        default: rows_avx512<Bits, kRows>(p, g, r0);
-      }
+I8_AVX512 void group_avx512(const Problem& p, int64_t g, int64_t first) {
+  for (int64_t r0 = first; r0 < p.M; r0 += kRows) {
+    switch (std::min<int64_t>(p.M - r0, kRows)) {
+      case 1: rows_avx512<Bits, 1>(p, g, r0); break;
+      case 2: rows_avx512<Bits, 2>(p, g, r0); break;
+      case 3: rows_avx512<Bits, 3>(p, g, r0); break;
+      case 4: rows_avx512<Bits, 4>(p, g, r0); break;
+      case 5: rows_avx512<Bits, 5>(p, g, r0); break;
+      case 6: rows_avx512<Bits, 6>(p, g, r0); break;
+      case 7: rows_avx512<Bits, 7>(p, g, r0); break;
+      default: rows_avx512<Bits, kRows>(p, g, r0);
     }
   }
+}
+
+template <int Bits>
+I8_AVX512 void groups_avx512(const Problem& p, int64_t begin, int64_t end) {
+  for (int64_t g = begin; g < end; ++g) group_avx512<Bits>(p, g, 0);
+}
+
+// The 4-bit blocks with AMX tiles for every run of at least kAmxMinRows rows (up to kAmxRows a tile), the rest on
+// the VNNI loop: the same bits (q4_gemm_i8_amx.cpp).
+I8_AVX512 void groups_amx(const Problem& p, int64_t begin, int64_t end) {
+  for (int64_t g = begin; g < end; ++g) {
+    int64_t r0 = 0;
+    for (; p.M - r0 >= kAmxMinRows; r0 += kAmxRows) amx_rows(p, g, r0, static_cast<int>(std::min<int64_t>(p.M - r0, kAmxRows)));
+    group_avx512<4>(p, g, std::min(r0, p.M));
+  }
+  amx_release();
 }
 #endif
 
@@ -180,17 +195,29 @@ bool vnni_here() {
 #endif
 }
 
+// AMX tiles beside VNNI: under SPECDEC_KERNELS=auto only ("avx512" keeps the VNNI loop, for comparisons).
+bool amx_here() {
+  static const bool here = vnni_here() && specdec::isa_allowed(specdec::Isa::kAmx) && amx_permitted();
+  return here;
+}
+
+bool avx512_path(const std::string& path) { return path == "avx512_vnni" || path == "avx512_amx"; }
+
 // Arm's dot-product path: capped only by SPECDEC_KERNELS=scalar.
 bool neon_allowed() { return neon_dotprod_here() && specdec::isa_allowed(specdec::Isa::kAvx2); }
 
-// The path a call runs: "auto" picks the first of avx512_vnni, avx2, neon_dotprod and scalar this CPU runs (all
-// give the same bits); a named one is refused where the CPU cannot run it.
+// The path a call runs: "auto" picks the first of avx512_amx (its 4-bit products on tiles from kAmxMinRows rows,
+// the rest as avx512_vnni), avx512_vnni, avx2, neon_dotprod and scalar this CPU runs (all give the same bits); a
+// named one is refused where the CPU cannot run it.
 std::string chosen_path(std::optional<c10::string_view> path) {
   std::string chosen = path.has_value() ? std::string(path->data(), path->size()) : "auto";
   if (chosen == "auto")
-    chosen = vnni_here() ? "avx512_vnni" : specdec::avx2_allowed() ? "avx2" : neon_allowed() ? "neon_dotprod" : "scalar";
-  TORCH_CHECK(chosen == "avx512_vnni" || chosen == "avx2" || chosen == "neon_dotprod" || chosen == "scalar",
-              "q4_linear: 8-bit-activation blocks take path auto, avx512_vnni, avx2, neon_dotprod or scalar, got ", chosen);
+    chosen = amx_here() ? "avx512_amx" : vnni_here() ? "avx512_vnni" : specdec::avx2_allowed() ? "avx2"
+             : neon_allowed() ? "neon_dotprod" : "scalar";
+  TORCH_CHECK(avx512_path(chosen) || chosen == "avx2" || chosen == "neon_dotprod" || chosen == "scalar",
+              "q4_linear: 8-bit-activation blocks take path auto, avx512_amx, avx512_vnni, avx2, neon_dotprod or "
+              "scalar, got ", chosen);
+  TORCH_CHECK(chosen != "avx512_amx" || amx_here(), "q4_linear: this CPU (or process) cannot run the avx512_amx path");
   TORCH_CHECK(chosen != "avx512_vnni" || vnni_here(), "q4_linear: this CPU cannot run the avx512_vnni path");
   TORCH_CHECK(chosen != "avx2" || specdec::avx2_allowed(), "q4_linear: this CPU cannot run the avx2 path");
   TORCH_CHECK(chosen != "neon_dotprod" || neon_allowed(), "q4_linear: this CPU cannot run the neon_dotprod path");
@@ -268,7 +295,8 @@ void run(Problem& p, const specdec::Activations& a, int64_t M, const std::string
   Kernel kernel = groups_scalar;
 #if SPECDEC_X86
   if (path == "avx2") kernel = groups_avx2;
-  if (path == "avx512_vnni") kernel = p.six ? groups_avx512<6> : p.wide ? groups_avx512<8> : groups_avx512<4>;
+  if (avx512_path(path)) kernel = p.six ? groups_avx512<6> : p.wide ? groups_avx512<8> : groups_avx512<4>;
+  if (path == "avx512_amx" && !p.six && !p.wide && M >= kAmxMinRows) kernel = groups_amx;
 #endif
 #if SPECDEC_ARM
   if (path == "neon_dotprod") kernel = groups_neon;
@@ -289,7 +317,7 @@ at::Tensor interleaved_linear(const at::Tensor& x, const at::Tensor& qs, const a
   const std::string chosen = chosen_path(path);
   at::Tensor out = at::empty({M, p.N}, x.options());
   if (M == 0 || p.N == 0) return out;
-  const specdec::QuantizedRows a = specdec::quantize_rows(x, chosen == "avx512_vnni");
+  const specdec::QuantizedRows a = specdec::quantize_rows(x, avx512_path(chosen));
   p.out_f = x.scalar_type() == at::kFloat ? out.data_ptr<float>() : nullptr;
   p.out_b = x.scalar_type() == at::kBFloat16 ? out.data_ptr<at::BFloat16>() : nullptr;
   p.ldo = p.N;
@@ -303,7 +331,7 @@ at::Tensor interleaved_linear(const at::Tensor& x, const at::Tensor& qs, const a
 namespace specdec {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_activations(const at::Tensor& x, std::optional<c10::string_view> path) {
-  const specdec::QuantizedRows a = specdec::quantize_rows(x, chosen_path(path) == "avx512_vnni");
+  const specdec::QuantizedRows a = specdec::quantize_rows(x, avx512_path(chosen_path(path)));
   return {a.q, a.d, a.s};
 }
 
@@ -326,6 +354,7 @@ bool q4_linear_i8_fast() { return vnni_here() || specdec::avx2_allowed() || neon
 
 std::vector<std::string> q4_linear_i8_paths() {
   std::vector<std::string> paths;
+  if (amx_here()) paths.emplace_back("avx512_amx");
   if (vnni_here()) paths.emplace_back("avx512_vnni");
   if (specdec::avx2_allowed()) paths.emplace_back("avx2");
   if (neon_allowed()) paths.emplace_back("neon_dotprod");
@@ -340,7 +369,7 @@ void interleaved_into(const at::BFloat16* x, int64_t M, int64_t K, const at::Ten
   Problem p = weights(qs, scale, bytes == 2 * kRun ? nullptr : &minimum, "interleaved_into", six);
   TORCH_CHECK(K == p.K && ldo >= p.N, "interleaved_into: x has K = ", K, " but the blocks hold ", p.K);
   static const std::string path = chosen_path(std::nullopt);  // this CPU's, once
-  quantize_into(x, M, K, scratch, path == "avx512_vnni");
+  quantize_into(x, M, K, scratch, avx512_path(path));
   p.out_b = out;
   p.ldo = ldo;
   run(p, scratch, M, path);
