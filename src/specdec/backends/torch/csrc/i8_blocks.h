@@ -97,6 +97,14 @@ I8_AVX512 inline void scales_avx512(const Problem& p, int64_t g, int64_t b, __m5
     minimum = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dm, mn));
   }
 }
+// Row `row`'s outputs of column group g: its 16 fp32 sums, rounded to bf16 where the output is bf16.
+I8_AVX512 inline void store_avx512(const Problem& p, int64_t row, int64_t g, __m512 acc) {
+  const int64_t at = row * p.ldo + g * kGroup;
+  if (p.out_b != nullptr)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.out_b + at), (__m256i)_mm512_cvtneps_pbh(acc));
+  else
+    _mm512_storeu_ps(p.out_f + at, acc);
+}
 #endif
 
 // Column groups [begin, end) of p, every row: the scalar path (q4_gemm_i8_scalar.cpp), and the vector paths that

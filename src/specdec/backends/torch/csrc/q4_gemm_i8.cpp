@@ -137,13 +137,7 @@ I8_AVX512 void rows_avx512(const Problem& p, int64_t g, int64_t r0) {
       if (!Wide) acc[r] = _mm512_fmadd_ps(minimum, _mm512_set1_ps(p.s[at]), acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = r0 + r, n0 = g * kGroup;
-    if (p.out_b != nullptr)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.out_b + row * p.ldo + n0), (__m256i)_mm512_cvtneps_pbh(acc[r]));
-    else
-      _mm512_storeu_ps(p.out_f + row * p.ldo + n0, acc[r]);
-  }
+  for (int r = 0; r < R; ++r) store_avx512(p, r0 + r, g, acc[r]);
 }
 
 // Rows [first, M) of column group g.

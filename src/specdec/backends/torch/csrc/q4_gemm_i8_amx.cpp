@@ -109,13 +109,7 @@ I8_AMX void rows_amx(const Problem& p, int64_t g, int64_t r0) {
     _tile_stored(0, sums[0], 64);
     scale_into<R>(p, g, r0, b, sums[0], acc);
   }
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = r0 + r, n0 = g * kGroup;
-    if (p.out_b != nullptr)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.out_b + row * p.ldo + n0), (__m256i)_mm512_cvtneps_pbh(acc[r]));
-    else
-      _mm512_storeu_ps(p.out_f + row * p.ldo + n0, acc[r]);
-  }
+  for (int r = 0; r < R; ++r) store_avx512(p, r0 + r, g, acc[r]);
 }
 
 }  // namespace
