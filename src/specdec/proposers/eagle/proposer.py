@@ -56,7 +56,7 @@ from specdec.proposers.eagle.head import ARCHITECTURE, Eagle3Head, load_head
 from specdec.proposers.eagle.retrieval import Node, Retrieval
 from specdec.proposers.eagle.sampled import HeadSteps, SampledPlan, draft_generator, draft_rows, grow_sampled
 from specdec.proposers.schema import method_config, option
-from specdec.proposers.tree_budget import as_tree, likeliest, paying_count
+from specdec.proposers.tree_budget import as_tree, likeliest, paying_count, top_log_probs
 from specdec.tree import DraftTree
 
 
@@ -243,8 +243,7 @@ class EagleProposer(ProposerBase):
         draft_ids: torch.Tensor,
     ) -> list[int]:
         """Add each parent's `topk` likeliest children to `nodes`; returns their indices."""
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        top, ids = logp.topk(min(self.config.topk, logp.shape[-1]), dim=-1)
+        top, ids = top_log_probs(logits, self.config.topk)
         targets = draft_ids[ids].tolist()
         out = []
         for row, parent in enumerate(parents):

@@ -30,6 +30,7 @@ from specdec.proposers.hydra.head import ARCHITECTURE, HydraHeads
 from specdec.proposers.medusa import load_medusa
 from specdec.proposers.medusa.proposer import MedusaConfig, MedusaProposer
 from specdec.proposers.schema import method_config
+from specdec.proposers.tree_budget import top_log_probs
 
 
 @method_config("hydra")
@@ -62,7 +63,7 @@ class HydraProposer(MedusaProposer):
         for d in range(depth):
             branch = torch.tensor(branches, device=state.device)  # [c, d + 1]
             logits = heads.head_logits(d, state.expand(len(parents), -1), branch)  # [c, V_d]
-            top, ids = torch.log_softmax(logits.float(), dim=-1).topk(min(k, logits.shape[-1]), dim=-1)
+            top, ids = top_log_probs(logits, k)
             level = []
             for row, (lps, tokens) in enumerate(zip(top.tolist(), heads.token_map[ids].tolist(), strict=True)):
                 parent = parents[row]

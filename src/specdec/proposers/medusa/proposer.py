@@ -36,7 +36,7 @@ from specdec.proposers.base import ProposerBase
 from specdec.proposers.eagle.retrieval import Node
 from specdec.proposers.medusa.head import ARCHITECTURE, MedusaHeads, load_medusa
 from specdec.proposers.schema import method_config, option
-from specdec.proposers.tree_budget import as_tree, likeliest, paying_count
+from specdec.proposers.tree_budget import as_tree, likeliest, paying_count, top_log_probs
 from specdec.tree import DraftTree
 
 
@@ -108,8 +108,7 @@ class MedusaProposer(ProposerBase):
 
     def _nodes(self, root: int, state: torch.Tensor, depth: int) -> list[Node]:
         """The candidate nodes below `root`, each scored by its cumulative log probability."""
-        logp = torch.log_softmax(self.heads.draft_logits(state).float(), dim=-1)[:depth]
-        top, ids = logp.topk(min(self.config.topk, logp.shape[-1]), dim=-1)
+        top, ids = top_log_probs(self.heads.draft_logits(state)[:depth], self.config.topk)
         return self._grow(top.tolist(), self.heads.token_map[ids].tolist())
 
     def _grow(self, top: list[list[float]], tokens: list[list[int]]) -> list[Node]:
