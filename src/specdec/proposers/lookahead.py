@@ -38,6 +38,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Annotated
 
+import torch
+
 from specdec.backends.registry import argmax_rows
 from specdec.engine.generation import ProposalContext
 from specdec.engine.verify import VerifyResult
@@ -107,7 +109,7 @@ class LookaheadProposer(ProposerBase):
     def observe(self, result: VerifyResult) -> None:
         tree, start = result.tree, self.root_position
         chain = [tree.token_list[n] for n in self._chain_nodes]  # root, g_1..g_m
-        rows = result.target_logits[self._chain_nodes]  # [m + 1, V]: row j predicts position start + j + 1
+        rows = _rows(result.target_logits, self._chain_nodes)  # [m + 1, V]: row j predicts position start + j + 1
         # specdec's kernel where loaded: torch's argmax over a 49152-wide CPU row took ~0.1 ms, every step
         new_iterate = argmax_rows(rows) or rows.float().argmax(-1).tolist()
         level = {start + j: token for j, token in enumerate(chain)}
@@ -151,3 +153,11 @@ class LookaheadProposer(ProposerBase):
             out.extend(continuation[0] if continuation else (last,))
         return out[: self.config.window]
 
+
+def _rows(logits: torch.Tensor, nodes: list[int]) -> torch.Tensor:
+    """logits[nodes]: a view where the nodes are consecutive (the chain is the tree's first branch), else one copy per
+    row. Indexing with the list was measured at 0.5-1.5 ms a step after a pass: the dearest part of a plain step."""
+    first = nodes[0]
+    if nodes == list(range(first, first + len(nodes))):
+        return logits[first : first + len(nodes)]
+    return logits.index_select(0, torch.tensor(nodes, device=logits.device))
