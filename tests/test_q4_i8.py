@@ -227,5 +227,7 @@ def test_specdec_kernels_caps_every_op_s_path(op):
     assert run("scalar").stdout.split() == ["scalar", "['scalar']", "scalar"]
     if "avx2" in paths():
         assert run("avx2").stdout.split() == ["avx2", "['avx2',", "'scalar']", "avx2"]
+    if "avx512_amx" in paths():  # "avx512": AVX-512 without AMX tiles
+        assert run("avx512").stdout.split()[1] == "['avx512_vnni',"
     bad = run("sse9")
     assert bad.returncode != 0 and "SPECDEC_KERNELS must be one of auto, avx512, avx2, scalar, got 'sse9'" in bad.stderr
