@@ -18,14 +18,18 @@
 
 #include <cstring>
 
-#if SPECDEC_X86
+// AMX intrinsics need GCC 11 or clang 12; an older compiler builds the stubs (and the VNNI loop runs everywhere).
+#if SPECDEC_X86 && (defined(__clang__) ? __clang_major__ >= 12 : (defined(__GNUC__) && __GNUC__ >= 11))
+#define SPECDEC_AMX 1
 #include <sys/syscall.h>
 #include <unistd.h>
+#else
+#define SPECDEC_AMX 0
 #endif
 
 namespace specdec::i8 {
 
-#if SPECDEC_X86
+#if SPECDEC_AMX
 #define I8_AMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,f16c")))
 
 namespace {
