@@ -110,7 +110,7 @@ class LookaheadProposer(ProposerBase):
         tree, start = result.tree, self.root_position
         chain = [tree.token_list[n] for n in self._chain_nodes]  # root, g_1..g_m
         rows = _rows(result.target_logits, self._chain_nodes)  # [m + 1, V]: row j predicts position start + j + 1
-        # specdec's kernel where loaded: torch's argmax over a 49152-wide CPU row took ~0.1 ms, every step
+        # specdec's kernel where loaded: torch's argmax over a vocabulary-wide CPU row is not vectorised (every step)
         new_iterate = argmax_rows(rows) or rows.float().argmax(-1).tolist()
         level = {start + j: token for j, token in enumerate(chain)}
         self.levels.append(level)
@@ -156,7 +156,7 @@ class LookaheadProposer(ProposerBase):
 
 def _rows(logits: torch.Tensor, nodes: list[int]) -> torch.Tensor:
     """logits[nodes]: a view where the nodes are consecutive (the chain is the tree's first branch), else one copy per
-    row. Indexing with the list was measured at 0.5-1.5 ms a step after a pass: the dearest part of a plain step."""
+    row. Indexing with the list was the dearest part of a plain step (docs/benchmarks.md, design choices)."""
     first = nodes[0]
     if nodes == list(range(first, first + len(nodes))):
         return logits[first : first + len(nodes)]

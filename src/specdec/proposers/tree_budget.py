@@ -63,13 +63,15 @@ def as_tree(root: int, nodes: Sequence[Node], kept: Sequence[int]) -> DraftTree:
 def top_log_probs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [N, V] -> (log-probabilities [N, k] fp32, ids [N, k]) of each row's k likeliest tokens, best first.
 
-    The log-softmax at those ids only (x - logsumexp x), the ids from one pass over each row (`top_tokens`):
-    torch's log-softmax and topk over a 49,152-token row took ~3x as long, every level of a head's tree. Equal
-    scores may come in another order than torch.topk's (the tree's shape only, never the output).
+    The log-softmax at those ids only (x - logsumexp x), the ids from one pass over each row (`top_tokens`),
+    instead of torch's log-softmax and topk over the whole vocabulary at every level of a head's tree
+    (docs/benchmarks.md, design choices). Equal scores may come in another order than torch.topk's (the tree's
+    shape only, never the output).
     """
     k = min(k, logits.shape[-1])
     ids = top_tokens(logits, k)
     wide = logits.float()
-    if bool((ids < 0).any()):  # a row with fewer than k scores that are not NaN: torch's choice, as before
+    # -1 marks a row with fewer than k scores that are not NaN (the CPU kernel only: no host sync elsewhere)
+    if ids.device.type == "cpu" and bool((ids < 0).any()):
         return torch.log_softmax(wide, dim=-1).topk(k, dim=-1)
     return wide.gather(-1, ids) - torch.logsumexp(wide, dim=-1, keepdim=True), ids

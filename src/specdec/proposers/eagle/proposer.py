@@ -203,7 +203,8 @@ class EagleProposer(ProposerBase):
         self.key_positions = torch.cat([self.key_positions.to(hidden.device), positions])
         self.keys, self.values, self.pending = keys, values, []
         # Only the last position's output is read: the others' entries (k, v) are all the head keeps of them. On a
-        # prompt's catch-up, the attention, MLP and draft-vocabulary head over every position cost ~10 plain steps.
+        # prompt's catch-up, the attention, MLP and draft-vocabulary head over every position cost several plain
+        # steps (docs/benchmarks.md, design choices).
         mask = positions[-1:, None] >= self.key_positions[None]  # [1, entries]: every entry up to the last position
         logits, state = head.finish(hidden[:, -1:], q, keys, values, mask[None, None])
         return logits[0, -1], state[0, -1]
