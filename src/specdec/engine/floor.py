@@ -15,6 +15,14 @@ those gaps, never more often than keeps what its tries lose under `TRY_SHARE` of
 leader's time: a method whose drafting step costs several plain steps (EAGLE's head on a
 fast pass) is then tried rarely, a cheap loser as before.
 
+A drafting step can also slow the plain steps right after it (on some CPUs a one-node pass is
+much dearer right after a wide pass than among one-node passes: docs/benchmarks.md), so a plain
+step right after drafting would price plain decoding by drafting's aftermath. The plain rate is
+the *settled* one: only plain steps more than `SETTLE` steps after the last drafting step count
+towards it, and what the unsettled ones cost beyond the settled rate (or save) is charged to
+drafting, which caused it. A try of plain steps while drafting leads is therefore a run of
+`SETTLE` + 1 steps, judged and priced at its last.
+
 What a method learned carries to its next request: `Floor` keeps each proposer type's
 rates, and a new row starts from them.
 
@@ -43,6 +51,7 @@ EXPLORE = (4, 64)  # steps between tries of the losing mode: the first gap, doub
 TRY_SHARE = 0.02  # what a losing mode's tries may cost, as a share of the leader's time ...
 TRY_GAP_MAX = 512  # ... with a gap of at most this many steps
 WARMUP = 3  # drafting steps a new method takes before its first plain step
+SETTLE = 3  # plain steps after a drafting step that pay for it: the next one is a settled plain step
 
 
 @dataclass
@@ -67,6 +76,10 @@ class _Rate:
     def value(self) -> float | None:
         return self.tokens / self.seconds if self.seconds > 0 else None
 
+    def excess(self, tokens: int, seconds: float) -> float:
+        """The seconds a step took beyond this mode's for the same tokens (negative: fewer); 0 with no rate."""
+        return seconds - tokens * self.seconds / self.tokens if self.tokens else 0.0
+
     def lost_by(self, tokens: int, seconds: float) -> float:
         """How many of this mode's steps the other mode's step lost against it: its seconds beyond what
         this mode takes for the same tokens, over this mode's seconds a step."""
@@ -85,12 +98,15 @@ class FloorState:
     gap: int = EXPLORE[0]  # steps between tries of the other mode
     since: int = 0  # steps since the other mode last ran
     drafted_steps: int = 0
+    plain_run: int = SETTLE + 1  # plain steps since the last drafting step (settled beyond SETTLE)
 
     def drafts(self) -> bool:
         """Whether the next step drafts."""
         if self.drafting.value is None or (self.plain.value is None and self.drafted_steps < WARMUP):
             return True
         if self.leader is None:
+            return False
+        if self.leader and 0 < self.plain_run <= SETTLE:  # a plain try goes on until a step of it is settled
             return False
         return (not self.leader) if self.since >= self.gap else self.leader
 
@@ -107,8 +123,16 @@ class FloorState:
         """One finished step: which mode ran, the tokens it emitted, the seconds it took."""
         self.drafting.age()  # by row steps, not by the mode's own: a mode tried after a long gap is
         self.plain.age()  # judged on what its try shows now, not on what it showed long ago
-        (self.drafting if drafted else self.plain).add(tokens, seconds)
-        self.drafted_steps += drafted
+        self.plain_run = 0 if drafted else self.plain_run + 1
+        if drafted:
+            self.drafting.add(tokens, seconds)
+            self.drafted_steps += 1
+        elif self.plain_run > SETTLE:
+            self.plain.add(tokens, seconds)
+        else:  # a step that pays for the drafting step before it: its excess is drafting's
+            self.drafting.seconds += self.plain.excess(tokens, seconds)
+            if self.leader:  # the plain try goes on (`drafts`): it is judged at its settled step
+                return
         before, self.leader = self.leader, self._leader()
         if self.leader is None:
             return
@@ -126,7 +150,8 @@ class FloorState:
         if self.gap < EXPLORE[1]:
             return 0
         leader = self.drafting if self.leader else self.plain
-        return min(TRY_GAP_MAX, math.ceil(leader.lost_by(tokens, seconds) / TRY_SHARE))
+        steps = SETTLE + 1 if self.leader else 1  # a plain try is a run; this was its settled step
+        return min(TRY_GAP_MAX, math.ceil(steps * leader.lost_by(tokens, seconds) / TRY_SHARE))
 
     def _leader(self) -> bool | None:
         draft_rate, plain_rate = self.drafting.value, self.plain.value
