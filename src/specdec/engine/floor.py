@@ -129,8 +129,10 @@ class FloorState:
             self.drafted_steps += 1
         elif self.plain_run > SETTLE:
             self.plain.add(tokens, seconds)
-        else:  # a step that pays for the drafting step before it: its excess is drafting's
-            self.drafting.seconds += self.plain.excess(tokens, seconds)
+        else:  # a step that pays for the drafting step before it: its excess is drafting's (a saving at most
+            # halves drafting's seconds, so its rate stays finite)
+            charged = self.drafting.seconds + self.plain.excess(tokens, seconds)
+            self.drafting.seconds = max(charged, 0.5 * self.drafting.seconds)
             if self.leader:  # the plain try goes on (`drafts`): it is judged at its settled step
                 return
         before, self.leader = self.leader, self._leader()
