@@ -16,7 +16,16 @@ import math
 import pytest
 from helpers import build_proposer
 
-from specdec.engine.floor import EXPLORE, SETTLE, TRY_GAP_MAX, TRY_SHARE, WARMUP, Floor, FloorState
+from specdec.engine.floor import (
+    EXPLORE,
+    PLAIN_TRY_GAP,
+    SETTLE,
+    TRY_GAP_MAX,
+    TRY_SHARE,
+    WARMUP,
+    Floor,
+    FloorState,
+)
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
 from specdec.proposers import METHODS, parse_method
@@ -45,16 +54,17 @@ def plain_tries(modes: list[bool]) -> list[tuple[int, int]]:
 
 
 def test_drafts_that_pay_keep_drafting_with_rarer_plain_tries() -> None:
-    """A plain try is a run of SETTLE + 1 steps (the last one, settled, priced), later each time."""
+    """A plain try is a run of SETTLE + 1 steps (the last one, settled, priced), later each time: the gaps start
+    at PLAIN_TRY_GAP, so the tries take the share of the steps that one-step tries from EXPLORE's first gap did."""
     modes = run_policy(FloorState(), 400, drafted_tokens=3, drafted_s=1.5)  # 2 tokens/s against 1
     tries = plain_tries(modes)
     assert modes[:WARMUP] == [True] * WARMUP and tries[0][0] == WARMUP
     assert {length for _, length in tries[:-1]} == {SETTLE + 1}
     gaps = [b - a - SETTLE - 1 for (a, _), (b, _) in zip(tries, tries[1:], strict=False)]
-    doubled = [EXPLORE[0] * 2**i for i in range(5)]
-    assert doubled[-1] == EXPLORE[1] and gaps[:5] == doubled  # each try later, up to the widest gap ...
+    doubled = [PLAIN_TRY_GAP * 2**i for i in range(3)]
+    assert doubled[-1] == EXPLORE[1] and gaps[:3] == doubled  # each try later, up to the widest gap ...
     lost = (SETTLE + 1) * (1.0 - 1 * 1.5 / 3) / 1.5  # ... then priced: a try's four steps lose 1/3 step each
-    assert set(gaps[5:]) == {math.ceil(lost / TRY_SHARE)} and len(tries) < 12
+    assert set(gaps[3:]) == {math.ceil(lost / TRY_SHARE)} and len(tries) < 12
 
 
 def run_taxed(state: FloorState, steps: int, drafted_tokens: int, drafted_s: float) -> tuple[list[bool], float]:
@@ -189,7 +199,7 @@ def test_a_may_draft_next_answer_covers_every_try() -> None:
 @pytest.mark.parametrize("method", ["pld", "logitspec", "eagle"])
 def test_where_drafts_pay_they_go_on(default_model, plain_runs, bench_prompts, method):
     """Priced by tree size alone, drafts that earn more than plain steps run as the method sizes them:
-    the floor adds its plain tries (runs of SETTLE + 1 steps, after 4, 8 and 16 drafting steps here), and a
+    the floor adds its plain tries (runs of SETTLE + 1 steps, after 16 and 32 drafting steps here), and a
     few plain steps after a run of drafts that failed (its rates follow the last ten or so steps), to the
     steps that drafted nothing anyway."""
     config, prompt = GenerationConfig(max_new_tokens=48), bench_prompts["summarization"]
@@ -198,7 +208,7 @@ def test_where_drafts_pay_they_go_on(default_model, plain_runs, bench_prompts, m
     out = floored.generate(prompt, parse_method(method).build(default_model), config)
     assert out.token_ids == free.token_ids == plain_runs.tokens("summarization", 48)
     plain_steps = [sum(step.tree_size == 1 for step in o.stats.steps) for o in (free, out)]
-    assert out.stats.mat > 1.0 and plain_steps[1] <= plain_steps[0] + 4 * (SETTLE + 1) + 4, plain_steps
+    assert out.stats.mat > 1.0 and plain_steps[1] <= plain_steps[0] + 3 * (SETTLE + 1) + 4, plain_steps
 
 
 def test_sampled_rows_are_never_gated(default_model, bench_prompts):

@@ -21,7 +21,8 @@ step right after drafting would price plain decoding by drafting's aftermath. Th
 the *settled* one: only plain steps more than `SETTLE` steps after the last drafting step count
 towards it, and what the unsettled ones cost beyond the settled rate (or save) is charged to
 drafting, which caused it. A try of plain steps while drafting leads is therefore a run of
-`SETTLE` + 1 steps, judged and priced at its last.
+`SETTLE` + 1 steps, judged and priced at its last, and the first comes `PLAIN_TRY_GAP` steps after
+drafting takes the lead (the tries then take the share of the steps one-step tries did).
 
 What a method learned carries to its next request: `Floor` keeps each proposer type's
 rates, and a new row starts from them.
@@ -52,6 +53,7 @@ TRY_SHARE = 0.02  # what a losing mode's tries may cost, as a share of the leade
 TRY_GAP_MAX = 512  # ... with a gap of at most this many steps
 WARMUP = 3  # drafting steps a new method takes before its first plain step
 SETTLE = 3  # plain steps after a drafting step that pay for it: the next one is a settled plain step
+PLAIN_TRY_GAP = EXPLORE[0] * (SETTLE + 1)  # the first gap before a plain try (a run): the same share as EXPLORE's
 
 
 @dataclass
@@ -139,7 +141,7 @@ class FloorState:
         if self.leader is None:
             return
         if before != self.leader:  # a new leader (or the first): try the other after the shortest gap
-            self.since, self.gap = 0, EXPLORE[0]
+            self.since, self.gap = 0, PLAIN_TRY_GAP if self.leader else EXPLORE[0]
         elif drafted == self.leader:
             self.since += 1
         else:  # the other mode ran and lost again: its next try comes later, the later the more it lost
