@@ -48,8 +48,12 @@ def plain_tries(modes: list[bool]) -> list[tuple[int, int]]:
     """(first step, length) of each run of plain steps."""
     runs: list[tuple[int, int]] = []
     for i, drafting in enumerate(modes):
-        if not drafting:
-            runs[-1:] = [(runs[-1][0], runs[-1][1] + 1)] if runs and runs[-1][0] + runs[-1][1] == i else [*runs[-1:], (i, 1)]
+        if drafting:
+            continue
+        if runs and sum(runs[-1]) == i:  # the run before goes on
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((i, 1))
     return runs
 
 
