@@ -391,3 +391,17 @@ def build_proposer(loaded, method: str, request):  # noqa: ANN001, ANN201 - Load
     if method == "draft:self":
         return DraftConfig("self", quantize="none", k=3, adaptive=False).build_with(loaded, loaded.model)
     return parse_method(method).build(loaded)
+
+
+def write_gguf(path: Path, tensors: dict, architecture: str = "qwen2") -> None:
+    """A GGUF of just `tensors` (name -> (bytes or values, gguf.GGMLQuantizationType)): what the block
+    readers see of a file, without the metadata a model load needs."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), architecture)
+    for name, (raw, kind) in tensors.items():
+        writer.add_tensor(name, raw, raw_dtype=kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()

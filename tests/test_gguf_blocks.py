@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from helpers import write_gguf
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from specdec.backends.torch import gguf_blocks, q4_kernel
@@ -94,16 +95,6 @@ def test_module_names_map_to_the_files_tensors():
     assert gguf_blocks.gguf_name("layers.3.mlp.up_proj") == "blk.3.ffn_up.weight"
     assert gguf_blocks.gguf_name("layers.0.self_attn.o_proj") == "blk.0.attn_output.weight"
     assert gguf_blocks.gguf_name("layers.0.mlp") is None and gguf_blocks.gguf_name("lm_head") is None
-
-
-def write_gguf(path, tensors: dict[str, tuple[np.ndarray, gguf.GGMLQuantizationType]]) -> None:
-    writer = gguf.GGUFWriter(str(path), "qwen2")
-    for name, (raw, kind) in tensors.items():
-        writer.add_tensor(name, raw, raw_dtype=kind)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
 
 
 def test_file_blocks_stack_q4_k_parts_and_requantize_the_rest(tmp_path):

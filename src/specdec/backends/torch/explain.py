@@ -10,9 +10,12 @@ tests/test_doctor.py checks that each reason's verdict is the value settled.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from specdec.backends.torch import fused, q4_kernel
+from specdec.backends.torch.gguf_blocks import unheld_types
 from specdec.backends.torch.int4 import has_invariant_int4
 from specdec.backends.torch.invariant import kernel_runs_here
 from specdec.backends.torch.packed import is_invariant, pack_of, wants_packing
@@ -36,6 +39,7 @@ def pack_reason(loaded: LoadedModel) -> str:
     pack = pack_of(loaded)
     if loaded.pack != "auto":
         return f"{pack}: as asked"
+    unheld = unheld_types(Path(loaded.gguf_path)) if loaded.gguf_path is not None else ()
     blockers = [
         (loaded.gguf_path is None, "the model has no GGUF source (int4 runs a GGUF's own blocks)"),
         (loaded.backend != "torch", f"backend {loaded.backend} verifies on its own weights"),
@@ -43,12 +47,14 @@ def pack_reason(loaded: LoadedModel) -> str:
         (loaded.dtype != torch.bfloat16, f"dtype {str(loaded.dtype).removeprefix('torch.')} (int4 runs in bf16)"),
         (loaded.device.type != "cpu", f"device {loaded.device.type} (int4 is a CPU kernel)"),
         (not fused.fits(loaded.model.config), "the fused pass does not fit this architecture"),
+        (bool(unheld), f"the file stores layers as {', '.join(unheld)}, which 4-bit blocks would move (--pack "
+                       "int4 runs the fused pass on a 4-bit copy of them)"),
         (not has_invariant_int4(loaded.dtype), f"specdec's kernel is not loaded: {q4_kernel.unavailable_reason()}"),
         (not kernel_runs_here(), "specdec's tree attention does not run here"),
     ]
     why = next((text for blocked, text in blockers if blocked), None)
     if why is None:
-        return f"{pack}: a GGUF source in bf16 verifies on its 4-bit blocks on the fused exact pass"
+        return f"{pack}: a GGUF source in bf16 verifies on the file's own 4- and 8-bit blocks on the fused exact pass"
     packing = "packed" if wants_packing(pack, loaded.model) else "not packed"
     return f"{pack} ({packing}): not int4, {why}"
 

@@ -17,6 +17,15 @@ files' every layer), `FileBlocks.q8` runs it on the 8-bit kernels as the head ru
 its own bits, or as 8-bit blocks with a scale per 16 where the CPU runs no 8-bit-activation kernel), so the view holds the
 file's weights instead of 4-bit copies of them.
 
+Q4_0 and Q4_1 layers are held as 4-bit blocks too (Q4_0's d * (q - 8) as scale d and minimum -8 * d, exact
+in fp16), and Q5_0 and IQ4_NL ones as 8-bit blocks (q - 16, or IQ4_NL's table value, each with the block's
+fp16 d: Q8_0's form). `HELD` names every type a block kernel holds as stored; a file whose layers are of
+another type (F16, BF16, Q5_1, Q5_K, Q2_K, ...) is not lowered to 4 bits by `pack auto` (`unheld_types`).
+
+transformers reorders a Llama-family file's q and k rows on load (each head's rotary halves, as llama.cpp
+stores them interleaved), so the file's rows are matched to the module's by value (`row_order`) and its
+blocks taken in the module's order.
+
 Invariants:
 - a block layer is used only when its dequantized weights equal, bit for bit, the module it stands
   in for (checked at load), so the model verified is the model loaded, only read in fewer bytes;
@@ -26,6 +35,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +49,12 @@ HEAD_NAMES = ("output.weight", "token_embd.weight")  # the head, else the embedd
 Q8_0_BYTES = 2 + q4_kernel.BLOCK  # a Q8_0 block: its fp16 scale, then 32 int8
 Q4_K_BYTES = 2 + 2 + 12 + 128  # a Q4_K super-block of 256: fp16 d and dmin, 8 six-bit scales and mins, 4-bit q
 Q6_K_BYTES = 128 + 64 + 16 + 2  # a Q6_K super-block of 256: low 4 bits, high 2 bits, 16 int8 scales, fp16 d
+SMALL_BYTES = {"Q4_0": 2 + 16, "Q4_1": 2 + 2 + 16, "Q5_0": 2 + 4 + 16, "IQ4_NL": 2 + 16}  # blocks of 32 weights
+# IQ4_NL's 16 levels (ggml's kvalues_iq4nl): w = d * IQ4_NL_VALUES[q]
+IQ4_NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int8)
+FOUR_BIT = ("Q4_0", "Q4_1", "Q4_K")  # held by the 4-bit kernel as stored (`FileBlocks.q4`)
+EIGHT_BIT = ("Q8_0", "Q6_K", "Q5_0", "IQ4_NL")  # held by the 8-bit kernels as stored (`FileBlocks.q8`)
+HELD = FOUR_BIT + EIGHT_BIT
 # transformers' module names in a Llama-family decoder layer -> llama.cpp's tensor names
 LAYER_TENSORS = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
                  "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
@@ -91,6 +107,81 @@ def q4_k_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, to
             torch.from_numpy(np.ascontiguousarray(supers)))
 
 
+def small_blocks(raw: np.ndarray, kind: str, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A Q4_0, Q4_1, Q5_0 or IQ4_NL tensor's bytes [rows, cols / 32 * size] -> (q [rows, cols], scale, minimum
+    fp16 [rows, cols / 32]), w = q * scale + minimum: Q4_0 q in 0..15 with minimum -8 * d; Q4_1 its (d, m);
+    Q5_0 q - 16 and IQ4_NL its table value as int8, minimum 0 (the 8-bit kernels' form, which has none).
+
+    Element order as ggml's dequantizers: a block's low nibbles are its weights 0..15, the high ones 16..31
+    (Q5_0's fifth bit of weight i is bit i of the block's 32-bit qh)."""
+    blocks = cols // q4_kernel.BLOCK
+    data = np.ascontiguousarray(raw, dtype=np.uint8).reshape(rows, blocks, SMALL_BYTES[kind])
+    d = data[..., :2].copy().view(np.float16).reshape(rows, blocks)
+    low = data[..., -16:]
+    q = np.concatenate([low & 15, low >> 4], axis=-1)  # [rows, blocks, 32]
+    minimum = np.zeros_like(d)
+    if kind == "Q4_0":
+        minimum = d * np.float16(-8)  # a power of two: exact in fp16
+    elif kind == "Q4_1":
+        minimum = data[..., 2:4].copy().view(np.float16).reshape(rows, blocks)
+    elif kind == "Q5_0":
+        qh = data[..., 2:6].copy().view("<u4").reshape(rows, blocks, 1)
+        fifth = ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8) << 4
+        q = (q | fifth).astype(np.int8) - np.int8(16)
+    else:
+        q = IQ4_NL_VALUES[q]
+    return (torch.from_numpy(np.ascontiguousarray(q.reshape(rows, cols))), torch.from_numpy(d),
+            torch.from_numpy(np.ascontiguousarray(minimum)))
+
+
+def row_order(stored: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:
+    """Indices with stored[order] equal to weight bit for bit: the rows in order where they are (a file's usual
+    case), else matched by value (a Llama file's q and k rows, which transformers reorders on load). None where
+    a row of `weight` is not among `stored`'s."""
+    if stored.shape != weight.shape:
+        return None
+    if torch.equal(stored, weight):
+        return torch.arange(len(weight))
+    width = torch.int16 if stored.element_size() == 2 else torch.int32
+
+    def bits(values: torch.Tensor) -> np.ndarray:  # -0.0 + 0.0 is +0.0: zeros of either sign match, as in torch.equal
+        return (values.detach() + 0.0).contiguous().view(width).numpy()
+
+    places: dict[bytes, list[int]] = {}
+    for index, row in enumerate(bits(stored)):
+        places.setdefault(row.tobytes(), []).append(index)
+    order = []
+    for row in bits(weight):
+        matches = places.get(row.tobytes())
+        if not matches:
+            return None
+        order.append(matches.pop())
+    return torch.tensor(order)
+
+
+def unheld_types(path: Path) -> tuple[str, ...]:
+    """The types of `path`'s decoder products (`LAYER_TENSORS`) that no block kernel holds as stored (F16,
+    Q5_1, Q5_K, ...: 4 bits would move them), sorted; ("unreadable",) where gguf cannot read the file."""
+    try:
+        changed = path.stat().st_mtime_ns
+    except OSError:
+        return ("unreadable",)
+    return _unheld_types(path, changed)
+
+
+@functools.lru_cache(maxsize=8)
+def _unheld_types(path: Path, changed: int) -> tuple[str, ...]:  # noqa: ARG001 - `changed` keys the cache
+    try:
+        import gguf
+
+        tensors = gguf.GGUFReader(str(path)).tensors
+    except Exception:  # noqa: BLE001 - any file gguf cannot read
+        return ("unreadable",)
+    products = {f".{name}.weight" for name in LAYER_TENSORS.values()}
+    return tuple(sorted({t.tensor_type.name for t in tensors if t.name.startswith("blk.")
+                         and t.name[t.name.index(".", 4):] in products} - set(HELD)))
+
+
 def gguf_name(module_name: str) -> str | None:
     """A decoder module's tensor in the file: 'layers.3.mlp.up_proj' -> 'blk.3.ffn_up.weight' (else None)."""
     match = re.fullmatch(r"layers\.(\d+)\.(.+)", module_name)
@@ -120,47 +211,44 @@ class FileBlocks:
     def q4(self, names: Sequence[str | None], weight: torch.Tensor
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """weight [N, K]'s 4-bit blocks as `Q4Linear` takes them (qs packed two to a byte, scale, minimum),
-        the named tensors' rows stacked in order: all Q4_K, the file's own (scale, min) and (d, dmin) pairs
-        (`q4_k_blocks`); some other type among them, fp32 scales and minimums, the Q4_K rows' exact values
-        and the others re-quantized by Q4_1's rule (`int4.quantize`, steps rounded to fp16 as Q4_1 stores
-        them). None where no named tensor is Q4_K, a name is missing, or the file's blocks are not exactly
-        `weight`'s values (a layer transformers reordered on load): then the caller re-quantizes the layer."""
+        the named tensors' rows stacked in order: every part Q4_K, the file's own (scale, min) and (d, dmin)
+        pairs (`q4_k_blocks`); Q4_0 and Q4_1 parts, fp16 scales and minimums (`small_blocks`), fp32 beside Q4_K
+        ones; a part of another type, re-quantized by Q4_1's rule (`int4.quantize`, steps rounded to fp16 as
+        Q4_1 stores them). None where no named tensor is of a `FOUR_BIT` type, a name is missing, or a part's
+        blocks are not `weight`'s values in some row order (`row_order`): then the caller re-quantizes."""
         from specdec.backends.torch.int4 import quantize
 
         tensors = [self.tensors.get(name) if name else None for name in names]
-        cols = weight.shape[1]
-        if any(t is None for t in tensors) or cols % 256 or not any(t.tensor_type.name == "Q4_K" for t in tensors):
+        if any(t is None for t in tensors):
             return None
-        every_q4_k = all(t.tensor_type.name == "Q4_K" for t in tensors)
+        kinds = [t.tensor_type.name for t in tensors]
+        if not any(kind in FOUR_BIT for kind in kinds):
+            return None
+        dtype = torch.float32 if "Q4_K" in kinds else torch.float16
         parts, start = [], 0
-        for tensor in tensors:
+        for tensor, kind in zip(tensors, kinds, strict=True):
             rows = int(tensor.data.shape[0])
             part = weight[start : start + rows]
-            if tensor.tensor_type.name == "Q4_K":
-                if tuple(tensor.data.shape) != (rows, cols // 256 * Q4_K_BYTES):
+            if kind in FOUR_BIT:
+                blocks = _four_bit(tensor, kind, part, dtype, keep_pairs=set(kinds) == {"Q4_K"})
+                if blocks is None:
                     return None
-                q, pairs, supers = q4_k_blocks(tensor.data, rows, cols)
-                qs, scale, minimum = q4_kernel.pack_q4(q, *q4_kernel.q4_k_scales(pairs, supers), torch.float32)
-                if not torch.equal(q4_kernel.dequantize_q4(qs, scale, minimum), part):
-                    return None
-                if every_q4_k:
-                    scale, minimum = pairs, supers  # kept as the file has them
+                parts.append(blocks)
             else:
                 q, step, low = quantize(part)
-                qs, scale, minimum = q4_kernel.pack_q4(q, step.half().float(), low.half().float(), torch.float32)
-            parts.append((qs, scale, minimum))
+                parts.append(q4_kernel.pack_q4(q, step.half().float(), low.half().float(), dtype))
             start += rows
         if start != weight.shape[0]:
             return None
         return tuple(torch.cat(items) for items in zip(*parts, strict=True))  # type: ignore[return-value]
 
     def q8(self, name: str | None, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.nn.Module | None:
-        """The named Q8_0 or Q6_K tensor holding exactly `weight`'s values on the 8-bit kernels: `Q8Linear`
-        for Q8_0; `q6_k.Q6Linear` for Q6_K (its own bits, 8-bit activations), else, where the CPU runs no
-        8-bit activations, `Q8Linear` with a scale per 16. None where it is neither type, the shapes do not
-        fit, or its values are not `weight`'s."""
+        """The named `EIGHT_BIT` tensor holding exactly `weight`'s values on the 8-bit kernels: `Q8Linear` for
+        Q8_0, Q5_0 and IQ4_NL (int8 values, the block's fp16 d); `q6_k.Q6Linear` for Q6_K (its own bits, 8-bit
+        activations), else, where the CPU runs no 8-bit activations, `Q8Linear` with a scale per 16. None
+        where it is of another type, the shapes do not fit, or its values are not `weight`'s in any row order."""
         tensor = self.tensors.get(name) if name else None
-        if tensor is None or tensor.tensor_type.name not in ("Q8_0", "Q6_K") or not q4_kernel.load_extension():
+        if tensor is None or tensor.tensor_type.name not in EIGHT_BIT or not q4_kernel.load_extension():
             return None
         return _from_tensor(tensor, weight, bias, str(name))[0]
 
@@ -185,24 +273,50 @@ def head_q8(gguf_path: Path | None, head: torch.nn.Module, file: FileBlocks | No
     return _from_tensor(tensor, weight, getattr(head, "bias", None), "head")
 
 
+def _four_bit(tensor, kind: str, part: torch.Tensor, dtype: torch.dtype,  # noqa: ANN001 - a gguf ReaderTensor
+              keep_pairs: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """A Q4_0, Q4_1 or Q4_K tensor's blocks, packed (scales in `dtype`, or Q4_K's pairs where `keep_pairs`), in
+    `part`'s row order; None where its shape or values are not `part`'s."""
+    rows, cols = part.shape
+    size = Q4_K_BYTES * cols // 256 if kind == "Q4_K" else SMALL_BYTES[kind] * cols // q4_kernel.BLOCK
+    if (kind == "Q4_K" and cols % 256) or tuple(tensor.data.shape) != (rows, size):
+        return None
+    if kind == "Q4_K":
+        q, pairs, supers = q4_k_blocks(tensor.data, rows, cols)
+        scale, minimum = q4_kernel.q4_k_scales(pairs, supers)
+    else:
+        q, scale, minimum = small_blocks(tensor.data, kind, rows, cols)
+    qs, scale, minimum = q4_kernel.pack_q4(q, scale, minimum, dtype)
+    order = row_order(q4_kernel.dequantize_q4(qs, scale, minimum), part)
+    if order is None:
+        return None
+    if keep_pairs:
+        scale, minimum = pairs, supers  # kept as the file has them
+    return qs[order], scale[order], minimum[order]
+
+
 def _from_tensor(tensor, weight: torch.Tensor, bias: torch.Tensor | None, what: str  # noqa: ANN001 - a gguf ReaderTensor
                  ) -> tuple[torch.nn.Module | None, str]:
-    """A Q8_0 or Q6_K tensor holding exactly `weight` [N, K]'s values as a module on the block kernels, or
-    (None, why not); `what` names the tensor in the reasons."""
+    """An `EIGHT_BIT` tensor holding exactly `weight` [N, K]'s values (in some row order: `row_order`) as a
+    module on the block kernels, or (None, why not); `what` names the tensor in the reasons."""
     rows, cols = weight.shape
     kind = tensor.tensor_type.name
-    if kind not in ("Q8_0", "Q6_K") or cols % (256 if kind == "Q6_K" else q4_kernel.BLOCK):
-        return None, f"the GGUF's {what} is {kind}, not Q8_0 or Q6_K"
-    width = cols // 256 * Q6_K_BYTES if kind == "Q6_K" else cols // q4_kernel.BLOCK * Q8_0_BYTES
+    if kind not in EIGHT_BIT or cols % (256 if kind == "Q6_K" else q4_kernel.BLOCK):
+        return None, f"the GGUF's {what} is {kind}, not one of {', '.join(EIGHT_BIT)}"
+    block = Q8_0_BYTES if kind == "Q8_0" else SMALL_BYTES.get(kind, 0)
+    width = cols // 256 * Q6_K_BYTES if kind == "Q6_K" else cols // q4_kernel.BLOCK * block
     if tuple(tensor.data.shape) != (rows, width):
         return None, f"the GGUF's {what} is {tuple(tensor.data.shape)} bytes, the model's {rows} x {cols}"
     if kind == "Q8_0":
         qs, scale = q8_0_blocks(tensor.data, rows, cols)
-    else:
+    elif kind == "Q6_K":
         qs, sub, d = q6_k_blocks(tensor.data, rows, cols)
         scale = q6_k.scales(sub, d)
-    if not torch.equal(q4_kernel.dequantize_q8(qs, scale), weight):
+    else:
+        qs, scale, _ = small_blocks(tensor.data, kind, rows, cols)
+    order = row_order(q4_kernel.dequantize_q8(qs, scale), weight)
+    if order is None:
         return None, f"the GGUF's {what} blocks are not the model's {what} weights"
     if kind == "Q6_K" and rows % q4_i8.GROUP == 0 and q4_kernel.default_activations() == "int8":
-        return q6_k.Q6Linear(qs, sub, d, bias), ""  # the file's own bits, the 8-bit form's arithmetic
-    return q4_kernel.Q8Linear(qs, scale, bias), ""
+        return q6_k.Q6Linear(qs[order], sub[order], d[order], bias), ""  # the file's own bits, the 8-bit form's arithmetic
+    return q4_kernel.Q8Linear(qs[order], scale[order], bias), ""
