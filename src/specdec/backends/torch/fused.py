@@ -104,8 +104,9 @@ def _blocks(linear: Q4Linear | Q6Linear | Q8Linear) -> list[torch.Tensor]:
 
 
 def _weights(layer: torch.nn.Module) -> tuple[list[torch.Tensor], int]:
-    """The tensors `decoder_layer` reads, in its order, and how many products the qkv projection runs (P):
-    3P + 12 tensors with gate and up joined (`_join`), else 3P + 15."""
+    """The tensors `decoder_layer` reads, in the order its `named` (csrc/decoder_layer.cpp) reads them into a
+    `LayerWeights`, and how many products the qkv projection runs (P): 3P + 12 tensors with gate and up joined
+    (`_join`), else 3P + 15."""
     attention, mlp = layer.self_attn, layer.mlp
     parts = _parts(attention.qkv_proj)
     biases = [part.bias for part in parts]

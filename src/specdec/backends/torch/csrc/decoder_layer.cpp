@@ -32,6 +32,7 @@
 #include <cstring>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "kernels.h"
 
@@ -39,12 +40,60 @@ namespace {
 
 using bf16 = c10::BFloat16;
 constexpr int64_t kGrain = 8;     // rows per task of the row-wise steps: one-token passes stay on one thread
-// Per layer: norm, qkv as P products of 3 tensors each (their outputs are q, k and v's columns in order: P > 1
-// where the file stores them in types no one product takes), the qkv bias, o (3), norm, then gate, up, down (3
-// each: kWeights) or gate and up as one product, gate's columns first (kJoined: one quantization of x and one
-// thread split fewer). A product is Q4 blocks (q4_linear) or, told apart by qs [N/16, K/32, bytes], Q6_K's
-// (384 bytes: q6_linear) or 8-bit blocks on 8-bit activations (512 bytes: q8_linear; its third tensor unused).
-constexpr int64_t kWeights = 18, kJoined = 15;  // with P = 1; each further qkv part adds 3
+// A product's three tensors: Q4 blocks (q4_linear: qs [N, K/2], scale, minimum) or, told apart by qs
+// [N/16, K/32, bytes], Q6_K's (384 bytes: q6_linear: qs, int8 sub-scales, fp16 d) or 8-bit blocks on 8-bit
+// activations (512 bytes: q8_linear; its minimum is unused).
+struct Product {
+  at::Tensor qs, scale, minimum;
+  int64_t outputs() const { return qs.dim() == 3 ? 16 * qs.size(0) : qs.size(0); }
+};
+
+// A layer's weights by name. They cross from Python (fused.py's `_weights`) as one tensor list in this order:
+// input norm, the qkv projection as P products (their outputs q, k and v's columns in order: P > 1 where the
+// file stores them in types no one product takes), the qkv bias (empty where none), o, post-attention norm,
+// then gate, up, down, or gate and up as one product, gate's columns first ("joined": one quantization of x
+// and one thread split fewer), and down. `named` reads that order once; nothing else indexes the list.
+struct LayerWeights {
+  at::Tensor input_norm;
+  std::vector<Product> qkv;
+  at::Tensor qkv_bias;
+  Product o;
+  at::Tensor post_norm;
+  Product gate;                // joined: gate's columns, then up's
+  std::optional<Product> up;   // absent where joined
+  Product down;
+
+  int64_t qkv_width() const {
+    int64_t n = 0;
+    for (const Product& part : qkv) n += part.outputs();
+    return n;
+  }
+  int64_t inner() const { return up ? gate.outputs() : gate.outputs() / 2; }  // the MLP's width
+};
+
+LayerWeights named(at::TensorList w, int64_t parts) {
+  constexpr int64_t kSeparate = 18, kJoined = 15;  // tensors with P = 1; each further qkv part adds 3
+  TORCH_CHECK(parts >= 1, "decoder_layer: the qkv product needs at least one part, got ", parts);
+  const int64_t extra = 3 * (parts - 1), given = static_cast<int64_t>(w.size());
+  TORCH_CHECK(given == kSeparate + extra || given == kJoined + extra, "decoder_layer: expected ", kSeparate + extra,
+              " or ", kJoined + extra, " weights for ", parts, " qkv parts, got ", given);
+  int64_t i = 0;
+  auto tensor = [&]() { return w[i++]; };
+  auto three = [&]() {
+    i += 3;
+    return Product{w[i - 3], w[i - 2], w[i - 1]};
+  };
+  LayerWeights l;
+  l.input_norm = tensor();
+  for (int64_t p = 0; p < parts; ++p) l.qkv.push_back(three());
+  l.qkv_bias = tensor();
+  l.o = three();
+  l.post_norm = tensor();
+  l.gate = three();
+  if (given == kSeparate + extra) l.up = three();
+  l.down = three();
+  return l;
+}
 
 #if SPECDEC_X86
 SPECDEC_AVX512 inline __mmask16 first(int64_t n) {  // the lanes of the first min(n, 16) values
@@ -182,15 +231,6 @@ void place(const Shape& s, const bf16* qkv, const bf16* cos, const bf16* sin, bf
   });
 }
 
-// A product's output size: qs is [N, K/2] (bf16 form) or [N/16, K/32, bytes] (8-bit-activation form).
-int64_t outputs(const at::Tensor& qs) { return qs.dim() == 3 ? 16 * qs.size(0) : qs.size(0); }
-
-int64_t outputs_of(at::TensorList w, int64_t first, int64_t parts) {
-  int64_t n = 0;
-  for (int64_t p = 0; p < parts; ++p) n += outputs(w[first + 3 * p]);
-  return n;
-}
-
 // A pass's intermediate rows, carved from one allocation for all its layers: a layer allocates nothing, and a
 // one-token pass spends no time on tensors (at this size their bookkeeping was a measurable share of a pass).
 struct Workspace {
@@ -224,31 +264,23 @@ Workspace workspace(int64_t R, int64_t H, int64_t width, int64_t heads_dim, int6
   return ws;
 }
 
-// A product's three tensors from w[first] over rows x [M, K], into out (rows ldo apart). Q4 blocks (q4_linear),
-// or, told apart by qs [N/16, K/32, bytes], Q6_K's (384 bytes: q6_linear) or 8-bit blocks on 8-bit activations
-// (512 bytes: q8_linear; its third tensor unused): the interleaved forms run in the workspace; the bf16 form
-// (qs 2-D) through its op, copied.
-void product(const bf16* x, int64_t M, int64_t K, at::TensorList w, int64_t first, bf16* out, int64_t ldo,
-             const Workspace& ws) {
-  const at::Tensor& qs = w[first];
-  if (qs.dim() == 3) {
-    specdec::interleaved_into(x, M, K, qs, w[first + 1], w[first + 2], out, ldo, ws.scratch);
+// A product over rows x [M, K], into out (rows ldo apart): the interleaved forms run in the workspace; the
+// bf16 form (qs 2-D) through its op, copied.
+void product(const bf16* x, int64_t M, int64_t K, const Product& p, bf16* out, int64_t ldo, const Workspace& ws) {
+  if (p.qs.dim() == 3) {
+    specdec::interleaved_into(x, M, K, p.qs, p.scale, p.minimum, out, ldo, ws.scratch);
     return;
   }
   const at::Tensor rows = at::from_blob(const_cast<bf16*>(x), {M, K}, at::TensorOptions().dtype(at::kBFloat16));
-  const at::Tensor y = specdec::q4_linear(rows, qs, w[first + 1], w[first + 2], std::nullopt);
+  const at::Tensor y = specdec::q4_linear(rows, p.qs, p.scale, p.minimum, std::nullopt);
   for (int64_t r = 0; r < M; ++r) std::memcpy(out + r * ldo, y.data_ptr<bf16>() + r * y.size(1), y.size(1) * sizeof(bf16));
 }
 
-void check(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, const at::Tensor& sin,
+void check(const at::Tensor& hidden, const LayerWeights& w, const at::Tensor& cos, const at::Tensor& sin,
            const at::Tensor& keys, const at::Tensor& values, const at::Tensor& write, const at::Tensor& start,
-           const at::Tensor& tail, const at::Tensor& count, int64_t heads, int64_t kv_heads, int64_t parts) {
+           const at::Tensor& tail, const at::Tensor& count, int64_t heads, int64_t kv_heads) {
   TORCH_CHECK(hidden.dim() == 3 && hidden.scalar_type() == at::kBFloat16 && hidden.is_contiguous() &&
                   hidden.device().is_cpu(), "decoder_layer: hidden must be contiguous bf16 [B, T, H] on the CPU");
-  TORCH_CHECK(parts >= 1, "decoder_layer: the qkv product needs at least one part, got ", parts);
-  const int64_t extra = 3 * (parts - 1), given = static_cast<int64_t>(w.size());
-  TORCH_CHECK(given == kWeights + extra || given == kJoined + extra, "decoder_layer: expected ", kWeights + extra,
-              " or ", kJoined + extra, " weights for ", parts, " qkv parts, got ", w.size());
   const int64_t B = hidden.size(0), T = hidden.size(1), dim = keys.size(3);
   TORCH_CHECK(keys.dim() == 4 && keys.sizes() == values.sizes() && keys.strides() == values.strides() &&
                   keys.scalar_type() == at::kBFloat16 && values.scalar_type() == at::kBFloat16 && keys.size(0) >= B &&
@@ -259,12 +291,12 @@ void check(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, co
                     t->sizes() == at::IntArrayRef({B, T, dim}), "decoder_layer: cos and sin must be bf16 [B, T, D]");
   TORCH_CHECK(write.scalar_type() == at::kLong && write.is_contiguous() && write.numel() >= B,
               "decoder_layer: write must be int64 [B]");
-  TORCH_CHECK(given == kWeights + extra || outputs(w[9 + extra]) % 2 == 0,
+  TORCH_CHECK(w.up || w.gate.outputs() % 2 == 0,
               "decoder_layer: a joined gate and up product must have an even number of outputs");
-  const int64_t width = outputs_of(w, 1, parts);
+  const int64_t width = w.qkv_width();
   TORCH_CHECK(heads % kv_heads == 0 && width == (heads + 2 * kv_heads) * dim,
               "decoder_layer: the qkv weight must have (heads + 2 * kv_heads) * D outputs");
-  const at::Tensor& bias = w[4 + extra];
+  const at::Tensor& bias = w.qkv_bias;
   TORCH_CHECK(bias.numel() == 0 || (bias.scalar_type() == at::kBFloat16 && bias.numel() == width),
               "decoder_layer: the qkv bias must be empty or bf16 [outputs]");
   TORCH_CHECK(specdec::tree_attention_available() && (dim == 64 || dim == 128),
@@ -280,49 +312,44 @@ void check(const at::Tensor& hidden, at::TensorList w, const at::Tensor& cos, co
 }
 
 // The widths a layer's workspace needs: (qkv width, attention width, MLP width).
-std::tuple<int64_t, int64_t, int64_t> widths(at::TensorList w, int64_t heads, int64_t dim, int64_t parts) {
-  const int64_t extra = 3 * (parts - 1);
-  const bool joined = static_cast<int64_t>(w.size()) == kJoined + extra;
-  const int64_t gate = outputs(w[9 + extra]);
-  return {outputs_of(w, 1, parts), heads * dim, joined ? gate / 2 : gate};
+std::tuple<int64_t, int64_t, int64_t> widths(const LayerWeights& w, int64_t heads, int64_t dim) {
+  return {w.qkv_width(), heads * dim, w.inner()};
 }
 
 // One layer over the rows h [R, H] (`check`ed), into out [R, H] (which may be h: h is read before out is
 // written); every intermediate in ws.
-void layer(const bf16* h, bf16* out, at::TensorList w, const at::Tensor& cos, const at::Tensor& sin,
+void layer(const bf16* h, bf16* out, const LayerWeights& w, const at::Tensor& cos, const at::Tensor& sin,
            const at::Tensor& keys, const at::Tensor& values, const at::Tensor& write, const at::Tensor& start,
-           const at::Tensor& tail, const at::Tensor& count, const Shape& s, double eps, double scale, int64_t parts,
+           const at::Tensor& tail, const at::Tensor& count, const Shape& s, double eps, double scale,
            const Workspace& ws) {
-  const int64_t extra = 3 * (parts - 1);  // past the qkv products every index moves by their extra tensors
-  const int64_t R = s.B * s.T, attn = s.heads * s.dim;
+  const int64_t R = s.B * s.T, attn = s.heads * s.dim, width = w.qkv_width(), inner = w.inner();
   const float e = static_cast<float>(eps);
-  const auto shape = widths(w, s.heads, s.dim, parts);
-  const int64_t width = std::get<0>(shape), inner = std::get<2>(shape);
-  rms_norm(h, w[0].data_ptr<bf16>(), ws.x, R, s.H, e);
-  for (int64_t p = 0, column = 0; p < parts; column += outputs(w[1 + 3 * p]), ++p)
-    product(ws.x, R, s.H, w, 1 + 3 * p, ws.qkv + column, width, ws);
-  const at::Tensor& bias = w[4 + extra];
-  if (bias.numel())
-    for (int64_t r = 0; r < R; ++r) add(ws.qkv + r * width, bias.data_ptr<bf16>(), ws.qkv + r * width, width);
+  rms_norm(h, w.input_norm.data_ptr<bf16>(), ws.x, R, s.H, e);
+  int64_t column = 0;
+  for (const Product& part : w.qkv) {
+    product(ws.x, R, s.H, part, ws.qkv + column, width, ws);
+    column += part.outputs();
+  }
+  if (w.qkv_bias.numel())
+    for (int64_t r = 0; r < R; ++r) add(ws.qkv + r * width, w.qkv_bias.data_ptr<bf16>(), ws.qkv + r * width, width);
   place(s, ws.qkv, cos.data_ptr<bf16>(), sin.data_ptr<bf16>(), ws.query, keys, values, write.data_ptr<int64_t>());
   const specdec::AttentionJob job{ws.query, keys.data_ptr<bf16>(), values.data_ptr<bf16>(), start.data_ptr<int64_t>(),
                                   tail.data_ptr<int64_t>(), count.data_ptr<int64_t>(), ws.attended, s.B, s.heads,
                                   s.kv_heads, s.T, keys.size(2), tail.size(2), s.dim, keys.stride(0), keys.stride(1),
                                   static_cast<float>(scale)};
   TORCH_CHECK(specdec::attend(job), "decoder_layer: every row must see at least one key, all of them within the cache");
-  product(ws.attended, R, attn, w, 5 + extra, ws.mid, s.H, ws);
+  product(ws.attended, R, attn, w.o, ws.mid, s.H, ws);
   add(h, ws.mid, ws.mid, R * s.H);
-  rms_norm(ws.mid, w[8 + extra].data_ptr<bf16>(), ws.x, R, s.H, e);
-  const bool joined = static_cast<int64_t>(w.size()) == kJoined + extra;
+  rms_norm(ws.mid, w.post_norm.data_ptr<bf16>(), ws.x, R, s.H, e);
   // joined: gate's columns then up's in rows of 2 * inner; else gate's and up's rows apart
-  product(ws.x, R, s.H, w, 9 + extra, ws.gate, joined ? 2 * inner : inner, ws);
-  if (!joined) product(ws.x, R, s.H, w, 12 + extra, ws.up, inner, ws);
-  const int64_t stride = joined ? 2 * inner : inner;
-  const bf16* up = joined ? ws.gate + inner : ws.up;
+  const int64_t stride = w.up ? inner : 2 * inner;
+  product(ws.x, R, s.H, w.gate, ws.gate, stride, ws);
+  if (w.up) product(ws.x, R, s.H, *w.up, ws.up, inner, ws);
+  const bf16* up = w.up ? ws.up : ws.gate + inner;
   at::parallel_for(0, R, kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) silu_mul(ws.gate + r * stride, up + r * stride, ws.act + r * inner, inner);
   });
-  product(ws.act, R, inner, w, (joined ? 12 : 15) + extra, out, s.H, ws);
+  product(ws.act, R, inner, w.down, out, s.H, ws);
   add(ws.mid, out, out, R * s.H);
 }
 
@@ -330,31 +357,31 @@ at::Tensor decoder_layer(const at::Tensor& hidden, at::TensorList w, const at::T
                          const at::Tensor& keys, const at::Tensor& values, const at::Tensor& write,
                          const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, int64_t heads,
                          int64_t kv_heads, double eps, double scale, int64_t parts) {
-  check(hidden, w, cos, sin, keys, values, write, start, tail, count, heads, kv_heads, parts);
+  const LayerWeights named_weights = named(w, parts);
+  check(hidden, named_weights, cos, sin, keys, values, write, start, tail, count, heads, kv_heads);
   const Shape s{hidden.size(0), hidden.size(1), hidden.size(2), heads, kv_heads, keys.size(3)};
-  const auto [width, attn, inner] = widths(w, heads, s.dim, parts);
+  const auto [width, attn, inner] = widths(named_weights, heads, s.dim);
   const Workspace ws = workspace(s.B * s.T, s.H, width, attn, inner);
   at::Tensor out = at::empty_like(hidden);
-  layer(hidden.data_ptr<bf16>(), out.data_ptr<bf16>(), w, cos, sin, keys, values, write, start, tail, count, s, eps,
-        scale, parts, ws);
+  layer(hidden.data_ptr<bf16>(), out.data_ptr<bf16>(), named_weights, cos, sin, keys, values, write, start, tail,
+        count, s, eps, scale, ws);
   return out;
 }
 
 // A model's decoder weights as `decoder_pass` reads them, handed over once (`FusedDecoder` holds one): layer i
-// is weights[sum(sizes[:i]) .. + sizes[i]), its qkv as parts[i] products. Passing ~15 tensors a layer through
-// the dispatcher every pass was a measurable share of a small model's step.
+// is weights[sum(sizes[:i]) .. + sizes[i]), its qkv as parts[i] products, read by name once here. Passing ~15
+// tensors a layer through the dispatcher every pass was a measurable share of a small model's step.
 struct Layers : torch::CustomClassHolder {
-  std::vector<at::Tensor> weights;
-  std::vector<int64_t> sizes, parts;
-  Layers(std::vector<at::Tensor> w, std::vector<int64_t> s, std::vector<int64_t> p)
-      : weights(std::move(w)), sizes(std::move(s)), parts(std::move(p)) {
+  std::vector<LayerWeights> layers;
+  Layers(std::vector<at::Tensor> weights, std::vector<int64_t> sizes, std::vector<int64_t> parts) {
     int64_t used = 0;
     for (int64_t size : sizes) used += size;
     TORCH_CHECK(parts.size() == sizes.size() && used == static_cast<int64_t>(weights.size()),
                 "Layers: one size and one qkv part count per layer, the sizes summing to the ", weights.size(),
                 " weights (", used, ")");
+    for (size_t i = 0, first = 0; i < sizes.size(); first += sizes[i], ++i)
+      layers.push_back(named(at::TensorList(weights).slice(first, sizes[i]), parts[i]));
   }
-  at::TensorList layer(int64_t i, int64_t at) const { return at::TensorList(weights).slice(at, sizes[i]); }
 };
 
 // Every layer, then the final norm, in one call: layer i writes keys[i], values[i] at write[i]'s slots; the
@@ -365,7 +392,7 @@ at::Tensor decoder_pass(const at::Tensor& hidden, const c10::intrusive_ptr<Layer
                         const at::Tensor& sin, at::TensorList keys, at::TensorList values, at::TensorList write,
                         const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, int64_t heads,
                         int64_t kv_heads, double eps, double scale, const at::Tensor& norm, double norm_eps) {
-  const int64_t layers = static_cast<int64_t>(model->sizes.size());
+  const int64_t layers = static_cast<int64_t>(model->layers.size());
   TORCH_CHECK(static_cast<int64_t>(keys.size()) == layers && static_cast<int64_t>(values.size()) == layers &&
                   static_cast<int64_t>(write.size()) == layers,
               "decoder_pass: one keys, values and write tensor per layer (", layers, " layers)");
@@ -377,10 +404,10 @@ at::Tensor decoder_pass(const at::Tensor& hidden, const c10::intrusive_ptr<Layer
               "decoder_pass: the final norm's weight must be bf16 [", H, "] or empty");
   // Every layer checked before the first writes the cache; the workspace fits the widest.
   int64_t width = 0, attn = 0, inner = 0;
-  for (int64_t i = 0, at = 0; i < layers; at += model->sizes[i], ++i) {
-    const at::TensorList w = model->layer(i, at);
-    check(hidden, w, cos, sin, keys[i], values[i], write[i], start, tail, count, heads, kv_heads, model->parts[i]);
-    const auto [a, b, c] = widths(w, heads, keys[i].size(3), model->parts[i]);
+  for (int64_t i = 0; i < layers; ++i) {
+    const LayerWeights& w = model->layers[i];
+    check(hidden, w, cos, sin, keys[i], values[i], write[i], start, tail, count, heads, kv_heads);
+    const auto [a, b, c] = widths(w, heads, keys[i].size(3));
     width = std::max(width, a), attn = std::max(attn, b), inner = std::max(inner, c);
   }
   if (!normed && layers == 0) return hidden.clone();
@@ -391,10 +418,10 @@ at::Tensor decoder_pass(const at::Tensor& hidden, const c10::intrusive_ptr<Layer
   }
   const Workspace ws = workspace(R, H, width, attn, inner);
   at::Tensor h = hidden.clone();  // the layers run in place on it; the caller's hidden is left as it was
-  for (int64_t i = 0, at = 0; i < layers; at += model->sizes[i], ++i) {
+  for (int64_t i = 0; i < layers; ++i) {
     const Shape s{hidden.size(0), hidden.size(1), H, heads, kv_heads, keys[i].size(3)};
-    layer(h.data_ptr<bf16>(), h.data_ptr<bf16>(), model->layer(i, at), cos, sin, keys[i], values[i], write[i], start,
-          tail, count, s, eps, scale, model->parts[i], ws);
+    layer(h.data_ptr<bf16>(), h.data_ptr<bf16>(), model->layers[i], cos, sin, keys[i], values[i], write[i], start,
+          tail, count, s, eps, scale, ws);
   }
   if (!normed) return h;
   rms_norm(h.data_ptr<bf16>(), norm.data_ptr<bf16>(), out.data_ptr<bf16>(), R, H, static_cast<float>(norm_eps));
