@@ -26,7 +26,7 @@ DTYPE_NAMES = {
 }
 CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # The instruction sets specdec's kernels use or plan to (`specdec-hf doctor` shows which are present).
-X86_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_bf16")
+X86_FLAGS = ("avx2", "fma", "avx_vnni", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
 ARM_FLAGS = ("asimd", "asimddp", "i8mm", "bf16", "sve")
 
 

@@ -16,8 +16,8 @@ a Q4_K tensor's pairs [N/16, K/32, 2, 16] (uint8 scale, min) and [N/16, K/256, 2
 Invariants:
 - interleaving moves bytes only: `deinterleave(interleave(q, s, m))` gives back q, s and m exactly;
 - the product is a different arithmetic from the bf16 form's (activations rounded to 8 bits, not bf16),
-  the same bits for a row whatever the rows beside it, on every path (`avx512_amx`, `avx512_vnni`, `avx2`, `scalar`: the integer sums are exact, the rest the same fp32
-  steps in every lane); a model
+  the same bits for a row whatever the rows beside it, on every path (`avx512_amx`, `avx512_vnni`, `avx_vnni`,
+  `avx2`, `neon_dotprod`, `scalar`: the integer sums are exact, the rest the same fp32 steps in every lane); a model
   verifies on one form throughout, so losslessness is relative to it;
 - nothing here imports the extension: the layout and the reference are plain PyTorch.
 """

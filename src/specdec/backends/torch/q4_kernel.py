@@ -9,7 +9,8 @@ and multiplies every row with it (bf16 products, fp32 accumulation). It is built
 `load_extension()` says False and `unavailable_reason()` why, and callers keep PyTorch's own int4
 kernel (`specdec.backends.torch.int4`). Where the CPU has AVX-512 VNNI or AVX2, `Q4Linear` and `Q8Linear` hold
 their blocks in a second form and multiply activations quantized to 8 bits (`q4_i8`, `csrc/q4_gemm_i8.cpp`,
-`csrc/q4_gemm_i8_avx2.cpp`; AMX tiles from 10 rows on, `csrc/q4_gemm_i8_amx.cpp`): about half the instructions; the
+`csrc/q4_gemm_i8_avx2.cpp`, with AVX-VNNI's `vpdpbusd` where the CPU has it; AMX tiles from 10 rows on,
+`csrc/q4_gemm_i8_amx.cpp`): about half the instructions; the
 ops take that form when `qs` is 3-D.
 `SPECDEC_KERNELS` (`kernels_cap`) caps the instruction sets every kernel may use, to compare paths or
 rule one out.
@@ -283,8 +284,8 @@ def kernel_path() -> str | None:
 
 
 def i8_path() -> str | None:
-    """The path the 8-bit-activation products run here ("avx512_amx", "avx512_vnni", "avx2" or "scalar"), None without the
-    extension."""
+    """The path the 8-bit-activation products run here ("avx512_amx", "avx512_vnni", "avx_vnni", "avx2",
+    "neon_dotprod" or "scalar"), None without the extension."""
     return str(torch.ops.specdec_q4.q4_linear_i8_paths()[0]) if load_extension() else None
 
 

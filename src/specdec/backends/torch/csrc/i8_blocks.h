@@ -112,6 +112,7 @@ I8_AVX512 inline void store_avx512(const Problem& p, int64_t row, int64_t g, __m
 // instructions (q4_gemm_i8_neon.cpp, aarch64 where `neon_dotprod_here()`).
 void groups_scalar(const Problem& p, int64_t begin, int64_t end);
 void groups_avx2(const Problem& p, int64_t begin, int64_t end);
+void groups_avx_vnni(const Problem& p, int64_t begin, int64_t end);  // AVX2's rows on AVX-VNNI's vpdpbusd
 void groups_neon(const Problem& p, int64_t begin, int64_t end);
 bool neon_dotprod_here();
 

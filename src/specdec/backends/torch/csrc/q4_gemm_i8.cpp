@@ -189,6 +189,16 @@ bool vnni_here() {
 #endif
 }
 
+// AVX-VNNI (VEX `vpdpbusd` on ymm: Alder Lake and later) beside AVX2, within SPECDEC_KERNELS=avx2.
+bool avx_vnni_here() {
+#if SPECDEC_X86
+  static const bool here = specdec::avx2_allowed() && __builtin_cpu_supports("avxvnni");
+  return here;
+#else
+  return false;
+#endif
+}
+
 // AMX tiles beside VNNI: under SPECDEC_KERNELS=auto only ("avx512" keeps the VNNI loop, for comparisons).
 bool amx_here() {
   static const bool here = vnni_here() && specdec::isa_allowed(specdec::Isa::kAmx) && amx_permitted();
@@ -201,16 +211,18 @@ bool avx512_path(const std::string& path) { return path == "avx512_vnni" || path
 bool neon_allowed() { return neon_dotprod_here() && specdec::isa_allowed(specdec::Isa::kAvx2); }
 
 // The path a call runs: "auto" picks the first of avx512_amx (its 4-bit products on tiles from kAmxMinRows rows,
-// the rest as avx512_vnni), avx512_vnni, avx2, neon_dotprod and scalar this CPU runs (all give the same bits); a
-// named one is refused where the CPU cannot run it.
+// the rest as avx512_vnni), avx512_vnni, avx_vnni, avx2, neon_dotprod and scalar this CPU runs (all give the same
+// bits); a named one is refused where the CPU cannot run it.
 std::string chosen_path(std::optional<c10::string_view> path) {
   std::string chosen = path.has_value() ? std::string(path->data(), path->size()) : "auto";
   if (chosen == "auto")
-    chosen = amx_here() ? "avx512_amx" : vnni_here() ? "avx512_vnni" : specdec::avx2_allowed() ? "avx2"
-             : neon_allowed() ? "neon_dotprod" : "scalar";
-  TORCH_CHECK(avx512_path(chosen) || chosen == "avx2" || chosen == "neon_dotprod" || chosen == "scalar",
-              "q4_linear: 8-bit-activation blocks take path auto, avx512_amx, avx512_vnni, avx2, neon_dotprod or "
-              "scalar, got ", chosen);
+    chosen = amx_here() ? "avx512_amx" : vnni_here() ? "avx512_vnni" : avx_vnni_here() ? "avx_vnni"
+             : specdec::avx2_allowed() ? "avx2" : neon_allowed() ? "neon_dotprod" : "scalar";
+  TORCH_CHECK(avx512_path(chosen) || chosen == "avx_vnni" || chosen == "avx2" || chosen == "neon_dotprod" ||
+                  chosen == "scalar",
+              "q4_linear: 8-bit-activation blocks take path auto, avx512_amx, avx512_vnni, avx_vnni, avx2, "
+              "neon_dotprod or scalar, got ", chosen);
+  TORCH_CHECK(chosen != "avx_vnni" || avx_vnni_here(), "q4_linear: this CPU cannot run the avx_vnni path");
   TORCH_CHECK(chosen != "avx512_amx" || amx_here(), "q4_linear: this CPU (or process) cannot run the avx512_amx path");
   TORCH_CHECK(chosen != "avx512_vnni" || vnni_here(), "q4_linear: this CPU cannot run the avx512_vnni path");
   TORCH_CHECK(chosen != "avx2" || specdec::avx2_allowed(), "q4_linear: this CPU cannot run the avx2 path");
@@ -289,6 +301,7 @@ void run(Problem& p, const specdec::Activations& a, int64_t M, const std::string
   Kernel kernel = groups_scalar;
 #if SPECDEC_X86
   if (path == "avx2") kernel = groups_avx2;
+  if (path == "avx_vnni") kernel = groups_avx_vnni;
   if (avx512_path(path)) kernel = p.six ? groups_avx512<6> : p.wide ? groups_avx512<8> : groups_avx512<4>;
   if (path == "avx512_amx" && !p.six && !p.wide && M >= kAmxMinRows) kernel = groups_amx;
 #endif
@@ -350,6 +363,7 @@ std::vector<std::string> q4_linear_i8_paths() {
   std::vector<std::string> paths;
   if (amx_here()) paths.emplace_back("avx512_amx");
   if (vnni_here()) paths.emplace_back("avx512_vnni");
+  if (avx_vnni_here()) paths.emplace_back("avx_vnni");
   if (specdec::avx2_allowed()) paths.emplace_back("avx2");
   if (neon_allowed()) paths.emplace_back("neon_dotprod");
   paths.emplace_back("scalar");

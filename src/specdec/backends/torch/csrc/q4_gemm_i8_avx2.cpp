@@ -12,8 +12,11 @@
 // rounding to nearest even as c10::BFloat16 rounds), so this path gives the scalar and VNNI paths' bits
 // (tested), and a row's bits do not depend on the rows beside it.
 //
-// Layout: a column group's 16 columns are done as two halves of 8 (bytes [32 h, 32 h + 32) of every run of
-// 64), four rows at a time: 16 ymm registers hold a half's 8 weight quads and 4 rows' accumulators.
+// AVX-VNNI (the VEX-encoded `vpdpbusd` of Intel Alder Lake and later, without AVX-512) runs the same rows with
+// one `vpdpbusd` a quad in place of that pair (`avx_vnni`): the same exact sums, so the same bits.
+//
+// Layout (q4_gemm_i8_avx2.inc): a column group's 16 columns are done as two halves of 8 (bytes [32 h, 32 h + 32)
+// of every run of 64), four rows at a time: 16 ymm registers hold a half's 8 weight quads and 4 rows' accumulators.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -86,105 +89,30 @@ I8_AVX2 inline void store_bf16(at::BFloat16* out, __m256 v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(packed));
 }
 
-// Half h of column group g, rows [r0, r0 + R): each block's half unpacked once and multiplied by every row.
-template <int Bits, int R>
-I8_AVX2 void rows_avx2(const Problem& p, int64_t g, int h, int64_t r0) {
-  constexpr bool Wide = Bits > 4;
-  constexpr int64_t kBytes = Bits == 8 ? 2 * kRun : Bits == 6 ? kRun + kRun / 2 : kRun;
-  const bool halves = Bits == 6 || (Bits == 8 && p.halves);
-  const int shift = Bits == 6 ? 2 : 0;  // the offset: 32 (not 128) times a half's sum
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  const __m256i nibble = _mm256_set1_epi8(15);
-  const uint8_t* base = p.qs + g * p.nb * kBytes + 32 * h;
-  for (int64_t b = 0; b < p.nb; ++b) {
-    const uint8_t* run = base + b * kBytes;
-    __m256i w[8];  // quad i of the half's 8 columns
-    if (Bits == 8) {
-      for (int i = 0; i < 8; ++i) w[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(run + 64 * i));
-    } else {
-      for (int i = 0; i < 4; ++i) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(run + 64 * i));
-        w[i] = _mm256_and_si256(v, nibble);
-        w[4 + i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
-      }
-    }
-    if (Bits == 6) {  // bits 2t, 2t + 1 of high run t' to bits 4, 5 of quad 4t' + t (rows_avx512's rule)
-      const __m256i top = _mm256_set1_epi8(0x30);
-      for (int hh = 0; hh < 2; ++hh) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(run + kRun + 64 * hh));
-        const __m256i at[4] = {_mm256_slli_epi16(v, 4), _mm256_slli_epi16(v, 2), v, _mm256_srli_epi16(v, 2)};
-        for (int t = 0; t < 4; ++t) w[4 * hh + t] = _mm256_or_si256(_mm256_and_si256(at[t], top), w[4 * hh + t]);
-      }
-    }
-    __m256 scale, minimum, second;  // second: the scales of k >= 16 (a scale per 16)
-    if (Bits == 6) {  // d * sub-scale, exact
-      const int8_t* sub = static_cast<const int8_t*>(p.scale) + (g * p.nb + b) * 2 * kGroup + 8 * h;
-      const __m256 d = half_of(static_cast<const at::Half*>(p.minimum) + (g * (p.nb / 8) + b / 8) * kGroup + 8 * h);
-      scale = _mm256_mul_ps(d, bytes_as_float(sub, true));
-      second = _mm256_mul_ps(d, bytes_as_float(sub + kGroup, true));
-    } else if (Wide && p.halves) {
-      const float* scales = static_cast<const float*>(p.scale) + (g * p.nb + b) * 2 * kGroup + 8 * h;
-      scale = _mm256_loadu_ps(scales);
-      second = _mm256_loadu_ps(scales + kGroup);
-    } else if (Wide) {
-      scale = half_of(static_cast<const at::Half*>(p.scale) + (g * p.nb + b) * kGroup + 8 * h);
-    } else {
-      scales_avx2(p, g, b, h, scale, minimum);
-    }
-    for (int r = 0; r < R; ++r) {
-      const int8_t* xq = p.xq + (r0 + r) * p.K + b * kBlock;
-      __m256i low = _mm256_setzero_si256(), high = _mm256_setzero_si256();
-      for (int i = 0; i < 4; ++i) {
-        low = _mm256_add_epi32(low, Bits == 8 ? quad_dot8(w[i], quad_of(xq + 4 * i)) : quad_dot(w[i], quad_of(xq + 4 * i)));
-        high = _mm256_add_epi32(high, Bits == 8 ? quad_dot8(w[4 + i], quad_of(xq + 16 + 4 * i))
-                                                : quad_dot(w[4 + i], quad_of(xq + 16 + 4 * i)));
-      }
-      const int64_t at = (r0 + r) * p.nb + b;
-      const __m256 dr = _mm256_set1_ps(p.d[at]);
-      if (halves) {  // each half alone, its own offset taken back exactly
-        low = _mm256_sub_epi32(low, _mm256_set1_epi32(p.sh[at] >> shift));
-        high = _mm256_sub_epi32(high, _mm256_set1_epi32((p.sq[at] - p.sh[at]) >> shift));
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(low), _mm256_mul_ps(scale, dr), acc[r]);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(high), _mm256_mul_ps(second, dr), acc[r]);
-        continue;
-      }
-      __m256i sum = _mm256_add_epi32(low, high);
-      if (Wide) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(p.sq[at]));  // the weights' +128, exactly
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(scale, dr), acc[r]);
-      if (!Wide) acc[r] = _mm256_fmadd_ps(minimum, _mm256_set1_ps(p.s[at]), acc[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = r0 + r, n0 = g * kGroup + 8 * h;
-    if (p.out_b != nullptr) store_bf16(p.out_b + row * p.ldo + n0, acc[r]);
-    else _mm256_storeu_ps(p.out_f + row * p.ldo + n0, acc[r]);
-  }
-}
-
-template <int Bits>
-I8_AVX2 void groups(const Problem& p, int64_t begin, int64_t end) {
-  for (int64_t g = begin; g < end; ++g) {
-    for (int h = 0; h < 2; ++h) {
-      for (int64_t r0 = 0; r0 < p.M; r0 += kRowsAvx2) {
-        switch (std::min<int64_t>(p.M - r0, kRowsAvx2)) {
-          case 1: rows_avx2<Bits, 1>(p, g, h, r0); break;
-          case 2: rows_avx2<Bits, 2>(p, g, h, r0); break;
-          case 3: rows_avx2<Bits, 3>(p, g, h, r0); break;
-          default: rows_avx2<Bits, kRowsAvx2>(p, g, h, r0);
-        }
-      }
-    }
-  }
-}
-
 }  // namespace
 
-void groups_avx2(const Problem& p, int64_t begin, int64_t end) {
-  if (p.six) groups<6>(p, begin, end);
-  else if (p.wide) groups<8>(p, begin, end);
-  else groups<4>(p, begin, end);
-}
+namespace avx2 {
+#define I8_DOT(bits, acc, w, x) _mm256_add_epi32(acc, (bits) == 8 ? quad_dot8(w, x) : quad_dot(w, x))
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#include "q4_gemm_i8_avx2.inc"
+#pragma GCC pop_options
+#undef I8_DOT
+}  // namespace avx2
+
+// AVX-VNNI's `vpdpbusd` has no 16-bit step to saturate: one instruction a quad for every weight width.
+namespace avx_vnni {
+#define I8_DOT(bits, acc, w, x) _mm256_dpbusd_avx_epi32(acc, w, _mm256_set1_epi32(x))
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avxvnni")
+#include "q4_gemm_i8_avx2.inc"
+#pragma GCC pop_options
+#undef I8_DOT
+}  // namespace avx_vnni
+
+void groups_avx2(const Problem& p, int64_t begin, int64_t end) { avx2::all_groups(p, begin, end); }
+
+void groups_avx_vnni(const Problem& p, int64_t begin, int64_t end) { avx_vnni::all_groups(p, begin, end); }
 
 }  // namespace specdec::i8
 #endif
