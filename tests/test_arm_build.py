@@ -82,7 +82,7 @@ def test_the_neon_products_give_the_scalar_paths_bits(tmp_path):
 def test_a_neon_path_that_drops_the_minimum_is_caught(tmp_path):
     """The control: the check fails for a NEON path without the 4-bit blocks' minimum term."""
     source = (CSRC / "q4_gemm_i8_neon.cpp").read_text()
-    planted = source.replace("if (Bits == 4) acc[r][c] = vfmaq_f32", "if (false) acc[r][c] = vfmaq_f32")
+    planted = source.replace("if (Bits == 4 || p.wide_min) acc[r][c] = vfmaq_f32", "if (false) acc[r][c] = vfmaq_f32")
     assert planted != source
     (tmp_path / "planted.cpp").write_text(planted)
     binary = _check_binary(tmp_path, tmp_path / "planted.cpp")

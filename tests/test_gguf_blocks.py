@@ -6,7 +6,8 @@ them equal those with the expanded fp32 scales, bit for bit); an int4 view of a 
 file multiplies by the file's weights instead of re-quantizing them (a Q4_K weight re-quantized by Q4_1's
 rule moves); a layer whose file tensors mix Q4_K with another type holds fp32 scales (the Q4_K rows exact,
 the others re-quantized), and one whose blocks are not the module's weights is re-quantized as before.
-Q6_K and Q8_0 layers run from the file's blocks on the 8-bit kernels, in the fused pass too.
+Q6_K and Q8_0 layers run from the file's blocks on the 8-bit kernels, in the fused pass too, and so do Q5_K
+and Q5_1 layers (8-bit blocks with a minimum, `q5.Q5Linear`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from helpers import write_gguf
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from specdec.backends.torch import gguf_blocks, q4_kernel
+from specdec.backends.torch import gguf_blocks, q4_kernel, q5
 from specdec.backends.torch.packed import packed_view, rounded_products
 from specdec.backends.torch.q4_kernel import Q4Linear, dequantize_q4, pack_q4
 
@@ -196,9 +197,33 @@ def small_q8_0(rows: int, cols: int, seed: int) -> np.ndarray:
     return gguf.quants.quantize(values, gguf.GGMLQuantizationType.Q8_0)
 
 
+Q5_1, Q5_K = gguf.GGMLQuantizationType.Q5_1, gguf.GGMLQuantizationType.Q5_K
+def small_q5_k(rows: int, cols: int, seed: int) -> np.ndarray:
+    """Random Q5_K bytes with small d and dmin (weights under ~0.1)."""
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 256, (rows, cols // 256, gguf_blocks.Q5_K_BYTES), dtype=np.uint8)
+    data[..., 0:4] = (rng.random((rows, cols // 256, 2)) * 5e-5 + 1e-5).astype(np.float16).view(np.uint8)
+    return data.reshape(rows, -1)
+
+
+def small_q5_1(rows: int, cols: int, seed: int) -> np.ndarray:
+    """Q5_1 bytes of random weights of about 0.02 (gguf's own quantizer)."""
+    values = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32) * 0.02
+    return gguf.quants.quantize(values, gguf.GGMLQuantizationType.Q5_1)
+
+
+def _weight(product: torch.nn.Module) -> torch.Tensor:
+    """The bf16 weight an 8-bit-kernel product (`Q8Linear`, `Q6Linear`, `q5.Q5Linear`) multiplies by."""
+    blocks = product.blocks()
+    return q5.dequantize_q5(*blocks) if len(blocks) == 3 else q4_kernel.dequantize_q8(*blocks)
+
+
 MIXES = {  # (layer, tensor) -> type; Q4_K where not named
     "q4_k_m": {(0, "attn_v"): Q6_K, (0, "ffn_down"): Q6_K},
     "q8_0": {(layer, tensor): Q8_0 for layer in range(2) for tensor in gguf_blocks.LAYER_TENSORS.values()},
+    # Q5_K_M's mix, one q as Q5_1 (a 5-bit file's fallback where a row is not a whole super-block)
+    "q5_k_m": {**{(layer, tensor): Q5_K for layer in range(2) for tensor in gguf_blocks.LAYER_TENSORS.values()},
+               (0, "attn_v"): Q6_K, (0, "ffn_down"): Q6_K, (1, "attn_q"): Q5_1},
 }
 
 
@@ -212,6 +237,7 @@ def test_8_bit_and_6_bit_layers_run_from_the_files_blocks_on_the_fused_pass(tmp_
     from specdec.backends.torch.attention_plan import AttentionPlan
     from specdec.backends.torch.invariant import kernel_runs_here
     from specdec.backends.torch.packed import Columns
+    from specdec.backends.torch.q5 import Q5Linear
     from specdec.backends.torch.q6_k import Q6Linear
     from specdec.backends.torch.target import TargetModel
 
@@ -221,7 +247,7 @@ def test_8_bit_and_6_bit_layers_run_from_the_files_blocks_on_the_fused_pass(tmp_
                          num_key_value_heads=2, num_hidden_layers=2, max_position_embeddings=256)
     torch.manual_seed(5)
     model = Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
-    makers = {Q4_K: random_q4_k, Q6_K: small_q6_k, Q8_0: small_q8_0}
+    makers = {Q4_K: random_q4_k, Q6_K: small_q6_k, Q8_0: small_q8_0, Q5_K: small_q5_k, Q5_1: small_q5_1}
     tensors, kinds = {}, {}
     for index, (layer, (module_name, tensor)) in enumerate(
             (layer, item) for layer in range(2) for item in gguf_blocks.LAYER_TENSORS.items()):
@@ -233,13 +259,13 @@ def test_8_bit_and_6_bit_layers_run_from_the_files_blocks_on_the_fused_pass(tmp_
     path = tmp_path / f"{mix}.gguf"
     write_gguf(path, tensors)
     view = packed_view(model, int4=True, gguf_path=path)
-    expected = {Q4_K: Q4Linear, Q6_K: Q6Linear, Q8_0: q4_kernel.Q8Linear}
+    expected = {Q4_K: Q4Linear, Q6_K: Q6Linear, Q8_0: q4_kernel.Q8Linear, Q5_K: Q5Linear, Q5_1: Q5Linear}
     for layer, (ours, theirs) in enumerate(zip(view.model.layers, model.model.layers, strict=True)):
         for name in ("self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
             product, kind = ours.get_submodule(name), kinds[layer, name]
             assert type(product) is expected[kind], (layer, name)
             if kind != Q4_K:
-                assert torch.equal(q4_kernel.dequantize_q8(*product.blocks()), theirs.get_submodule(name).weight)
+                assert torch.equal(_weight(product), theirs.get_submodule(name).weight)
         qkv = ours.self_attn.qkv_proj
         if all(kinds[layer, f"self_attn.{p}_proj"] == Q4_K for p in "qkv"):
             assert isinstance(qkv, Q4Linear)
@@ -247,11 +273,11 @@ def test_8_bit_and_6_bit_layers_run_from_the_files_blocks_on_the_fused_pass(tmp_
         assert isinstance(qkv, Columns)
         wide = [p for p in "qkv" if kinds[layer, f"self_attn.{p}_proj"] != Q4_K]
         for part, p in zip(qkv.parts[-len(wide):], wide, strict=True):
-            assert torch.equal(q4_kernel.dequantize_q8(*part.blocks()), theirs.get_submodule(f"self_attn.{p}_proj").weight)
+            assert torch.equal(_weight(part), theirs.get_submodule(f"self_attn.{p}_proj").weight)
     plan = AttentionPlan.invariant()
     fused, unfused = TargetModel(view, attention=plan), TargetModel(view, attention=plan)
     unfused._fused = None
-    assert fused._fused is not None and fused._fused.parts == {"q4_k_m": [2, 1], "q8_0": [3, 3]}[mix]
+    assert fused._fused is not None and fused._fused.parts == {"q4_k_m": [2, 1], "q8_0": [3, 3], "q5_k_m": [3, 3]}[mix]
     prompt = torch.randint(0, 512, (24,), generator=torch.Generator().manual_seed(6))
     logits = []
     for target in (fused, unfused):

@@ -1,10 +1,11 @@
 """Every GGUF type a block kernel holds as stored (`gguf_blocks.HELD`), and what `pack auto` does with the rest.
 
-- Q4_0, Q4_1, Q5_0 and IQ4_NL blocks read as gguf's own dequantizer reads them, in the kernels' forms;
+- Q4_0, Q4_1, Q5_0, Q5_1, Q5_K and IQ4_NL blocks read as gguf's own dequantizer reads them, in the kernels'
+  forms;
 - a Llama file's q and k rows, which transformers reorders on load, are matched to the module's rows, so a
   one-layer Llama's int4 view of a Q4_0 / Q4_1 / Q5_0 / IQ4_NL file moves no weight (each was re-quantized
   to Q4_1's rule before, and moved);
-- a file whose layers are of a type no kernel holds (F16, Q5_1) keeps `pack auto` off int4, says so once, and
+- a file whose layers are of a type no kernel holds (F16, BF16) keeps `pack auto` off int4, says so once, and
   the reason `specdec-hf doctor` prints names the type.
 """
 
@@ -20,14 +21,14 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
 
 from specdec.backends.registry import explain
-from specdec.backends.torch import gguf_blocks, q4_kernel
+from specdec.backends.torch import gguf_blocks, q4_kernel, q5
 from specdec.backends.torch.int4 import has_invariant_int4
 from specdec.backends.torch.invariant import kernel_runs_here
 from specdec.backends.torch.packed import Columns, pack_of, packed_view, rounded_products
 from specdec.models import LoadedModel
 
 gguf = pytest.importorskip("gguf")
-SMALL = ["Q4_0", "Q4_1", "Q5_0", "IQ4_NL"]
+SMALL = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"]
 
 
 def file_bytes(kind: str, rows: int, cols: int, seed: int) -> np.ndarray:
@@ -55,10 +56,28 @@ def test_small_blocks_read_as_gguf_reads_them(kind):
     if kind in gguf_blocks.FOUR_BIT:
         assert int(q.min()) >= 0 and int(q.max()) <= 15
         weight = q4_kernel.dequantize_q4(*q4_kernel.pack_q4(q, scale, minimum))
+    elif kind == "Q5_1":
+        assert q.dtype == torch.int8 and int(q.min()) >= 0 and int(q.max()) <= 31
+        weight = q5.dequantize_q5(q, scale, minimum)
     else:
         assert q.dtype == torch.int8 and not minimum.any()
         weight = q4_kernel.dequantize_q8(*q4_kernel.pack_q8(q, scale))
     assert torch.equal(weight, dequantized(raw, kind))
+
+
+def random_q5_k(rows: int, cols: int, seed: int) -> np.ndarray:
+    """Random Q5_K bytes whose weights stay small (d and dmin under ~1e-3): any bits are valid blocks."""
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 256, (rows, cols // 256, gguf_blocks.Q5_K_BYTES), dtype=np.uint8)
+    data[..., 0:4] = (rng.random((rows, cols // 256, 2)) * 1e-3 + 1e-4).astype(np.float16).view(np.uint8)
+    return data.reshape(rows, -1)
+
+
+def test_q5_k_blocks_read_as_gguf_reads_them():
+    raw = random_q5_k(16, 512, seed=2)
+    q, scale, minimum = gguf_blocks.q5_k_blocks(raw, 16, 512)
+    assert q.dtype == torch.int8 and int(q.min()) == 0 and int(q.max()) == 31 and scale.dtype == torch.float32
+    assert torch.equal(q5.dequantize_q5(q, scale, minimum), dequantized(raw, "Q5_K"))
 
 
 def test_rows_are_matched_by_value_where_they_are_reordered():
@@ -120,10 +139,10 @@ def test_a_llama_files_reordered_q_and_k_rows_are_held_as_stored(tmp_path):
 
 
 @pytest.mark.parametrize(("stored", "unheld"), [({}, ()), ({"attn_q": "F16"}, ("F16",)),
-                                                 ({"ffn_up": "Q5_1", "attn_v": "F16"}, ("F16", "Q5_1"))],
-                         ids=["held", "f16", "q5_1"])
+                                                 ({"ffn_up": "BF16", "attn_v": "F16"}, ("BF16", "F16"))],
+                         ids=["held", "f16", "bf16"])
 def test_pack_auto_keeps_a_file_whose_layers_no_kernel_holds(tmp_path, stored, unheld):
-    """4 bits would move an F16 or Q5_1 layer: `pack auto` keeps bf16 packing, and its reason names the types;
+    """4 bits would move an F16 or BF16 layer: `pack auto` keeps bf16 packing, and its reason names the types;
     a file of held types settles on int4 where the fused pass runs here."""
     config = Qwen2Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_attention_heads=4,
                          num_key_value_heads=2, num_hidden_layers=1, max_position_embeddings=256)
@@ -150,3 +169,30 @@ def test_pack_auto_keeps_a_file_whose_layers_no_kernel_holds(tmp_path, stored, u
         runs = has_invariant_int4(torch.bfloat16) and kernel_runs_here()
         assert pack_of(loaded) == ("int4" if runs else "auto") and "stores layers" not in why, why
     assert gguf_blocks.unheld_types(tmp_path / "missing.gguf") == ("unreadable",)
+
+
+
+def test_5_bit_values_multiply_alike_on_every_path_and_row_alone():
+    """`Q5Linear` (5-bit values in 8-bit blocks with a minimum): the same bits on every path of the 8-bit-activation
+    kernel and for a row alone, within fp32 rounding of the kernel's arithmetic in float64 (exact integer sums),
+    fp16 (Q5_1) and fp32 (Q5_K) scales; a minimum left out moves it far past that."""
+    from helpers import assert_i8_within_bound
+
+    if not q5.held():
+        pytest.skip("5-bit blocks run on 8-bit activations")
+    generator = torch.Generator().manual_seed(3)
+    q = torch.randint(0, 32, (48, 256), generator=generator)
+    for dtype in (torch.float16, torch.float32):
+        scale = (torch.rand(48, 8, generator=generator) * 0.01 + 1e-3).to(dtype)
+        minimum = (-scale.float() * 16 * torch.rand(48, 8, generator=generator)).to(dtype)
+        layer = q5.Q5Linear(q, scale, minimum)
+        assert all(torch.equal(a, b) for a, b in zip(layer.blocks(), (q.to(torch.int8), scale, minimum), strict=True))
+        x = torch.randn(11, 256).to(torch.bfloat16)
+        full = layer(x)
+        for path in torch.ops.specdec_q4.q4_linear_i8_paths():
+            assert torch.equal(torch.ops.specdec_q4.q4_linear(x, layer.qs, layer.scale, layer.minimum, path), full), path
+        assert torch.equal(layer(x[4:6]), full[4:6])
+        assert_i8_within_bound(full, x, q, scale.float(), minimum.float())
+        with pytest.raises(AssertionError):
+            assert_i8_within_bound(full, x, q, scale.float(), torch.zeros_like(minimum, dtype=torch.float32))
+

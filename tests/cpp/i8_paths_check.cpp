@@ -1,5 +1,6 @@
 // The interleaved block products' vector paths against the scalar path, bit for bit, without torch: every weight
-// form (4-bit with fp16, fp32 or Q4_K scales; 6-bit; 8-bit with a scale per block or per 16), 1-5 rows, random
+// form (4-bit with fp16, fp32 or Q4_K scales; 6-bit; 8-bit with a scale per block or per 16, or with a scale and a
+// minimum a block, fp16 or fp32), 1-5 rows, random
 // and extreme values. Built and run by tests/test_arm_build.py for aarch64 under qemu (the NEON path); prints
 // "ok N" and exits 0, or names the first difference and exits 1.
 #include <cstdio>
@@ -43,7 +44,8 @@ void point(Case& c) {
   c.p.sh = c.sh.data();
 }
 
-// form: 0 4-bit fp16, 1 4-bit fp32, 2 4-bit Q4_K pairs, 3 6-bit, 4 8-bit fp16, 5 8-bit fp32 per 16.
+// form: 0 4-bit fp16, 1 4-bit fp32, 2 4-bit Q4_K pairs, 3 6-bit, 4 8-bit fp16, 5 8-bit fp32 per 16, 6 and 7 8-bit
+// with a minimum a block (fp16, fp32).
 Case make(int form, int64_t M, int64_t G, int64_t nb, bool extreme) {
   Case c;
   const int64_t bytes = form == 3 ? kRun + kRun / 2 : form >= 4 ? 2 * kRun : kRun;
@@ -68,13 +70,13 @@ Case make(int form, int64_t M, int64_t G, int64_t nb, bool extreme) {
   std::vector<float> floats;
   Problem& p = c.p;
   p.form = Scales::kHalf;
-  if (form == 0 || form == 4) {
+  if (form == 0 || form == 4 || form == 6) {
     for (int64_t i = 0; i < G * nb * kGroup; ++i) halfs.push_back(c10::Half(positive()));
     fill_bytes(c.scale_bytes, halfs);
     halfs.clear();
     for (int64_t i = 0; i < G * nb * kGroup; ++i) halfs.push_back(c10::Half(-positive()));
     fill_bytes(c.minimum_bytes, halfs);
-  } else if (form == 1 || form == 5) {
+  } else if (form == 1 || form == 5 || form == 7) {
     p.form = Scales::kFloat;
     for (int64_t i = 0; i < G * nb * kGroup * (form == 5 ? 2 : 1); ++i) floats.push_back(positive());
     fill_bytes(c.scale_bytes, floats);
@@ -94,6 +96,7 @@ Case make(int form, int64_t M, int64_t G, int64_t nb, bool extreme) {
   }
   point(c);
   p.wide = form >= 3;
+  p.wide_min = form >= 6;
   p.halves = form == 5;
   p.six = form == 3;
   p.M = M;
@@ -129,7 +132,7 @@ int main() {
     return 2;
   }
   int cases = 0;
-  for (int form = 0; form < 6; ++form)
+  for (int form = 0; form < 8; ++form)
     for (int64_t M : {1, 2, 3, 5})
       for (bool extreme : {false, true}) {
         Case c = make(form, M, form == 0 ? 3 : 2, 8 * (1 + (M % 2)), extreme);

@@ -39,6 +39,7 @@ from transformers.cache_utils import Cache
 
 from specdec.backends.torch.invariant import KERNEL_DIMS, Layout, kernel_runs_here
 from specdec.backends.torch.q4_kernel import Q4Linear, Q8Linear
+from specdec.backends.torch.q5 import Q5Linear
 from specdec.backends.torch.q6_k import Q6Linear
 from specdec.tree import DraftTree
 
@@ -85,8 +86,10 @@ def why_not(model: torch.nn.Module) -> str | None:
 
 
 def _runs_here(linear: torch.nn.Module | None) -> bool:
-    """A product `decoder_layer` runs: 4-bit blocks, Q6_K's bits, or 8-bit blocks on 8-bit activations."""
-    return isinstance(linear, (Q4Linear, Q6Linear)) or (isinstance(linear, Q8Linear) and linear.activations == "int8")
+    """A product `decoder_layer` runs: 4-bit blocks, Q6_K's bits, 5-bit values in 8-bit blocks with a minimum, or
+    8-bit blocks on 8-bit activations."""
+    return (isinstance(linear, (Q4Linear, Q5Linear, Q6Linear))
+            or (isinstance(linear, Q8Linear) and linear.activations == "int8"))
 
 
 def _parts(qkv: torch.nn.Module | None) -> list[torch.nn.Module | None]:
@@ -94,7 +97,7 @@ def _parts(qkv: torch.nn.Module | None) -> list[torch.nn.Module | None]:
     return list(qkv.parts) if hasattr(qkv, "parts") else [qkv]
 
 
-def _blocks(linear: Q4Linear | Q6Linear | Q8Linear) -> list[torch.Tensor]:
+def _blocks(linear: Q4Linear | Q5Linear | Q6Linear | Q8Linear) -> list[torch.Tensor]:
     """A product's three tensors as `decoder_layer` reads them (it tells the forms apart by qs's shape)."""
     if isinstance(linear, Q6Linear):
         return [linear.qs, linear.sub, linear.d]

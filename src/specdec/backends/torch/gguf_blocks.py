@@ -18,9 +18,10 @@ its own bits, or as 8-bit blocks with a scale per 16 where the CPU runs no 8-bit
 file's weights instead of 4-bit copies of them.
 
 Q4_0 and Q4_1 layers are held as 4-bit blocks too (Q4_0's d * (q - 8) as scale d and minimum -8 * d, exact
-in fp16), and Q5_0 and IQ4_NL ones as 8-bit blocks (q - 16, or IQ4_NL's table value, each with the block's
-fp16 d: Q8_0's form). `HELD` names every type a block kernel holds as stored; a file whose layers are of
-another type (F16, BF16, Q5_1, Q5_K, Q2_K, ...) is not lowered to 4 bits by `pack auto` (`unheld_types`).
+in fp16), Q5_0 and IQ4_NL ones as 8-bit blocks (q - 16, or IQ4_NL's table value, each with the block's fp16 d:
+Q8_0's form), and Q5_1 and Q5_K ones, where 8-bit activations run, as 8-bit blocks with a minimum a block
+(`q5.Q5Linear`). `held_types()` names every type a block kernel holds as stored here; a file whose layers are
+of another type (F16, BF16, Q2_K, Q3_K, ...) is not lowered to 4 bits by `pack auto` (`unheld_types`).
 
 transformers reorders a Llama-family file's q and k rows on load (each head's rotary halves, as llama.cpp
 stores them interleaved), so the file's rows are matched to the module's by value (`row_order`) and its
@@ -43,18 +44,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specdec.backends.torch import q4_i8, q4_kernel, q6_k
+from specdec.backends.torch import q4_i8, q4_kernel, q5, q6_k
 
 HEAD_NAMES = ("output.weight", "token_embd.weight")  # the head, else the embedding a tied head shares
 Q8_0_BYTES = 2 + q4_kernel.BLOCK  # a Q8_0 block: its fp16 scale, then 32 int8
 Q4_K_BYTES = 2 + 2 + 12 + 128  # a Q4_K super-block of 256: fp16 d and dmin, 8 six-bit scales and mins, 4-bit q
 Q6_K_BYTES = 128 + 64 + 16 + 2  # a Q6_K super-block of 256: low 4 bits, high 2 bits, 16 int8 scales, fp16 d
-SMALL_BYTES = {"Q4_0": 2 + 16, "Q4_1": 2 + 2 + 16, "Q5_0": 2 + 4 + 16, "IQ4_NL": 2 + 16}  # blocks of 32 weights
+SMALL_BYTES = {"Q4_0": 2 + 16, "Q4_1": 2 + 2 + 16, "Q5_0": 2 + 4 + 16, "Q5_1": 2 + 2 + 4 + 16, "IQ4_NL": 2 + 16}
+Q5_K_BYTES = 2 + 2 + 12 + 32 + 128  # a Q5_K super-block of 256: fp16 d, dmin, Q4_K's scales and mins, high bits, low
 # IQ4_NL's 16 levels (ggml's kvalues_iq4nl): w = d * IQ4_NL_VALUES[q]
 IQ4_NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int8)
 FOUR_BIT = ("Q4_0", "Q4_1", "Q4_K")  # held by the 4-bit kernel as stored (`FileBlocks.q4`)
 EIGHT_BIT = ("Q8_0", "Q6_K", "Q5_0", "IQ4_NL")  # held by the 8-bit kernels as stored (`FileBlocks.q8`)
 HELD = FOUR_BIT + EIGHT_BIT
+FIVE_BIT = ("Q5_1", "Q5_K")  # held as 8-bit blocks with a minimum where 8-bit activations run (`q5.held`)
 # transformers' module names in a Llama-family decoder layer -> llama.cpp's tensor names
 LAYER_TENSORS = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
                  "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
@@ -107,10 +110,27 @@ def q4_k_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, to
             torch.from_numpy(np.ascontiguousarray(supers)))
 
 
+def q5_k_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A Q5_K tensor's bytes [rows, cols / 256 * 176] -> (q int8 [rows, cols] in 0..31, scale, minimum fp32
+    [rows, cols / 32]): w = q * (d * scale) - dmin * min, each product exact in fp32 (Q4_K's six-bit pairs).
+
+    Element order as ggml's dequantize_row_q5_K: each 64 weights take 32 bytes of low bits, the low nibbles
+    first, and bits 2c and 2c + 1 (the c-th 64's two halves) of the super-block's 32 high-bit bytes."""
+    count = rows * (cols // 256)
+    data = np.ascontiguousarray(raw, dtype=np.uint8).reshape(count, Q5_K_BYTES)
+    as_q4_k = np.concatenate([data[:, :16], data[:, 48:]], axis=1)  # Q4_K's bytes: the high bits left out
+    low, pairs, supers = q4_k_blocks(as_q4_k, rows, cols)
+    high = (data[:, 16:48].reshape(count, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1
+    q = low.numpy().astype(np.int8) | (high.reshape(rows, cols).astype(np.int8) << 4)
+    scale, minimum = q4_kernel.q4_k_scales(pairs, supers)
+    return torch.from_numpy(np.ascontiguousarray(q)), scale, minimum
+
+
 def small_blocks(raw: np.ndarray, kind: str, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A Q4_0, Q4_1, Q5_0 or IQ4_NL tensor's bytes [rows, cols / 32 * size] -> (q [rows, cols], scale, minimum
-    fp16 [rows, cols / 32]), w = q * scale + minimum: Q4_0 q in 0..15 with minimum -8 * d; Q4_1 its (d, m);
-    Q5_0 q - 16 and IQ4_NL its table value as int8, minimum 0 (the 8-bit kernels' form, which has none).
+    """A Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL tensor's bytes [rows, cols / 32 * size] -> (q [rows, cols], scale,
+    minimum fp16 [rows, cols / 32]), w = q * scale + minimum: Q4_0 q in 0..15 with minimum -8 * d; Q4_1 its
+    (d, m); Q5_1 q in 0..31 (int8) and its (d, m); Q5_0 q - 16 and IQ4_NL its table value as int8, minimum 0
+    (the 8-bit kernels' form, which has none).
 
     Element order as ggml's dequantizers: a block's low nibbles are its weights 0..15, the high ones 16..31
     (Q5_0's fifth bit of weight i is bit i of the block's 32-bit qh)."""
@@ -124,10 +144,13 @@ def small_blocks(raw: np.ndarray, kind: str, rows: int, cols: int) -> tuple[torc
         minimum = d * np.float16(-8)  # a power of two: exact in fp16
     elif kind == "Q4_1":
         minimum = data[..., 2:4].copy().view(np.float16).reshape(rows, blocks)
-    elif kind == "Q5_0":
-        qh = data[..., 2:6].copy().view("<u4").reshape(rows, blocks, 1)
+    elif kind in ("Q5_0", "Q5_1"):
+        at = 2 if kind == "Q5_0" else 4
+        qh = data[..., at : at + 4].copy().view("<u4").reshape(rows, blocks, 1)
         fifth = ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8) << 4
-        q = (q | fifth).astype(np.int8) - np.int8(16)
+        q = (q | fifth).astype(np.int8) - np.int8(16 if kind == "Q5_0" else 0)
+        if kind == "Q5_1":
+            minimum = data[..., 2:4].copy().view(np.float16).reshape(rows, blocks)
     else:
         q = IQ4_NL_VALUES[q]
     return (torch.from_numpy(np.ascontiguousarray(q.reshape(rows, cols))), torch.from_numpy(d),
@@ -159,18 +182,23 @@ def row_order(stored: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None
     return torch.tensor(order)
 
 
+def held_types() -> tuple[str, ...]:
+    """The GGUF types a block kernel holds as stored in this process: `HELD`, and `FIVE_BIT` on 8-bit activations."""
+    return HELD + (FIVE_BIT if q5.held() else ())
+
+
 def unheld_types(path: Path) -> tuple[str, ...]:
-    """The types of `path`'s decoder products (`LAYER_TENSORS`) that no block kernel holds as stored (F16,
-    Q5_1, Q5_K, ...: 4 bits would move them), sorted; ("unreadable",) where gguf cannot read the file."""
+    """The types of `path`'s decoder products (`LAYER_TENSORS`) that no block kernel holds as stored here (F16,
+    BF16, Q2_K, ...: 4 bits would move them), sorted; ("unreadable",) where gguf cannot read the file."""
     try:
         changed = path.stat().st_mtime_ns
     except OSError:
         return ("unreadable",)
-    return _unheld_types(path, changed)
+    return _unheld_types(path, changed, held_types())
 
 
 @functools.lru_cache(maxsize=8)
-def _unheld_types(path: Path, changed: int) -> tuple[str, ...]:  # noqa: ARG001 - `changed` keys the cache
+def _unheld_types(path: Path, changed: int, held: tuple[str, ...]) -> tuple[str, ...]:  # noqa: ARG001 - `changed` keys the cache
     try:
         import gguf
 
@@ -179,7 +207,7 @@ def _unheld_types(path: Path, changed: int) -> tuple[str, ...]:  # noqa: ARG001 
         return ("unreadable",)
     products = {f".{name}.weight" for name in LAYER_TENSORS.values()}
     return tuple(sorted({t.tensor_type.name for t in tensors if t.name.startswith("blk.")
-                         and t.name[t.name.index(".", 4):] in products} - set(HELD)))
+                         and t.name[t.name.index(".", 4):] in products} - set(held)))
 
 
 def gguf_name(module_name: str) -> str | None:
@@ -248,7 +276,7 @@ class FileBlocks:
         activations), else, where the CPU runs no 8-bit activations, `Q8Linear` with a scale per 16. None
         where it is of another type, the shapes do not fit, or its values are not `weight`'s in any row order."""
         tensor = self.tensors.get(name) if name else None
-        if tensor is None or tensor.tensor_type.name not in EIGHT_BIT or not q4_kernel.load_extension():
+        if tensor is None or tensor.tensor_type.name not in EIGHT_BIT + FIVE_BIT or not q4_kernel.load_extension():
             return None
         return _from_tensor(tensor, weight, bias, str(name))[0]
 
@@ -301,8 +329,10 @@ def _from_tensor(tensor, weight: torch.Tensor, bias: torch.Tensor | None, what: 
     module on the block kernels, or (None, why not); `what` names the tensor in the reasons."""
     rows, cols = weight.shape
     kind = tensor.tensor_type.name
+    if kind in FIVE_BIT:
+        return _five_bit(tensor, weight, bias, what)
     if kind not in EIGHT_BIT or cols % (256 if kind == "Q6_K" else q4_kernel.BLOCK):
-        return None, f"the GGUF's {what} is {kind}, not one of {', '.join(EIGHT_BIT)}"
+        return None, f"the GGUF's {what} is {kind}, not one of {', '.join(EIGHT_BIT + FIVE_BIT)}"
     block = Q8_0_BYTES if kind == "Q8_0" else SMALL_BYTES.get(kind, 0)
     width = cols // 256 * Q6_K_BYTES if kind == "Q6_K" else cols // q4_kernel.BLOCK * block
     if tuple(tensor.data.shape) != (rows, width):
@@ -320,3 +350,24 @@ def _from_tensor(tensor, weight: torch.Tensor, bias: torch.Tensor | None, what: 
     if kind == "Q6_K" and rows % q4_i8.GROUP == 0 and q4_kernel.default_activations() == "int8":
         return q6_k.Q6Linear(qs[order], sub[order], d[order], bias), ""  # the file's own bits, the 8-bit form's arithmetic
     return q4_kernel.Q8Linear(qs[order], scale[order], bias), ""
+
+
+def _five_bit(tensor, weight: torch.Tensor, bias: torch.Tensor | None, what: str  # noqa: ANN001 - a gguf ReaderTensor
+              ) -> tuple[torch.nn.Module | None, str]:
+    """A Q5_1 or Q5_K tensor holding exactly `weight`'s values (in some row order) as a `q5.Q5Linear`, or (None,
+    why not): where 8-bit activations run, N is a multiple of 16 and the shapes fit."""
+    rows, cols = weight.shape
+    kind = tensor.tensor_type.name
+    width = cols // 256 * Q5_K_BYTES if kind == "Q5_K" else cols // q4_kernel.BLOCK * SMALL_BYTES[kind]
+    if not q5.held() or rows % q4_i8.GROUP or cols % (256 if kind == "Q5_K" else q4_kernel.BLOCK):
+        return None, f"the GGUF's {what} is {kind}, which 8-bit activations with N a multiple of 16 hold"
+    if tuple(tensor.data.shape) != (rows, width):
+        return None, f"the GGUF's {what} is {tuple(tensor.data.shape)} bytes, the model's {rows} x {cols}"
+    if kind == "Q5_K":
+        q, scale, minimum = q5_k_blocks(tensor.data, rows, cols)
+    else:
+        q, scale, minimum = small_blocks(tensor.data, kind, rows, cols)
+    order = row_order(q5.dequantize_q5(q, scale, minimum), weight)
+    if order is None:
+        return None, f"the GGUF's {what} blocks are not the model's {what} weights"
+    return q5.Q5Linear(q[order], scale[order], minimum[order], bias), ""

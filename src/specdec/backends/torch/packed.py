@@ -346,9 +346,10 @@ def pack_of(loaded: LoadedModel) -> str:
     """`loaded.pack` with `auto` settled: a GGUF source (the bundled model, a pulled one, a .gguf file) in bf16 on
     the torch backend verifies on 4-bit weights where exact verification runs the fused pass
     (`specdec.backends.torch.fused`: specdec's block and attention kernels, one C++ call a pass), its
-    fastest pass, where the file's layers are of types the block kernels hold as stored (`gguf_blocks.HELD`:
-    Q4_0/Q4_1/Q4_K, Q5_0, Q6_K, Q8_0, IQ4_NL), so the model verified is the file's. Elsewhere (a 16-bit or
-    Q5_1/Q5_K file, ...) `auto` keeps its meaning (bf16 / fp16 packing)."""
+    fastest pass, where the file's layers are of types the block kernels hold as stored here
+    (`gguf_blocks.held_types`: Q4_0/Q4_1/Q4_K, Q5_0, Q5_1/Q5_K on 8-bit activations, Q6_K, Q8_0, IQ4_NL), so
+    the model verified is the file's. Elsewhere (a 16-bit file, ...) `auto` keeps its meaning (bf16 / fp16
+    packing)."""
     if loaded.pack != "auto" or loaded.gguf_path is None or loaded.backend != "torch" or loaded.exact == "off":
         return loaded.pack
     if loaded.dtype != torch.bfloat16 or loaded.device.type != "cpu" or not fits(loaded.model.config):
@@ -364,7 +365,7 @@ def _say_kept(name: str, unheld: tuple[str, ...]) -> bool:
     """Warn, once a loaded model, that `pack auto` keeps bf16 for a file whose layers 4 bits would move."""
     warnings.warn(f"{name} stores decoder layers as {', '.join(unheld)}, which specdec's block kernels do not hold "
                   "as stored: verifying on them in bf16, several times slower than the fused 4-bit pass; --pack int4 "
-                  "runs that pass on a 4-bit copy of them (another model)", UserWarning, stacklevel=3)
+                  "runs that pass on a 4-bit copy of them (another model)", UserWarning, stacklevel=5)
     return True
 
 

@@ -44,6 +44,7 @@ import functools
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -306,6 +307,15 @@ def default_activations() -> str:
     return "int8" if load_extension() and bool(torch.ops.specdec_q4.q4_linear_i8_fast()) else "bf16"
 
 
+def rows_through(layer: torch.nn.Module, x: torch.Tensor, product: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """A block layer's forward: x [..., in_features] as one contiguous [M, K] matrix through `product`, plus the
+    layer's bias, back to [..., out_features]."""
+    y = product(x.reshape(-1, layer.in_features).contiguous())
+    if layer.bias is not None:
+        y = y + layer.bias
+    return y.reshape(*x.shape[:-1], layer.out_features)
+
+
 class Q4Linear(torch.nn.Module):
     """y = x @ W.T + b with W held as Q4_1 blocks (`pack_q4`'s layout), multiplied by the C++ kernel.
 
@@ -360,11 +370,7 @@ class Q4Linear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in_features] (bf16 or fp32) -> [..., out_features] in x's dtype."""
-        rows = x.reshape(-1, self.in_features).contiguous()
-        y = torch.ops.specdec_q4.q4_linear(rows, self.qs, self.scale, self.minimum)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return rows_through(self, x, lambda rows: torch.ops.specdec_q4.q4_linear(rows, self.qs, self.scale, self.minimum))
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -411,11 +417,7 @@ class Q8Linear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in_features] (bf16 or fp32) -> [..., out_features] in x's dtype."""
-        rows = x.reshape(-1, self.in_features).contiguous()
-        y = torch.ops.specdec_q4.q8_linear(rows, self.qs, self.scale)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return rows_through(self, x, lambda rows: torch.ops.specdec_q4.q8_linear(rows, self.qs, self.scale))
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

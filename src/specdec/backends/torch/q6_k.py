@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from specdec.backends.torch import q4_i8
-from specdec.backends.torch.q4_kernel import load_extension, unavailable_reason
+from specdec.backends.torch.q4_kernel import load_extension, rows_through, unavailable_reason
 
 SUPER = 256  # weights per d
 SUB = 16  # weights per sub-scale
@@ -86,11 +86,7 @@ class Q6Linear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in_features] (bf16 or fp32) -> [..., out_features] in x's dtype."""
-        rows = x.reshape(-1, self.in_features).contiguous()
-        y = torch.ops.specdec_q4.q6_linear(rows, self.qs, self.sub, self.d)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return rows_through(self, x, lambda rows: torch.ops.specdec_q4.q6_linear(rows, self.qs, self.sub, self.d))
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

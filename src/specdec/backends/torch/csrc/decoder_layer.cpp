@@ -42,7 +42,7 @@ using bf16 = c10::BFloat16;
 constexpr int64_t kGrain = 8;     // rows per task of the row-wise steps: one-token passes stay on one thread
 // A product's three tensors: Q4 blocks (q4_linear: qs [N, K/2], scale, minimum) or, told apart by qs
 // [N/16, K/32, bytes], Q6_K's (384 bytes: q6_linear: qs, int8 sub-scales, fp16 d) or 8-bit blocks on 8-bit
-// activations (512 bytes: q8_linear; its minimum is unused).
+// activations (512 bytes: q8_linear, its minimum empty; or with a minimum a block, 5-bit files' values).
 struct Product {
   at::Tensor qs, scale, minimum;
   int64_t outputs() const { return qs.dim() == 3 ? 16 * qs.size(0) : qs.size(0); }

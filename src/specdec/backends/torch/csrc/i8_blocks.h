@@ -30,7 +30,8 @@ struct Problem {
   const float* s;           // [M, nb] d * sum of the block's q
   const int32_t* sq;        // [M, nb] 128 * sum of the block's q (8-bit weights: the offset taken back)
   const int32_t* sh;        // [M, nb] 128 * sum of its first 16 q (8-bit weights, a scale per 16)
-  bool wide;                // 8-bit weights: qs [N/16, K/32, 512], w = scale * (u - 128), no minimum
+  bool wide;                // 8-bit weights: qs [N/16, K/32, 512], w = scale * (u - 128), no minimum ...
+  bool wide_min;            // ... or with one a block (5-bit files' Q5_1, Q5_K): + minimum, in `form`'s scales
   bool halves;              // wide with fp32 scales [N/16, K/16, 16]: a scale per 16 weights
   bool six;                 // 6-bit weights: qs [N/16, K/32, 384], int8 scale [G, 2 nb, 16], fp16 d in `minimum`
   int64_t M, N, K, nb;
@@ -45,7 +46,7 @@ inline void block_scales(const Problem& p, int64_t n, int64_t b, float& scale, f
   switch (p.form) {
     case Scales::kHalf:
       scale = static_cast<float>(static_cast<const c10::Half*>(p.scale)[at]);
-      minimum = p.wide ? 0.0f : static_cast<float>(static_cast<const c10::Half*>(p.minimum)[at]);
+      minimum = p.wide && !p.wide_min ? 0.0f : static_cast<float>(static_cast<const c10::Half*>(p.minimum)[at]);
       return;
     case Scales::kFloat:
       scale = static_cast<const float*>(p.scale)[at];

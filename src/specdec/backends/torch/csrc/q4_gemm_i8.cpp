@@ -66,7 +66,7 @@ inline int32_t quad(const int8_t* x) {
 // Bits: 4 (a scale and a minimum a block), 6 (Q6_K's, a scale per 16) or 8 (Q8_0's, or an fp32 scale per 16).
 template <int Bits, int R>
 I8_AVX512 void rows_avx512(const Problem& p, int64_t g, int64_t r0) {
-  constexpr bool Wide = Bits > 4;  // no minimum: an offset taken back instead
+  constexpr bool Wide = Bits > 4;  // an offset taken back instead of a minimum (and a minimum too where wide_min)
   constexpr int64_t kBytes = Bits == 8 ? 2 * kRun : Bits == 6 ? kRun + kRun / 2 : kRun;  // a block of a column group
   const bool halves = Bits == 6 || (Bits == 8 && p.halves);
   const int shift = Bits == 6 ? 2 : 0;  // the offset: 32 (not 128) times a half's sum
@@ -95,7 +95,7 @@ I8_AVX512 void rows_avx512(const Problem& p, int64_t g, int64_t r0) {
         for (int t = 0; t < 4; ++t) w[4 * h + t] = _mm512_ternarylogic_epi32(at[t], top, w[4 * h + t], 0xEA);
       }
     }
-    __m512 scale, minimum, second;  // second: the scales of k >= 16 (a scale per 16)
+    __m512 scale, minimum = _mm512_setzero_ps(), second;  // second: the scales of k >= 16 (a scale per 16)
     if (Bits == 6) {  // d * sub-scale, exact
       const int8_t* sub = static_cast<const int8_t*>(p.scale) + (g * p.nb + b) * 2 * kGroup;
       const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
@@ -106,7 +106,7 @@ I8_AVX512 void rows_avx512(const Problem& p, int64_t g, int64_t r0) {
       const float* scales = static_cast<const float*>(p.scale) + (g * p.nb + b) * 2 * kGroup;
       scale = _mm512_loadu_ps(scales);
       second = _mm512_loadu_ps(scales + kGroup);
-    } else if (Wide) {
+    } else if (Wide && !p.wide_min) {
       scale = _mm512_cvtph_ps(_mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(static_cast<const at::Half*>(p.scale) + (g * p.nb + b) * kGroup)));
     } else {
@@ -134,7 +134,7 @@ I8_AVX512 void rows_avx512(const Problem& p, int64_t g, int64_t r0) {
       __m512i sum = _mm512_add_epi32(low, high);
       if (Wide) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(p.sq[at]));  // the weights' +128, exactly
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, dr), acc[r]);
-      if (!Wide) acc[r] = _mm512_fmadd_ps(minimum, _mm512_set1_ps(p.s[at]), acc[r]);
+      if (!Wide || p.wide_min) acc[r] = _mm512_fmadd_ps(minimum, _mm512_set1_ps(p.s[at]), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) store_avx512(p, r0 + r, g, acc[r]);
@@ -249,10 +249,12 @@ Scales checked_scales(const at::Tensor& scale, const at::Tensor& minimum, int64_
 
 // The weights' part of a product over interleaved blocks, checked: 4-bit (qs [N/16, K/32, 256], a scale and a
 // minimum a block), 8-bit (wide: qs [N/16, K/32, 512] holding q + 128, an fp16 scale a block or an fp32 scale per
-// 16 weights) or 6-bit (six: qs [N/16, K/32, 384], int8 sub-scales [N/16, K/16, 16] and their fp16 d
+// 16 weights; or, given a minimum, a scale and a minimum a block in the 4-bit forms: wide_min) or 6-bit (six: qs [N/16, K/32, 384], int8 sub-scales [N/16, K/16, 16] and their fp16 d
 // [N/16, K/256, 16] in `minimum`). The rows, their activations and the output are the caller's to fill in.
 Problem weights(const at::Tensor& qs, const at::Tensor& scale, const at::Tensor* minimum, const char* op, bool six) {
-  const bool wide = minimum == nullptr || six;
+  // 8-bit blocks with a minimum a block: told apart from 4-bit ones by their 512 bytes a run
+  const bool wide_min = !six && minimum != nullptr && qs.dim() == 3 && qs.size(2) == 2 * kRun;
+  const bool wide = minimum == nullptr || six || wide_min;
   TORCH_CHECK(qs.device().is_cpu() && scale.device().is_cpu() && (minimum == nullptr || minimum->device().is_cpu()),
               op, ": every tensor must be on the CPU");
   const int64_t bytes = six ? kRun + kRun / 2 : wide ? 2 * kRun : kRun;
@@ -260,13 +262,13 @@ Problem weights(const at::Tensor& qs, const at::Tensor& scale, const at::Tensor*
               op, ": interleaved qs must be contiguous uint8 [N/16, K/32, ", bytes, "], got ", qs.sizes());
   const int64_t G = qs.size(0), nb = qs.size(1);
   Scales form = Scales::kHalf;
-  const bool halves = wide && !six && scale.scalar_type() == at::kFloat;
+  const bool halves = wide && !six && !wide_min && scale.scalar_type() == at::kFloat;
   if (six) {
     TORCH_CHECK(nb % 8 == 0 && scale.is_contiguous() && scale.scalar_type() == at::kChar &&
                     scale.sizes() == at::IntArrayRef({G, 2 * nb, kGroup}) && minimum->is_contiguous() &&
                     minimum->scalar_type() == at::kHalf && minimum->sizes() == at::IntArrayRef({G, nb / 8, kGroup}),
                 op, ": 6-bit blocks take contiguous int8 sub-scales [N/16, K/16, 16] and float16 d [N/16, K/256, 16]");
-  } else if (wide) {
+  } else if (wide && !wide_min) {
     TORCH_CHECK(scale.is_contiguous() && ((scale.scalar_type() == at::kHalf && scale.sizes() == at::IntArrayRef({G, nb, kGroup})) ||
                                           (halves && scale.sizes() == at::IntArrayRef({G, 2 * nb, kGroup}))),
                 op, ": interleaved 8-bit scales must be contiguous float16 [N/16, K/32, 16] or float32 [N/16, K/16, 16]");
@@ -279,6 +281,7 @@ Problem weights(const at::Tensor& qs, const at::Tensor& scale, const at::Tensor*
   p.minimum = minimum == nullptr ? nullptr : minimum->data_ptr();
   p.form = form;
   p.wide = wide;
+  p.wide_min = wide_min;
   p.halves = halves;
   p.six = six;
   p.N = G * kGroup;
@@ -374,7 +377,8 @@ void interleaved_into(const at::BFloat16* x, int64_t M, int64_t K, const at::Ten
                       const at::Tensor& minimum, at::BFloat16* out, int64_t ldo, const Activations& scratch) {
   const int64_t bytes = qs.dim() == 3 ? qs.size(2) : 0;
   const bool six = bytes == kRun + kRun / 2;
-  Problem p = weights(qs, scale, bytes == 2 * kRun ? nullptr : &minimum, "interleaved_into", six);
+  // 8-bit blocks: an empty minimum for none (Q8_0's), else one a block (`wide_min`)
+  Problem p = weights(qs, scale, bytes == 2 * kRun && minimum.numel() == 0 ? nullptr : &minimum, "interleaved_into", six);
   TORCH_CHECK(K == p.K && ldo >= p.N, "interleaved_into: x has K = ", K, " but the blocks hold ", p.K);
   static const std::string path = chosen_path(std::nullopt);  // this CPU's, once
   quantize_into(x, M, K, scratch, avx512_path(path));

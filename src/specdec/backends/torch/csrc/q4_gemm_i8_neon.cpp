@@ -115,7 +115,7 @@ I8_NEON void rows_neon(const Problem& p, int64_t g, int64_t r0) {
           continue;
         }
         acc[r][c] = vfmaq_f32(acc[r][c], vcvtq_f32_s32(vaddq_s32(low[r][c], high[r][c])), scale);
-        if (Bits == 4) acc[r][c] = vfmaq_f32(acc[r][c], vld1q_f32(minimum + 4 * c), vdupq_n_f32(p.s[at]));
+        if (Bits == 4 || p.wide_min) acc[r][c] = vfmaq_f32(acc[r][c], vld1q_f32(minimum + 4 * c), vdupq_n_f32(p.s[at]));
       }
     }
   }

@@ -56,7 +56,7 @@ void groups_scalar(const Problem& p, int64_t begin, int64_t end) {
         float scale, minimum;
         block_scales(p, n, b, scale, minimum);
         acc = std::fma(static_cast<float>(dot), scale * p.d[r * p.nb + b], acc);
-        if (!p.wide) acc = std::fma(minimum, p.s[r * p.nb + b], acc);
+        if (!p.wide || p.wide_min) acc = std::fma(minimum, p.s[r * p.nb + b], acc);
       }
       store(p, r, n, acc);
     }
