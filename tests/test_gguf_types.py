@@ -1,10 +1,10 @@
 """Every GGUF type a block kernel holds as stored (`gguf_blocks.HELD`), and what `pack auto` does with the rest.
 
-- Q4_0, Q4_1, Q5_0, Q5_1, Q5_K and IQ4_NL blocks read as gguf's own dequantizer reads them, in the kernels'
-  forms;
+- Q4_0, Q4_1, Q5_0, Q5_1, Q5_K, Q3_K, IQ4_NL and IQ4_XS blocks read as gguf's own dequantizer reads them, in
+  the kernels' forms;
 - a Llama file's q and k rows, which transformers reorders on load, are matched to the module's rows, so a
-  one-layer Llama's int4 view of a Q4_0 / Q4_1 / Q5_0 / IQ4_NL file moves no weight (each was re-quantized
-  to Q4_1's rule before, and moved);
+  one-layer Llama's int4 view of a Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q3_K / IQ4_NL / IQ4_XS file moves no weight
+  (each was re-quantized to Q4_1's rule before, and moved);
 - a file whose layers are of a type no kernel holds (F16, BF16) keeps `pack auto` off int4, says so once, and
   the reason `specdec-hf doctor` prints names the type.
 """
@@ -31,15 +31,19 @@ gguf = pytest.importorskip("gguf")
 SMALL = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"]
 
 
+RANDOM = {"IQ4_NL": (32, 18, 0), "Q3_K": (256, 110, 108), "IQ4_XS": (256, 136, 0)}  # weights, bytes, where d sits
+
+
 def file_bytes(kind: str, rows: int, cols: int, seed: int) -> np.ndarray:
-    """`kind`'s bytes for random weights of about 0.02: gguf's own quantizer where it has one, else (IQ4_NL)
-    random blocks with a small d."""
+    """`kind`'s bytes for random weights of about 0.02: gguf's own quantizer where it has one, else (IQ4_NL, Q3_K,
+    IQ4_XS) random blocks with a small d."""
     rng = np.random.default_rng(seed)
-    if kind != "IQ4_NL":
+    if kind not in RANDOM:
         values = rng.standard_normal((rows, cols)).astype(np.float32) * 0.02
         return gguf.quants.quantize(values, gguf.GGMLQuantizationType[kind])
-    data = rng.integers(0, 256, (rows, cols // 32, 18), dtype=np.uint8)
-    data[..., :2] = (rng.random((rows, cols // 32, 1)) * 2e-4 + 1e-5).astype(np.float16).view(np.uint8)
+    weights, size, at = RANDOM[kind]
+    data = rng.integers(0, 256, (rows, cols // weights, size), dtype=np.uint8)
+    data[..., at : at + 2] = (rng.random((rows, cols // weights, 1)) * 2e-4 + 1e-5).astype(np.float16).view(np.uint8)
     return data.reshape(rows, -1)
 
 
@@ -80,6 +84,15 @@ def test_q5_k_blocks_read_as_gguf_reads_them():
     assert torch.equal(q5.dequantize_q5(q, scale, minimum), dequantized(raw, "Q5_K"))
 
 
+@pytest.mark.parametrize("kind", ["Q3_K", "IQ4_XS"])
+def test_scale_per_16_blocks_read_as_gguf_reads_them(kind):
+    raw = file_bytes(kind, 16, 512, seed=4)
+    q, scale = (gguf_blocks.q3_k_blocks if kind == "Q3_K" else gguf_blocks.iq4_xs_blocks)(raw, 16, 512)
+    assert q.dtype == torch.int8 and scale.dtype == torch.float32 and scale.shape == (16, 32)
+    assert (int(q.min()), int(q.max())) == ((-4, 3) if kind == "Q3_K" else (-127, 113))
+    assert torch.equal(q4_kernel.dequantize_q8(q, scale), dequantized(raw, kind))
+
+
 def test_rows_are_matched_by_value_where_they_are_reordered():
     stored = torch.randn(12, 64).to(torch.bfloat16)
     order = torch.randperm(12, generator=torch.Generator().manual_seed(0))
@@ -99,14 +112,14 @@ def test_rows_are_matched_by_value_where_they_are_reordered():
 
 
 LLAMA_KINDS = {"attn_q": "Q4_0", "attn_k": "Q5_0", "attn_v": "IQ4_NL", "attn_output": "Q4_1",
-               "ffn_gate": "Q4_0", "ffn_up": "Q5_0", "ffn_down": "Q4_1"}
+               "ffn_gate": "Q3_K", "ffn_up": "IQ4_XS", "ffn_down": "Q5_1"}
 
 
 def test_a_llama_files_reordered_q_and_k_rows_are_held_as_stored(tmp_path):
     """transformers' own reordering of a Llama file's q and k rows: the int4 view holds every product's file
     blocks (4-bit or 8-bit), in the module's row order, and says nothing of moved weights."""
-    if not q4_kernel.load_extension():
-        pytest.skip(q4_kernel.unavailable_reason())
+    if not q5.held():  # Q5_1's blocks run on 8-bit activations
+        pytest.skip(q4_kernel.unavailable_reason() or "no 8-bit activations here")
     config = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_attention_heads=4,
                          num_key_value_heads=2, num_hidden_layers=1, max_position_embeddings=256)
     model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
@@ -125,16 +138,22 @@ def test_a_llama_files_reordered_q_and_k_rows_are_held_as_stored(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         view = packed_view(model, int4=True, gguf_path=tmp_path / "llama.gguf")
-    assert rounded_products(view) == (0, 4)  # q's part of qkv, o, gate, down; k, v and up on 8-bit blocks
+    assert rounded_products(view) == (0, 2)  # q's part of qkv, o; k, v, gate, up and down on 8-bit blocks
     ours = view.model.layers[0]
     assert isinstance(ours.self_attn.qkv_proj, Columns)
     q, k, v = ours.self_attn.qkv_proj.parts
     for product, module_name in [(q, "self_attn.q_proj"), (k, "self_attn.k_proj"), (v, "self_attn.v_proj"),
                                  *((ours.get_submodule(name), name) for name in
                                    ("self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"))]:
-        four = isinstance(product, q4_kernel.Q4Linear)
-        assert four == (LLAMA_KINDS[gguf_blocks.LAYER_TENSORS[module_name]] in gguf_blocks.FOUR_BIT), module_name
-        weight = q4_kernel.dequantize_q4(*product.blocks()) if four else q4_kernel.dequantize_q8(*product.blocks())
+        four, kind = isinstance(product, q4_kernel.Q4Linear), LLAMA_KINDS[gguf_blocks.LAYER_TENSORS[module_name]]
+        assert four == (kind in gguf_blocks.FOUR_BIT), module_name
+        if four:
+            weight = q4_kernel.dequantize_q4(*product.blocks())
+        elif kind == "Q5_1":
+            assert isinstance(product, q5.Q5Linear)
+            weight = q5.dequantize_q5(*product.blocks())
+        else:
+            weight = q4_kernel.dequantize_q8(*product.blocks())
         assert torch.equal(weight, layer.get_submodule(module_name).weight), module_name
 
 

@@ -20,8 +20,10 @@ file's weights instead of 4-bit copies of them.
 Q4_0 and Q4_1 layers are held as 4-bit blocks too (Q4_0's d * (q - 8) as scale d and minimum -8 * d, exact
 in fp16), Q5_0 and IQ4_NL ones as 8-bit blocks (q - 16, or IQ4_NL's table value, each with the block's fp16 d:
 Q8_0's form), and Q5_1 and Q5_K ones, where 8-bit activations run, as 8-bit blocks with a minimum a block
-(`q5.Q5Linear`). `held_types()` names every type a block kernel holds as stored here; a file whose layers are
-of another type (F16, BF16, Q2_K, Q3_K, ...) is not lowered to 4 bits by `pack auto` (`unheld_types`).
+(`q5.Q5Linear`), and Q3_K and IQ4_XS ones as 8-bit blocks with an fp32 scale per 16 weights (q - 4, or the
+IQ4_NL table value; d times the six-bit scale, exact). `held_types()` names every type a block kernel holds as
+stored here; a file whose layers are of another type (F16, BF16, Q2_K, IQ2/IQ3, ...) is not lowered to 4 bits by
+`pack auto` (`unheld_types`).
 
 transformers reorders a Llama-family file's q and k rows on load (each head's rotary halves, as llama.cpp
 stores them interleaved), so the file's rows are matched to the module's by value (`row_order`) and its
@@ -54,8 +56,11 @@ SMALL_BYTES = {"Q4_0": 2 + 16, "Q4_1": 2 + 2 + 16, "Q5_0": 2 + 4 + 16, "Q5_1": 2
 Q5_K_BYTES = 2 + 2 + 12 + 32 + 128  # a Q5_K super-block of 256: fp16 d, dmin, Q4_K's scales and mins, high bits, low
 # IQ4_NL's 16 levels (ggml's kvalues_iq4nl): w = d * IQ4_NL_VALUES[q]
 IQ4_NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int8)
+Q3_K_BYTES = 32 + 64 + 12 + 2  # a Q3_K super-block of 256: high bits, low 2 bits, 16 six-bit scales, fp16 d
+IQ4_XS_BYTES = 2 + 2 + 4 + 128  # an IQ4_XS super-block of 256: fp16 d, six-bit scales (high 2 bits, low 4), nibbles
 FOUR_BIT = ("Q4_0", "Q4_1", "Q4_K")  # held by the 4-bit kernel as stored (`FileBlocks.q4`)
-EIGHT_BIT = ("Q8_0", "Q6_K", "Q5_0", "IQ4_NL")  # held by the 8-bit kernels as stored (`FileBlocks.q8`)
+# held by the 8-bit kernels as stored (`FileBlocks.q8`); Q3_K and IQ4_XS with an fp32 scale per 16 weights
+EIGHT_BIT = ("Q8_0", "Q6_K", "Q5_0", "IQ4_NL", "Q3_K", "IQ4_XS")
 HELD = FOUR_BIT + EIGHT_BIT
 FIVE_BIT = ("Q5_1", "Q5_K")  # held as 8-bit blocks with a minimum where 8-bit activations run (`q5.held`)
 # transformers' module names in a Llama-family decoder layer -> llama.cpp's tensor names
@@ -124,6 +129,48 @@ def q5_k_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, to
     q = low.numpy().astype(np.int8) | (high.reshape(rows, cols).astype(np.int8) << 4)
     scale, minimum = q4_kernel.q4_k_scales(pairs, supers)
     return torch.from_numpy(np.ascontiguousarray(q)), scale, minimum
+
+
+def q3_k_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Q3_K tensor's bytes [rows, cols / 256 * 110] -> (q int8 [rows, cols] in -4..3, fp32 scale [rows, cols / 16]):
+    w = q * d * (scale - 32), the product exact in fp32 (an fp16 times a six-bit integer).
+
+    Element order as ggml's dequantize_row_q3_K: each 128 weights take 32 bytes of low bits, 2 bits at a time
+    (shifts 0, 2, 4, 6 for its four 32s, the first 16 from bytes 0..15, the next from 16..31), and the high bit
+    4h + j of the 32 hmask bytes (set: +0, clear: -4); the 16 six-bit scales unpacked from 12 bytes as ggml does."""
+    count = rows * (cols // 256)
+    data = np.ascontiguousarray(raw, dtype=np.uint8).reshape(count, Q3_K_BYTES)
+    aux = data[:, 96:108].copy().view("<u4")  # [count, 3]
+    low, high = aux & 0x0F0F0F0F, (aux >> 4) & 0x0F0F0F0F
+    top = [((aux[:, 2] >> (2 * t)) & 0x03030303) << 4 for t in range(4)]
+    packed = np.stack([low[:, 0] | top[0], low[:, 1] | top[1], high[:, 0] | top[2], high[:, 1] | top[3]], axis=1)
+    sub = packed.astype("<u4").view(np.int8).reshape(count, 16).astype(np.float32) - 32
+    d = data[:, 108:110].copy().view(np.float16).reshape(count, 1).astype(np.float32)
+    shift = np.arange(4, dtype=np.uint8).reshape(1, 1, 4, 1, 1)  # the 32s of a 128
+    lowbits = (data[:, 32:96].reshape(count, 2, 1, 2, 16) >> (2 * shift)) & 3  # 128s, 32s, 16s, l
+    highbit = (data[:, :32].reshape(count, 1, 1, 2, 16) >> (np.arange(2, dtype=np.uint8).reshape(1, 2, 1, 1, 1) * 4 + shift)) & 1
+    q = lowbits.astype(np.int8) - np.where(highbit == 1, 0, 4).astype(np.int8)
+    return (torch.from_numpy(np.ascontiguousarray(q.reshape(rows, cols))),
+            torch.from_numpy(np.ascontiguousarray((d * sub).reshape(rows, cols // 16))))
+
+
+def iq4_xs_blocks(raw: np.ndarray, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """An IQ4_XS tensor's bytes [rows, cols / 256 * 136] -> (q int8 [rows, cols], IQ4_NL's table values, fp32 scale
+    [rows, cols / 16]): w = q * d * (scale - 32) per 32 weights (each 16's scale that of its 32), exact in fp32.
+
+    As ggml's dequantize_row_iq4_xs: 32 weights k take scale bits 4 (k % 2) .. +3 of low byte k / 2 and bits
+    2k, 2k + 1 of the 16-bit high word; their 16 bytes hold weights 0..15 low nibbles first, then 16..31."""
+    count = rows * (cols // 256)
+    data = np.ascontiguousarray(raw, dtype=np.uint8).reshape(count, IQ4_XS_BYTES)
+    d = data[:, 0:2].copy().view(np.float16).reshape(count, 1).astype(np.float32)
+    high = data[:, 2:4].copy().view("<u2").reshape(count, 1).astype(np.int32)
+    k = np.arange(8)
+    scales = ((data[:, 4 + k // 2].astype(np.int32) >> (4 * (k % 2))) & 15) | (((high >> (2 * k)) & 3) << 4)
+    nibbles = data[:, 8:].reshape(count, 8, 16)
+    q = IQ4_NL_VALUES[np.concatenate([nibbles & 15, nibbles >> 4], axis=-1)]
+    scale = np.repeat(d * (scales - 32).astype(np.float32), 2, axis=1)
+    return (torch.from_numpy(np.ascontiguousarray(q.reshape(rows, cols))),
+            torch.from_numpy(np.ascontiguousarray(scale.reshape(rows, cols // 16))))
 
 
 def small_blocks(raw: np.ndarray, kind: str, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -331,10 +378,11 @@ def _from_tensor(tensor, weight: torch.Tensor, bias: torch.Tensor | None, what: 
     kind = tensor.tensor_type.name
     if kind in FIVE_BIT:
         return _five_bit(tensor, weight, bias, what)
-    if kind not in EIGHT_BIT or cols % (256 if kind == "Q6_K" else q4_kernel.BLOCK):
+    if kind not in EIGHT_BIT or cols % (q4_kernel.BLOCK if kind in ("Q8_0", "Q5_0", "IQ4_NL") else 256):
         return None, f"the GGUF's {what} is {kind}, not one of {', '.join(EIGHT_BIT + FIVE_BIT)}"
+    supers = {"Q6_K": Q6_K_BYTES, "Q3_K": Q3_K_BYTES, "IQ4_XS": IQ4_XS_BYTES}  # bytes a super-block of 256
     block = Q8_0_BYTES if kind == "Q8_0" else SMALL_BYTES.get(kind, 0)
-    width = cols // 256 * Q6_K_BYTES if kind == "Q6_K" else cols // q4_kernel.BLOCK * block
+    width = cols // 256 * supers[kind] if kind in supers else cols // q4_kernel.BLOCK * block
     if tuple(tensor.data.shape) != (rows, width):
         return None, f"the GGUF's {what} is {tuple(tensor.data.shape)} bytes, the model's {rows} x {cols}"
     if kind == "Q8_0":
@@ -342,6 +390,8 @@ def _from_tensor(tensor, weight: torch.Tensor, bias: torch.Tensor | None, what: 
     elif kind == "Q6_K":
         qs, sub, d = q6_k_blocks(tensor.data, rows, cols)
         scale = q6_k.scales(sub, d)
+    elif kind in ("Q3_K", "IQ4_XS"):
+        qs, scale = (q3_k_blocks if kind == "Q3_K" else iq4_xs_blocks)(tensor.data, rows, cols)
     else:
         qs, scale, _ = small_blocks(tensor.data, kind, rows, cols)
     order = row_order(q4_kernel.dequantize_q8(qs, scale), weight)

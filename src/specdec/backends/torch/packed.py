@@ -347,7 +347,8 @@ def pack_of(loaded: LoadedModel) -> str:
     the torch backend verifies on 4-bit weights where exact verification runs the fused pass
     (`specdec.backends.torch.fused`: specdec's block and attention kernels, one C++ call a pass), its
     fastest pass, where the file's layers are of types the block kernels hold as stored here
-    (`gguf_blocks.held_types`: Q4_0/Q4_1/Q4_K, Q5_0, Q5_1/Q5_K on 8-bit activations, Q6_K, Q8_0, IQ4_NL), so
+    (`gguf_blocks.held_types`: Q3_K, Q4_0/Q4_1/Q4_K, Q5_0, Q5_1/Q5_K on 8-bit activations, Q6_K, Q8_0,
+    IQ4_NL/IQ4_XS), so
     the model verified is the file's. Elsewhere (a 16-bit file, ...) `auto` keeps its meaning (bf16 / fp16
     packing)."""
     if loaded.pack != "auto" or loaded.gguf_path is None or loaded.backend != "torch" or loaded.exact == "off":
