@@ -215,3 +215,21 @@ def test_5_bit_values_multiply_alike_on_every_path_and_row_alone():
         with pytest.raises(AssertionError):
             assert_i8_within_bound(full, x, q, scale.float(), torch.zeros_like(minimum, dtype=torch.float32))
 
+
+
+def test_a_5_bit_head_stays_bf16(tmp_path):
+    """A head's users (the draft vocabulary's cut rows, the top tokens) take 8-bit blocks' (q, scale): a Q5_1 head is
+    left in bf16, said why; a Q3_K head runs as 8-bit blocks with a scale per 16."""
+    if not q4_kernel.load_extension():
+        pytest.skip(q4_kernel.unavailable_reason())
+    for kind, held in (("Q5_1", False), ("Q3_K", True)):
+        raw = file_bytes(kind, 32, 256, seed=6)
+        write_gguf(tmp_path / f"{kind}.gguf", {"output.weight": (raw, gguf.GGMLQuantizationType[kind])})
+        head = torch.nn.Linear(256, 32, bias=False).to(torch.bfloat16)
+        head.weight.data = dequantized(raw, kind)
+        layer, why = gguf_blocks.head_q8(tmp_path / f"{kind}.gguf", head)
+        if held:
+            assert isinstance(layer, q4_kernel.Q8Linear) and why == ""
+            assert torch.equal(q4_kernel.dequantize_q8(*layer.blocks()), head.weight)
+        else:
+            assert layer is None and "Q5_1" in why

@@ -345,6 +345,8 @@ def head_q8(gguf_path: Path | None, head: torch.nn.Module, file: FileBlocks | No
     tensor = next((tensors[name] for name in HEAD_NAMES if name in tensors), None)
     if tensor is None:
         return None, "the GGUF has no head tensor"
+    if tensor.tensor_type.name in FIVE_BIT:  # a head's users take 8-bit blocks' (q, scale): the bf16 head
+        return None, f"the GGUF's head is {tensor.tensor_type.name}, which a head does not run as"
     return _from_tensor(tensor, weight, getattr(head, "bias", None), "head")
 
 
