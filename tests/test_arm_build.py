@@ -4,9 +4,11 @@ No Arm machine runs here, so Debian's cross compiler (`g++-aarch64-linux-gnu`) c
 torch's headers (they are the same on every architecture), and the 8-bit-activation products' paths, which need
 no torch (`i8_blocks.h`), build into a small test binary (`tests/cpp/i8_paths_check.cpp`) that runs under
 `qemu-aarch64` (Debian's `qemu-user`): the NEON dot-product path against the scalar one, bit for bit, for every
-weight form. `.ci/run` installs both. On Arm `auto` still keeps transformers' pass (tree attention and the
-layer's steps have no NEON path yet: `tree_attention_available()` is false there); `--pack int4` takes the
-NEON products. What this checks is the build and the bits, not a speed.
+weight form; and the fused pass's portable steps and tree attention (`portable_ops.inc`, what Arm runs, its
+loops vectorized with NEON by the compiler) into another (`tests/cpp/portable_check.cpp`), built for this machine
+and for aarch64 as the extension builds them, whose outputs must be the same bits. `.ci/run` installs both. On Arm
+with the dot product `auto` runs the fused exact pass from these. What this checks is the build and the bits,
+not a speed: no Arm machine has run it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ CROSS = "aarch64-linux-gnu-g++"
 QEMU = "qemu-aarch64"
 CSRC = Path(__file__).resolve().parent.parent / "src" / "specdec" / "backends" / "torch" / "csrc"
 CHECK = Path(__file__).resolve().parent / "cpp" / "i8_paths_check.cpp"
+PORTABLE = Path(__file__).resolve().parent / "cpp" / "portable_check.cpp"
+EXTENSION_FLAGS = ["-std=c++20", "-O3", "-ffp-contract=off"]  # `q4_kernel._CFLAGS`' arithmetic flags
 
 pytestmark = [
     pytest.mark.slow,  # ~60 s of compiling on 2 cores
@@ -88,3 +92,28 @@ def test_a_neon_path_that_drops_the_minimum_is_caught(tmp_path):
     binary = _check_binary(tmp_path, tmp_path / "planted.cpp")
     ran = subprocess.run([QEMU, "-cpu", "max", str(binary)], capture_output=True, text=True, timeout=300)
     assert ran.returncode == 1 and "neon differs from scalar" in ran.stdout, ran.stdout
+
+
+def _portable_outputs(folder: Path, arm: bool, flags: list[str]) -> str:
+    """`portable_check`'s printout, built for aarch64 (run under qemu) or for this machine, with `flags`."""
+    binary = folder / ("portable_arm" if arm else "portable_here")
+    compiler = [CROSS, "-static"] if arm else ["g++"]
+    command = [*compiler, *flags, f"-I{CSRC}", *_includes(), str(PORTABLE), "-o", str(binary)]
+    built = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
+    ran = subprocess.run([QEMU, "-cpu", "max", str(binary)] if arm else [str(binary)], capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert ran.returncode == 0 and "refused" not in ran.stdout, ran.stdout + ran.stderr
+    return ran.stdout
+
+
+@pytest.mark.skipif(shutil.which(QEMU) is None or shutil.which("g++") is None, reason=f"no {QEMU} or g++")
+def test_the_portable_steps_give_this_machines_bits_on_arm(tmp_path):
+    """RMS norm, the residual add, rotary, SiLU-gate and tree attention (1-1500 keys, heads of 64 and 128) give the
+    same bf16 bits built for aarch64 as for x86-64, with the extension's flags; the control: built with
+    -ffast-math for Arm (sums reordered, the exp approximated), some outputs change."""
+    here = _portable_outputs(tmp_path, False, EXTENSION_FLAGS)
+    assert len(here.splitlines()) == 19  # 3 sizes x 3 steps, 2 rotary, 2 head sizes x 4 key counts
+    assert _portable_outputs(tmp_path, True, EXTENSION_FLAGS) == here
+    assert _portable_outputs(tmp_path, True, ["-std=c++20", "-O3", "-ffast-math"]) != here
+

@@ -28,7 +28,7 @@ def test_a_gguf_source_runs_the_fused_pass_in_bf16(avx2_only):
     loaded = load_model("smollm2-135m")
     assert loaded.dtype == torch.bfloat16 and verifies_on_int4(loaded)
     reason = machine.default_dtype_reason(loaded.device, loaded.dtype)
-    assert reason.startswith("bfloat16: a GGUF model on specdec's AVX2 kernels"), reason
+    assert reason.startswith("bfloat16: a GGUF model on specdec's AVX2 or NEON kernels"), reason
 
 
 def test_without_the_backends_question_or_when_the_pass_would_not_run_it_is_float32(avx2_only):
@@ -57,7 +57,7 @@ def test_only_a_gguf_source_on_the_fused_pass_tries_bf16(avx2_only, name, settin
     assert auto_bf16_first("/some/model.Q4_K_M.gguf", "cpu", "int4", "on", "torch")
 
 
-def test_a_cpu_without_avx2_or_with_native_bf16_never_tries(monkeypatch):
+def test_a_cpu_without_vector_kernels_or_with_native_bf16_never_tries(monkeypatch):
     monkeypatch.setattr(machine.platform, "machine", lambda: "x86_64")
     monkeypatch.setattr(machine, "_cpu_flags", lambda: frozenset({"sse4_2", "avx"}))
     assert not auto_bf16_first("smollm2-135m", None, "auto", "auto", "torch")
@@ -65,4 +65,7 @@ def test_a_cpu_without_avx2_or_with_native_bf16_never_tries(monkeypatch):
     assert not auto_bf16_first("smollm2-135m", None, "auto", "auto", "torch")  # auto is bf16 there already
     monkeypatch.setattr(machine, "_cpu_flags", lambda: AVX2_ONLY)
     monkeypatch.setattr(machine.platform, "machine", lambda: "aarch64")
-    assert not auto_bf16_first("smollm2-135m", None, "auto", "auto", "torch")  # no NEON path yet
+    monkeypatch.setattr(machine, "_cpuinfo_field", lambda name: "fp asimd crc32" if name == "Features" else "")
+    assert not auto_bf16_first("smollm2-135m", None, "auto", "auto", "torch")  # Arm without the dot product
+    monkeypatch.setattr(machine, "_cpuinfo_field", lambda name: "fp asimd asimddp" if name == "Features" else "")
+    assert auto_bf16_first("smollm2-135m", None, "auto", "auto", "torch")  # the NEON products and portable steps

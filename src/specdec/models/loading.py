@@ -47,7 +47,7 @@ from specdec.models.base import (
     translate_error,
 )
 from specdec.models.gguf import BUNDLED_SHA256, DEFAULT_MODEL
-from specdec.models.machine import default_device, default_dtype, resolve_dtype, runs_avx2_kernels
+from specdec.models.machine import default_device, default_dtype, resolve_dtype, runs_vector_kernels
 from specdec.models.wrap import wrap_model
 
 
@@ -158,13 +158,14 @@ def auto_bf16_first(
     name_or_path: object, device: str | None, pack: str, exact: str, backend: str
 ) -> bool:
     """Whether dtype "auto" tries bf16 first: a GGUF source (the bundled model, a pulled one, a .gguf file) on
-    the torch backend, on a CPU without native bf16 where specdec's AVX2 kernels run, with packing and exact
-    verification left to run the fused exact 4-bit pass. Its products read 4-bit blocks and 8-bit activations,
-    so bf16 is only the activations' storage there, not emulated arithmetic (docs/results/2026-11-avx2-kernels)."""
+    the torch backend, on a CPU without native bf16 where specdec's AVX2 or NEON kernels run, with packing and
+    exact verification left to run the fused exact 4-bit pass. Its products read 4-bit blocks and 8-bit
+    activations, so bf16 is only the activations' storage there, not emulated arithmetic
+    (docs/results/2026-11-avx2-kernels)."""
     if not isinstance(name_or_path, str) or backend != DEFAULT_BACKEND or pack not in ("auto", "int4") or exact == "off":
         return False
     device = device or default_device()
-    if torch.device(device).type != "cpu" or default_dtype(device) != torch.float32 or not runs_avx2_kernels():
+    if torch.device(device).type != "cpu" or default_dtype(device) != torch.float32 or not runs_vector_kernels():
         return False
     return name_or_path in (DEFAULT_MODEL, *pulled.PULLABLE) or Path(name_or_path).expanduser().suffix == ".gguf"
 

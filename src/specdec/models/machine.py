@@ -83,9 +83,13 @@ def default_dtype(device: str | torch.device) -> torch.dtype:
     return torch.float32
 
 
-def runs_avx2_kernels() -> bool:
-    """Whether this is an x86-64 CPU with the instructions specdec's AVX2 kernels need (AVX2, FMA, F16C)."""
-    return platform.machine().lower() in ("x86_64", "amd64") and {"avx2", "fma", "f16c"} <= _cpu_flags()
+def runs_vector_kernels() -> bool:
+    """Whether specdec's vector kernels run on this CPU: x86-64 with AVX2, FMA and F16C, or Arm with the dot-product
+    instructions (asimddp: the 8-bit-activation products' NEON path)."""
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64"):
+        return {"avx2", "fma", "f16c"} <= _cpu_flags()
+    return machine in ("aarch64", "arm64") and "asimddp" in _cpuinfo_field("Features").split()
 
 
 def default_dtype_reason(device: str | torch.device, chosen: torch.dtype | None = None) -> str:
@@ -100,10 +104,10 @@ def default_dtype_reason(device: str | torch.device, chosen: torch.dtype | None 
     if found:
         return f"{name}: the CPU has {' and '.join(found)}"
     if chosen == torch.bfloat16 and native == torch.float32:
-        return (f"{name}: a GGUF model on specdec's AVX2 kernels (the fused exact 4-bit pass: 8-bit integer products, "
-                "no bf16 arithmetic); no avx512_bf16 or amx_bf16 here, so nothing else runs in bf16")
-    hint = ("; a GGUF model gets bf16 here when specdec's fused exact pass runs it (int4 on the AVX2 kernels)"
-            if kind == "cpu" and runs_avx2_kernels() else "")
+        return (f"{name}: a GGUF model on specdec's AVX2 or NEON kernels (the fused exact 4-bit pass: 8-bit integer "
+                "products, no bf16 arithmetic); no avx512_bf16 or amx_bf16 here, so nothing else runs in bf16")
+    hint = ("; a GGUF model gets bf16 here when specdec's fused exact pass runs it (int4 on the AVX2 or NEON kernels)"
+            if kind == "cpu" and runs_vector_kernels() else "")
     return f"{name}: no avx512_bf16 or amx_bf16 here (bf16 would be emulated, several times slower){hint}"
 
 

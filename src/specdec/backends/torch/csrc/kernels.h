@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "attention_job.h"
 #include "isa.h"
 
 #include <cstdlib>
@@ -95,30 +96,18 @@ void interleaved_into(const at::BFloat16* x, int64_t M, int64_t K, const at::Ten
 at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                           const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, double scale);
 bool tree_attention_available();
-// The path tree attention and the fused layer's elementwise steps take here: "avx512_bf16", "avx2" or "scalar".
+// The path tree attention and the fused layer's elementwise steps take here: "avx512_bf16", "avx2", "neon" or
+// "scalar".
 std::string steps_path();
-// The same over caller-held memory (decoder_layer.cpp), its checks the caller's: query [B, H, T, D]
-// contiguous, out [B, T, H, D]; key and value [>= B, KV, S, D] rows of D contiguous, with the given strides.
-struct AttentionJob {
-  const c10::BFloat16* query;
-  const c10::BFloat16* key;
-  const c10::BFloat16* value;
-  const int64_t* start;  // [B, T]: contiguous slots [0, start) come first
-  const int64_t* tail;   // [B, T, L]: then `count` gathered slots, in position order
-  const int64_t* count;  // [B, T]
-  c10::BFloat16* out;
-  int64_t B, H, KV, T, S, L, D;
-  int64_t batch_stride, head_stride;  // of key and value
-  float scale;
-};
-// False (the output partly written) where a row sees no key or a key outside the cache.
+// The same over caller-held memory (decoder_layer.cpp, `AttentionJob`), its checks the caller's. False (the
+// output partly written) where a row sees no key or a key outside the cache.
 bool attend(const AttentionJob& job);
 // Whether tree attention and the fused layer run their AVX-512 BF16 code here (else `portable_ops`').
 bool avx512_bf16_steps();
 
 // The fused pass's steps on CPUs without AVX-512 BF16 (portable.cpp): the best portable path allowed here.
 struct LayerOps {
-  const char* path;  // "avx2" or "scalar"
+  const char* path;  // "avx2", "neon" or "scalar"
   void (*rms_norm_row)(const c10::BFloat16* x, const c10::BFloat16* w, c10::BFloat16* out, int64_t size, float eps);
   void (*add)(const c10::BFloat16* a, const c10::BFloat16* b, c10::BFloat16* out, int64_t n);
   void (*rotate)(const c10::BFloat16* x, const c10::BFloat16* cos, const c10::BFloat16* sin, c10::BFloat16* out,

@@ -247,9 +247,9 @@ namespace specdec {
 
 bool avx512_bf16_steps() { return runs_here(); }
 
-// The AVX-512 BF16 code, or portable.cpp's on other x86-64 CPUs (AVX2 or scalar). Off x86-64 the portable code
-// builds and is what the layer's steps call, but `auto` does not choose a scalar pass there: no NEON path yet.
-bool tree_attention_available() { return SPECDEC_X86; }
+// The AVX-512 BF16 code, or portable.cpp's on other x86-64 CPUs (AVX2 or scalar) and on Arm (the same source,
+// its loops vectorized with NEON by the compiler; the x86-64 scalar build's bits, checked under qemu).
+bool tree_attention_available() { return SPECDEC_X86 || SPECDEC_ARM; }
 
 std::string steps_path() { return runs_here() ? "avx512_bf16" : portable_ops().path; }
 

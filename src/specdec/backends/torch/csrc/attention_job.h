@@ -1,0 +1,26 @@
+// One row block of tree attention as the kernels read it: torch-free (c10's number types only), so the portable
+// steps (portable_ops.inc) also build into a test binary of their own (tests/cpp/portable_check.cpp).
+#pragma once
+
+#include <c10/util/BFloat16.h>
+
+#include <cstdint>
+
+namespace specdec {
+
+// query [B, H, T, D] contiguous, out [B, T, H, D]; key and value [>= B, KV, S, D] rows of D contiguous, with the
+// given strides.
+struct AttentionJob {
+  const c10::BFloat16* query;
+  const c10::BFloat16* key;
+  const c10::BFloat16* value;
+  const int64_t* start;  // [B, T]: contiguous slots [0, start) come first
+  const int64_t* tail;   // [B, T, L]: then `count` gathered slots, in position order
+  const int64_t* count;  // [B, T]
+  c10::BFloat16* out;
+  int64_t B, H, KV, T, S, L, D;
+  int64_t batch_stride, head_stride;  // of key and value
+  float scale;
+};
+
+}  // namespace specdec
