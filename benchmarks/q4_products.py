@@ -1,6 +1,6 @@
 """The 4-bit GEMM extension against PyTorch's int4 kernel and oneDNN bf16, over a SmolLM2-135M pass.
 
-Why: a verification pass multiplies M = 1..64 rows by every weight; `specdec.backends.torch.q4_kernel`
+Why: a verification pass multiplies M = 1..64 rows by every weight; `specdec.kernels.q4_kernel`
 reads and dequantizes each 4-bit block once per call and uses it for every row. This times the 210
 decoder products of one SmolLM2-135M pass (30 layers of q 576x576, k and v 192x576, o 576x576, gate
 and up 1536x576, down 576x1536) and the 49152x576 head, for each row count, with:
@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import torch
 
-from specdec.backends.torch.q4_kernel import (
+from specdec.kernels.q4_kernel import (
     BLOCK,
     dequantize_q4,
     load_extension,

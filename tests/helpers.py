@@ -301,9 +301,9 @@ U_FP32, U_BF16 = 2.0**-24, 2.0**-8  # unit roundoffs
 
 
 def forced_paths() -> list[str]:
-    """Every C++ path of the block kernels (`specdec.backends.torch.q4_kernel`) this CPU runs, the automatic
+    """Every C++ path of the block kernels (`specdec.kernels.q4_kernel`) this CPU runs, the automatic
     one first."""
-    from specdec.backends.torch import q4_kernel
+    from specdec.kernels import q4_kernel
 
     best = torch.ops.specdec_q4.q4_linear_path()
     return [path for path in q4_kernel.PATHS if q4_kernel.PATHS.index(path) >= q4_kernel.PATHS.index(best)]
@@ -334,14 +334,14 @@ def assert_within_bound(y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) 
 
 def assert_i8_within_bound(y: torch.Tensor, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
                            minimum: torch.Tensor) -> None:
-    """y = the 8-bit-activation kernel's product (`specdec.backends.torch.q4_i8`) of x and W (q [N, K], fp32
+    """y = the 8-bit-activation kernel's product (`specdec.kernels.q4_i8`) of x and W (q [N, K], fp32
     scale and minimum [N, K/32], or [N, K/16] a scale per 16), within the bound of the float64 reference.
 
     The kernel's integer sums are exact; per block it rounds scale * d once and adds two terms by FMA to
     an fp32 sum, 2 K/32 roundings of a running sum in all: at most gamma_{2 K/32 + 1} times the sum of the
     terms' magnitudes (Higham, ch. 3-4), plus the output's own rounding to bf16.
     """
-    from specdec.backends.torch import q4_i8
+    from specdec.kernels import q4_i8
 
     reference = q4_i8.reference_linear(x, q, scale, minimum)
     dots, d, s = q4_i8.block_dots(x, q, scale.shape[1])

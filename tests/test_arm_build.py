@@ -24,7 +24,7 @@ from torch.utils import cpp_extension
 
 CROSS = "aarch64-linux-gnu-g++"
 QEMU = "qemu-aarch64"
-CSRC = Path(__file__).resolve().parent.parent / "src" / "specdec" / "backends" / "torch" / "csrc"
+CSRC = Path(__file__).resolve().parent.parent / "src" / "specdec" / "kernels" / "csrc"
 CHECK = Path(__file__).resolve().parent / "cpp" / "i8_paths_check.cpp"
 PORTABLE = Path(__file__).resolve().parent / "cpp" / "portable_check.cpp"
 EXTENSION_FLAGS = ["-std=c++20", "-O3", "-ffp-contract=off"]  # `q4_kernel._CFLAGS`' arithmetic flags

@@ -161,9 +161,9 @@ def test_methods_are_lossless_on_the_compiled_backend(tiny, tiny_compiled, rando
 def test_compiled_pass_runs_int4_weights():
     """The 4-bit view (bf16: specdec's 4-bit kernel where it builds, else PyTorch's int4 kernel) compiles:
     its tree logits are the eager pass's, to bf16 rounding, and no fallback was taken."""
-    from specdec.backends.torch import q4_kernel
     from specdec.backends.torch.int4 import Int4Linear
     from specdec.backends.torch.packed import packed_view
+    from specdec.kernels import q4_kernel
 
     view = packed_view(_tiny("compiled", layers=1).model.to(torch.bfloat16), int4=True)
     kind = q4_kernel.Q4Linear if q4_kernel.load_extension() else Int4Linear

@@ -12,11 +12,11 @@ import pytest
 import torch
 from helpers import save_fixed_costs, tiny_llama
 
-from specdec.backends.torch import q4_kernel
 from specdec.backends.torch.invariant import kernel_runs_here
 from specdec.backends.torch.packed import packed_view, verify_model
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
+from specdec.kernels import q4_kernel
 from specdec.models import load_model
 from specdec.prompts import encode_prompt
 from specdec.proposers.draft import DraftConfig

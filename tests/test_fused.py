@@ -16,13 +16,13 @@ from helpers import save_fixed_costs, tiny_llama, tiny_qwen2
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specdec.backends.registry import timing_target, verifier
-from specdec.backends.torch import q4_kernel
 from specdec.backends.torch.attention_plan import AttentionPlan
 from specdec.backends.torch.fused import FusedDecoder, KeySequences, why_not
 from specdec.backends.torch.invariant import kernel_runs_here
 from specdec.backends.torch.packed import pack_of, packed_view
 from specdec.backends.torch.rows import BatchedTarget, OneSequence
 from specdec.backends.torch.target import TargetModel
+from specdec.kernels import q4_kernel
 from specdec.models import load_model
 from specdec.tree import DraftTree
 

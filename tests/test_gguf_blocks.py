@@ -20,9 +20,10 @@ import torch
 from helpers import write_gguf
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from specdec.backends.torch import gguf_blocks, q4_kernel, q5
+from specdec.backends.torch import gguf_blocks
 from specdec.backends.torch.packed import packed_view, rounded_products
-from specdec.backends.torch.q4_kernel import Q4Linear, dequantize_q4, pack_q4
+from specdec.kernels import q4_kernel, q5
+from specdec.kernels.q4_kernel import Q4Linear, dequantize_q4, pack_q4
 
 gguf = pytest.importorskip("gguf")
 Q4_K = gguf.GGMLQuantizationType.Q4_K
@@ -237,9 +238,9 @@ def test_8_bit_and_6_bit_layers_run_from_the_files_blocks_on_the_fused_pass(tmp_
     from specdec.backends.torch.attention_plan import AttentionPlan
     from specdec.backends.torch.invariant import kernel_runs_here
     from specdec.backends.torch.packed import Columns
-    from specdec.backends.torch.q5 import Q5Linear
-    from specdec.backends.torch.q6_k import Q6Linear
     from specdec.backends.torch.target import TargetModel
+    from specdec.kernels.q5 import Q5Linear
+    from specdec.kernels.q6_k import Q6Linear
 
     if not (q4_kernel.load_extension() and kernel_runs_here() and q4_kernel.default_activations() == "int8"):
         pytest.skip("8-bit and 6-bit layers run on 8-bit activations (AVX-512 VNNI), the fused pass on AVX-512 BF16")

@@ -21,10 +21,11 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
 
 from specdec.backends.registry import explain
-from specdec.backends.torch import gguf_blocks, q4_kernel, q5
+from specdec.backends.torch import gguf_blocks
 from specdec.backends.torch.int4 import has_invariant_int4
 from specdec.backends.torch.invariant import kernel_runs_here
 from specdec.backends.torch.packed import Columns, pack_of, packed_view, rounded_products
+from specdec.kernels import q4_kernel, q5
 from specdec.models import LoadedModel
 
 gguf = pytest.importorskip("gguf")

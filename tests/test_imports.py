@@ -18,6 +18,7 @@ LAYERS = (
     ("shared pieces", ("specdec.tree", "specdec.sampling", "specdec.text", "specdec.prompts",
                        "specdec.errors", "specdec.choices", "specdec.extras", "specdec.data", "specdec.datastore")),
     ("models", ("specdec.models",)),
+    ("kernels", ("specdec.kernels",)),
     ("backends", ("specdec.backends",)),
     ("engine", ("specdec.engine",)),
     ("proposers", ("specdec.proposers", "specdec.drafters")),

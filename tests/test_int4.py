@@ -16,7 +16,7 @@ import torch
 from helpers import assert_i8_within_bound, fixed_attention_plan, save_fixed_costs, tiny_llama
 
 from specdec.backends.timing_cache import cost_file, cost_key
-from specdec.backends.torch import attention, packed, q4_kernel
+from specdec.backends.torch import attention, packed
 from specdec.backends.torch.int4 import (
     GROUP,
     Int4Linear,
@@ -30,6 +30,7 @@ from specdec.backends.torch.target import TargetModel
 from specdec.engine import costs
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine, generate_batch
+from specdec.kernels import q4_kernel
 from specdec.models import LoadedModel, ModelState, load_model
 from specdec.proposers import parse_method
 

@@ -145,7 +145,7 @@ def test_the_shipped_heads_on_8_bit_blocks_stay_within_their_bound(default_model
     Q8_0 blocks with 8-bit activations) against the same heads in fp32, on SmolLM2's own last states of
     a real prompt: per row every logit within 3% of the row's largest |logit| (~1% seen), and the same
     top-1 guess on at least 90% of rows. Only drafts change; the lossless matrix runs these heads."""
-    from specdec.backends.torch import q4_kernel
+    from specdec.kernels import q4_kernel
 
     if not q4_kernel.load_extension():
         pytest.skip(q4_kernel.unavailable_reason())

@@ -1,4 +1,4 @@
-"""The 4-bit blocks with 8-bit activations (specdec.backends.torch.q4_i8, csrc/q4_gemm_i8.cpp).
+"""The 4-bit blocks with 8-bit activations (specdec.kernels.q4_i8, csrc/q4_gemm_i8.cpp).
 
 The interleaved layout moves bytes only; the activations are quantized by the stated rule bit for bit;
 the kernel agrees with the float64 reference within the bound of its fp32 steps on every product shape
@@ -16,8 +16,8 @@ import pytest
 import torch
 from helpers import assert_i8_within_bound
 
-from specdec.backends.torch import q4_i8, q4_kernel
-from specdec.backends.torch.q4_kernel import Q4Linear, pack_q4, q4_k_scales, unpack_q4
+from specdec.kernels import q4_i8, q4_kernel
+from specdec.kernels.q4_kernel import Q4Linear, pack_q4, q4_k_scales, unpack_q4
 
 # [N, K] of every product of SmolLM2-135M and Qwen2.5-Coder-1.5B (the heads cut to 1008 columns)
 SHAPES = {
@@ -216,7 +216,7 @@ def test_extreme_weights_and_activations_give_the_scalar_bits_on_every_path(op):
 def test_specdec_kernels_caps_every_op_s_path(op):
     """SPECDEC_KERNELS caps the instruction sets every op may use (read once per process: a new one here): the
     bf16 block products, the 8-bit-activation ones, and tree attention with the fused layer's steps."""
-    probe = ("import torch; from specdec.backends.torch import q4_kernel; assert q4_kernel.load_extension(); "
+    probe = ("import torch; from specdec.kernels import q4_kernel; assert q4_kernel.load_extension(); "
              "ops = torch.ops; print(ops.specdec_q4.q4_linear_path(), list(ops.specdec_q4.q4_linear_i8_paths()), "
              "ops.specdec_attention.steps_path())")
 

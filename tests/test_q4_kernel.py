@@ -1,4 +1,4 @@
-"""The 4-bit GEMM extension (specdec.backends.torch.q4_kernel) against its pure-PyTorch reference.
+"""The 4-bit GEMM extension (specdec.kernels.q4_kernel) against its pure-PyTorch reference.
 
 The packing is llama.cpp's Q4_1 (checked against gguf's own dequantizer); the kernel multiplies by
 `dequantize_q4`'s weights bit for bit, agrees with `reference_q4_linear` within the fp32 summation
@@ -15,8 +15,8 @@ import pytest
 import torch
 from helpers import assert_within_bound, forced_paths
 
-from specdec.backends.torch import q4_kernel
-from specdec.backends.torch.q4_kernel import (
+from specdec.kernels import q4_kernel
+from specdec.kernels.q4_kernel import (
     BLOCK,
     Q4Linear,
     dequantize_q4,

@@ -1,4 +1,4 @@
-"""Q6_K tensors multiplied from their own bits (specdec.backends.torch.q6_k, `q6_linear` in csrc/q4_gemm_i8.cpp).
+"""Q6_K tensors multiplied from their own bits (specdec.kernels.q6_k, `q6_linear` in csrc/q4_gemm_i8.cpp).
 
 The 6-bit layout moves bits only; the product is, bit for bit, the 8-bit form's with fp32 scales per 16 (the
 same integer sums and the same exact scales) on every path and at any number of rows, within the float64
@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import assert_i8_within_bound
 
-from specdec.backends.torch import q4_i8, q4_kernel, q6_k
+from specdec.kernels import q4_i8, q4_kernel, q6_k
 
 
 @pytest.fixture(scope="module")

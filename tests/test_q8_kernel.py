@@ -18,8 +18,9 @@ import pytest
 import torch
 from helpers import assert_i8_within_bound, assert_within_bound, forced_paths
 
-from specdec.backends.torch import gguf_blocks, q4_kernel, q6_k
-from specdec.backends.torch.q4_kernel import BLOCK, Q8Linear, dequantize_q8, pack_q8, reference_q8_linear
+from specdec.backends.torch import gguf_blocks
+from specdec.kernels import q4_kernel, q6_k
+from specdec.kernels.q4_kernel import BLOCK, Q8Linear, dequantize_q8, pack_q8, reference_q8_linear
 
 # [N, K]: SmolLM2-135M's head (a slice of its 49,152 rows; 999: not a multiple of the 4-column tiles),
 # Qwen2.5-Coder-1.5B's (a slice), and a decoder-sized weight.

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.backends.torch import q4_kernel
 from specdec.backends.torch import top_tokens as module
 from specdec.backends.torch.top_tokens import argmax_rows, top_tokens
 from specdec.engine.accept import accept_greedy
+from specdec.kernels import q4_kernel
 from specdec.tree import DraftTree
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.backends.torch import invariant, q4_kernel
+from specdec.backends.torch import invariant
+from specdec.kernels import q4_kernel
 
 B, H, KV, SLOTS, PAST, ROWS = 2, 9, 3, 300, 200, 5
 SCALE = 64**-0.5

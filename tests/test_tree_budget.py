@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.backends.torch import q4_kernel
+from specdec.kernels import q4_kernel
 from specdec.proposers.tree_budget import top_log_probs
 
 

@@ -15,7 +15,7 @@ What must hold (each test can fail):
 - in the venv, specdec is imported from the installed package, not from the checkout;
 - the bare install decodes on its declared dependencies alone (nothing inherited from an extra or
   from a newer transformers), and `serve`, `bench` and `analyze` each name the extra they lack;
-- `python -m specdec.backends.torch.q4_kernel` builds and runs the kernel from the installed sources,
+- `python -m specdec.kernels.q4_kernel` builds and runs the kernel from the installed sources,
   or says why not and names the fallback;
 - `specdec-hf generate` decodes with the bundled model, and `--method eagle` with its shipped head
   gives the same tokens (greedy is lossless: fp32, or bf16 on the exact kernel);
@@ -186,14 +186,14 @@ def test_the_wheel_holds_every_file_of_the_package(wheel):
         names = set(archive.namelist())
     missing = [name for name in package_files() if f"specdec/{name}" not in names]
     assert not missing, f"in src/specdec but not in {wheel.name}: {missing}"
-    for must in ("specdec/backends/torch/csrc/q4_gemm.cpp", "specdec/serve/static/index.html",
+    for must in ("specdec/kernels/csrc/q4_gemm.cpp", "specdec/serve/static/index.html",
                  "specdec/heads/smollm2-135m-instruct-eagle3/model.safetensors"):
         assert must in names, must
 
 
 def kernel_built(venv: Venv) -> bool:
     """Builds the 4-bit kernel from the installed sources (as `make install` does); True where it ran."""
-    out = venv.run(venv.exe("python"), "-m", "specdec.backends.torch.q4_kernel").stdout.strip()
+    out = venv.run(venv.exe("python"), "-m", "specdec.kernels.q4_kernel").stdout.strip()
     if out.startswith("specdec 4-bit GEMM extension: loaded from "):
         assert str(Path(venv.env["XDG_CACHE_HOME"]) / "specdec" / "extensions") in out, out
         path, activations = out.rsplit("path ", 1)[-1].split(", ")

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from specdec.backends.torch import q4_i8, q4_kernel
+from specdec.kernels import q4_i8, q4_kernel
 
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate+up": (3072, 576), "down": (576, 1536)}
 PATHS = ["avx2", "avx_vnni", "avx512_vnni"]

@@ -7,7 +7,7 @@ import time
 import torch
 
 sys.path.insert(0, os.environ.get("SRC", str(__import__("pathlib").Path(__file__).resolve().parents[3] / "src")))
-from specdec.backends.torch import q4_kernel
+from specdec.kernels import q4_kernel
 
 assert q4_kernel.load_extension()
 def tm(fn, n=60):

@@ -7,8 +7,8 @@ import torch
 
 sys.path.insert(0, os.environ.get("SRC", str(__import__("pathlib").Path(__file__).resolve().parents[3] / "src")))
 from specdec.backends.registry import verifier
-from specdec.backends.torch import q4_kernel as K
 from specdec.data import load_questions
+from specdec.kernels import q4_kernel as K
 from specdec.models import load_model
 from specdec.prompts import encode_prompt
 

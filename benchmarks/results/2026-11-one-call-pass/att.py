@@ -9,7 +9,7 @@ import time
 import torch
 
 sys.path.insert(0, os.environ.get("SRC", "src"))
-from specdec.backends.torch import q4_kernel
+from specdec.kernels import q4_kernel
 
 q4_kernel.load_extension()
 op = torch.ops.specdec_attention.tree_attention

@@ -20,9 +20,9 @@ import torch  # noqa: E402
 
 import specdec.backends.torch.rows as rows  # noqa: E402
 import specdec.engine.loop as loop  # noqa: E402
-from specdec.backends.torch import q4_kernel  # noqa: E402
 from specdec.data import load_questions  # noqa: E402
 from specdec.engine.generation import GenerationConfig  # noqa: E402
+from specdec.kernels import q4_kernel  # noqa: E402
 from specdec.models import load_model  # noqa: E402
 from specdec.prompts import encode_prompt  # noqa: E402
 from specdec.proposers import parse_method  # noqa: E402

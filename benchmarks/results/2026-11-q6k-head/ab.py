@@ -13,10 +13,10 @@ import time
 import torch
 
 from specdec.backends.registry import verifier
-from specdec.backends.torch import q4_kernel, q6_k
 from specdec.data import load_questions
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
+from specdec.kernels import q4_kernel, q6_k
 from specdec.models import load_model
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method

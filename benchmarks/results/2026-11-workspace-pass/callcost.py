@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from specdec.backends.torch import q4_kernel
+from specdec.kernels import q4_kernel
 
 q4_kernel.load_extension()
 ts=[torch.zeros(1) for _ in range(450)]

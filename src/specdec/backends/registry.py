@@ -29,7 +29,6 @@ from specdec.backends.contract import Rows, Target
 from specdec.backends.llamacpp import LlamaCppModel, LlamaCppTarget
 from specdec.backends.timing_cache import contended, cost_file, cost_key, write_json_atomic
 from specdec.backends.torch import explain as torch_explain
-from specdec.backends.torch import q4_kernel
 from specdec.backends.torch.attention import AttentionPlan, resolve_plan
 from specdec.backends.torch.graphs import GraphedTarget
 from specdec.backends.torch.invariant import verifiable
@@ -42,11 +41,12 @@ from specdec.backends.torch.packed import (
     verify_model,
     wants_packing,
 )
-from specdec.backends.torch.q4_kernel import block_head_rows
 from specdec.backends.torch.rows import BatchedTarget, OneSequence
 from specdec.backends.torch.target import FAST_HEAD_TYPES, TargetModel, head_logits
 from specdec.backends.torch.top_tokens import argmax_rows, top_tokens
 from specdec.choices import BACKENDS
+from specdec.kernels import q4_kernel
+from specdec.kernels.q4_kernel import block_head_rows
 from specdec.models import LoadedModel
 from specdec.models import load_model as load_source
 from specdec.tree import DraftTree

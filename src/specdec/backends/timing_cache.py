@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from specdec.backends.torch.packed import is_invariant, pack_of, verify_model
-from specdec.backends.torch.q4_kernel import kernels_in_use
 from specdec.choices import BACKENDS
+from specdec.kernels.q4_kernel import kernels_in_use
 from specdec.models import LoadedModel, machine_fingerprint
 
 FORMAT_VERSION = 17  # 17: the kernels' and PyTorch's paths in the key; 16: int4 products take 8-bit activations on AVX2 CPUs too; 15: fused passes run in one workspace, their weights handed to C++ once; 14: a GGUF's Q6_K and Q8_0 decoder tensors run on the 8-bit kernels (were re-quantized to 4 bits); 13: exact torch passes run every layer and the final norm in one C++ call; 12: sizes timed ascending and descending in turn, exact torch passes through a batch row; 11: Q6_K heads multiplied from their own 6-bit bits; 10: Q6_K heads take 8-bit activations (a scale per 16); 9: tree attention multiplies bf16 probabilities into the values (vdpbf16ps); 8: int4 products take 8-bit activations where the CPU has AVX-512 VNNI; 7: one-token steps on the fused layer run one row, Q6_K heads on the 8-bit kernel; 6: exact int4 passes run one C++ call per decoder layer, timed on the invariant plan; 5: int4 views run a GGUF's Q8_0 head on the block kernel; 4: q, k and v fused

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import torch
 
-from specdec.backends.torch import fused, q4_kernel
+from specdec.backends.torch import fused
 from specdec.backends.torch.gguf_blocks import unheld_types
 from specdec.backends.torch.int4 import has_invariant_int4
 from specdec.backends.torch.invariant import kernel_runs_here
 from specdec.backends.torch.packed import is_invariant, pack_of, wants_packing
+from specdec.kernels import q4_kernel
 from specdec.models import LoadedModel
 
 

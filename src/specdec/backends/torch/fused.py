@@ -38,9 +38,9 @@ import torch
 from transformers.cache_utils import Cache
 
 from specdec.backends.torch.invariant import KERNEL_DIMS, Layout, kernel_runs_here
-from specdec.backends.torch.q4_kernel import Q4Linear, Q8Linear
-from specdec.backends.torch.q5 import Q5Linear
-from specdec.backends.torch.q6_k import Q6Linear
+from specdec.kernels.q4_kernel import Q4Linear, Q8Linear
+from specdec.kernels.q5 import Q5Linear
+from specdec.kernels.q6_k import Q6Linear
 from specdec.tree import DraftTree
 
 MODEL_TYPES = frozenset({"llama", "mistral", "qwen2"})  # decoder layers of exactly the C++ file's form

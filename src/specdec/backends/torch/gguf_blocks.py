@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specdec.backends.torch import q4_i8, q4_kernel, q5, q6_k
+from specdec.kernels import q4_i8, q4_kernel, q5, q6_k
 
 HEAD_NAMES = ("output.weight", "token_embd.weight")  # the head, else the embedding a tied head shares
 Q8_0_BYTES = 2 + q4_kernel.BLOCK  # a Q8_0 block: its fp16 scale, then 32 int8

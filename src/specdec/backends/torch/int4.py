@@ -38,7 +38,7 @@ import warnings
 
 import torch
 
-from specdec.backends.torch import q4_kernel
+from specdec.kernels import q4_kernel
 
 Blocks = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # qs, scale, minimum as `q4_kernel.Q4Linear` takes them
 GROUP = 32  # input columns per scale and zero (Q4_1's block)

@@ -285,7 +285,7 @@ def uses_kernel(query: torch.Tensor, key: torch.Tensor) -> bool:
 def kernel_runs_here() -> bool:
     """Whether specdec's tree-attention kernel runs on this machine (the extension built: AVX-512 BF16 code, or the
     portable code: AVX2 or scalar on other x86-64 CPUs, NEON-vectorized by the compiler on Arm)."""
-    from specdec.backends.torch.q4_kernel import load_extension  # the one extension: built once a process
+    from specdec.kernels.q4_kernel import load_extension  # the one extension: built once a process
 
     return load_extension() and bool(torch.ops.specdec_attention.tree_attention_available())
 

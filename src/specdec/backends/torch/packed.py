@@ -63,8 +63,8 @@ from specdec.backends.torch.fused import fits
 from specdec.backends.torch.gguf_blocks import FileBlocks, gguf_name, head_q8, unheld_types
 from specdec.backends.torch.int4 import can_quantize, has_invariant_int4, int4_linear
 from specdec.backends.torch.invariant import MIN_ROWS, kernel_runs_here, wants_invariance
-from specdec.backends.torch.q4_kernel import Q4Linear, unavailable_reason
 from specdec.choices import BACKENDS, check_pack
+from specdec.kernels.q4_kernel import Q4Linear, unavailable_reason
 from specdec.models.base import LoadedModel
 from specdec.models.state import ModelState
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec.backends.torch import q4_kernel
+from specdec.kernels import q4_kernel
 
 
 def top_tokens(logits: torch.Tensor, k: int) -> torch.Tensor:

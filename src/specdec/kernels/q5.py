@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from specdec.backends.torch import q4_i8
-from specdec.backends.torch.q4_kernel import (
+from specdec.kernels import q4_i8
+from specdec.kernels.q4_kernel import (
     BLOCK,
     default_activations,
     load_extension,

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import torch
 
-from specdec.backends.torch import q4_i8
-from specdec.backends.torch.q4_kernel import load_extension, rows_through, unavailable_reason
+from specdec.kernels import q4_i8
+from specdec.kernels.q4_kernel import load_extension, rows_through, unavailable_reason
 
 SUPER = 256  # weights per d
 SUB = 16  # weights per sub-scale

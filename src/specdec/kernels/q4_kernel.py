@@ -49,7 +49,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.backends.torch import q4_i8
+from specdec.kernels import q4_i8
 from specdec.models.base import default_cache_dir
 
 BLOCK = 32  # weights per (scale, minimum): Q4_1's block
@@ -62,7 +62,7 @@ _SOURCES = (_SOURCE, _SOURCE.with_name("q4_gemm_portable.cpp"), _SOURCE.with_nam
             _SOURCE.with_name("q4_gemm_i8_neon.cpp"), _SOURCE.with_name("quantize_i8.cpp"),
             _SOURCE.with_name("tree_attention.cpp"), _SOURCE.with_name("top_tokens.cpp"),
             _SOURCE.with_name("decoder_layer.cpp"), _SOURCE.with_name("portable.cpp"))
-_EXTENSION = "specdec_q4_gemm"
+_EXTENSION = "specdec_kernels"
 # -ffp-contract=off: no multiply-add is fused behind the kernel's back (the dequantization and the scalar
 # path round where the reference does)
 _CFLAGS = ["-O3", "-ffp-contract=off", "-fopenmp"]
