@@ -194,7 +194,7 @@ def test_pack_auto_keeps_a_file_whose_layers_no_kernel_holds(tmp_path, stored, u
 
 def test_5_bit_values_multiply_alike_on_every_path_and_row_alone():
     """`Q5Linear` (5-bit values in 8-bit blocks with a minimum): the same bits on every path of the 8-bit-activation
-    kernel and for a row alone, within fp32 rounding of the kernel's arithmetic in float64 (exact integer sums),
+    kernel and for a row alone (M = 1..64), within fp32 rounding of the kernel's arithmetic in float64 (exact integer sums),
     fp16 (Q5_1) and fp32 (Q5_K) scales; a minimum left out moves it far past that."""
     from helpers import assert_i8_within_bound
 
@@ -207,8 +207,11 @@ def test_5_bit_values_multiply_alike_on_every_path_and_row_alone():
         minimum = (-scale.float() * 16 * torch.rand(48, 8, generator=generator)).to(dtype)
         layer = q5.Q5Linear(q, scale, minimum)
         assert all(torch.equal(a, b) for a, b in zip(layer.blocks(), (q.to(torch.int8), scale, minimum), strict=True))
-        x = torch.randn(11, 256).to(torch.bfloat16)
-        full = layer(x)
+        x = torch.randn(64, 256).to(torch.bfloat16)
+        every = layer(x)
+        for rows in (1, 3, 4, 5, 8, 9, 10, 16, 17, 26, 63):  # a row's bits whatever M
+            assert torch.equal(layer(x[:rows].contiguous()), every[:rows]), rows
+        x, full = x[:11].contiguous(), every[:11]
         for path in torch.ops.specdec_q4.q4_linear_i8_paths():
             assert torch.equal(torch.ops.specdec_q4.q4_linear(x, layer.qs, layer.scale, layer.minimum, path), full), path
         assert torch.equal(layer(x[4:6]), full[4:6])

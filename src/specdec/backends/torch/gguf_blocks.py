@@ -300,12 +300,13 @@ class FileBlocks:
         if not any(kind in FOUR_BIT for kind in kinds):
             return None
         dtype = torch.float32 if "Q4_K" in kinds else torch.float16
+        keep_pairs = set(kinds) == {"Q4_K"}
         parts, start = [], 0
         for tensor, kind in zip(tensors, kinds, strict=True):
             rows = int(tensor.data.shape[0])
             part = weight[start : start + rows]
             if kind in FOUR_BIT:
-                blocks = _four_bit(tensor, kind, part, dtype, keep_pairs=set(kinds) == {"Q4_K"})
+                blocks = _four_bit(tensor, kind, part, dtype, keep_pairs)
                 if blocks is None:
                     return None
                 parts.append(blocks)

@@ -16,7 +16,9 @@
 // blocks, `q4_i8.interleave8`): qs [N/16, K/32, 512], eight runs of 64 holding q + 128 (vpdpbusd's unsigned
 // operand), fp16 scales [N/16, K/32, 16]; the offset is taken back exactly: sum_k q_w q_x = dot - 128 sum_k q_x.
 // Or fp32 scales per 16 weights, [N/16, K/16, 16] (Q6_K's sub-blocks: d * scale, exact in fp32): each half of a
-// block (runs 0-3, runs 4-7) is summed and scaled alone, the half's own offset taken back. The 6-bit sibling
+// block (runs 0-3, runs 4-7) is summed and scaled alone, the half's own offset taken back. Or, given a minimum
+// (`wide_min`: 5-bit files' values, `q5.Q5Linear`), a scale and a minimum a block in the 4-bit form's layouts,
+// the minimum's fma added as the 4-bit form adds it. The 6-bit sibling
 // (Q6_K's own bits, `q6_k.interleave6`): qs [N/16, K/32, 384], the 4-bit form's 256 bytes holding the low 4 bits
 // of u = q + 32, then two runs of 64 whose byte 4j + k holds, in bits 2t and 2t + 1, the high 2 bits of u for
 // quad 4h + t of run h; int8 sub-scales [N/16, K/16, 16] and fp16 super-block scales d [N/16, K/256, 16]. A
@@ -25,7 +27,7 @@
 //
 // Arithmetic, for output (r, n), blocks b in order from acc = 0, each step rounded in fp32:
 //   acc = fma(float(sum_k q_w * q_x), scale[n, b] * d[r, b], acc);  acc = fma(minimum[n, b], s[r, b], acc)
-// where s[r, b] = d[r, b] * float(sum_k q_x) (8-bit blocks: the first fma only; a scale per 16: the first fma
+// where s[r, b] = d[r, b] * float(sum_k q_x) (8-bit blocks: the first fma only, both with a minimum; a scale per 16: the first fma
 // for each half, k < 16 then k >= 16, with its own scale). The integer sums are exact, so the order inside a block is free;
 // the two fmas are the same instructions in every lane, tile and path.
 //
