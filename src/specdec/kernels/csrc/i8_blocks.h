@@ -121,7 +121,7 @@ bool neon_dotprod_here();
 // with the AVX-512 VNNI path's bits. `amx_permitted()`: the CPU has AMX-INT8 and Linux let this process use its
 // tiles (asked once); a thread that ran `amx_rows` calls `amx_release()` when its share of a call is done.
 constexpr int kAmxRows = 16;     // rows a tile holds
-constexpr int kAmxMinRows = 10;  // fewer rows take the VNNI loop: a tile's fixed steps cost more than they save
+constexpr int kAmxMinRows = 9;  // fewer rows take the VNNI loop: a tile's fixed steps cost more than they save
 bool amx_permitted();
 void amx_rows(const Problem& p, int64_t g, int64_t r0, int R);
 void amx_release();

@@ -13,7 +13,9 @@
 // Tiles: 0 the sums [R, 16] int32; 1 the block's activations [R, 32] int8 (rows K bytes apart, as quantized);
 // 2 the block's weights as 8 quads by 16 columns, unsigned: the interleaved layout's nibble runs are already in
 // that order (run i's low nibbles quad i, its high ones quad 4 + i), so they are unpacked as the VNNI path does
-// and stored one after another. A thread configures its tiles for R rows and releases them when its work ends.
+// and stored one after another. Tiles 3-5 are a second set: blocks alternate between the sets, so one block's
+// product runs while the vector units scale the block before it. A thread configures its tiles for R rows and
+// releases them when its work ends.
 #include "i8_blocks.h"
 
 #include <cstring>
@@ -79,39 +81,43 @@ I8_AMX inline void scale_into(const Problem& p, int64_t g, int64_t r0, int64_t b
   }
 }
 
+// Block b's product on tile set 0 (tiles 0-2) or 1 (3-5): issued, not waited for.
+template <int Set>
+I8_AMX inline void issue(const Problem& p, const uint8_t* base, const int8_t* x, int64_t b,
+                         uint8_t (&weights)[kBlock / 4][64]) {
+  unpack(base + b * kRun, weights);
+  if constexpr (Set == 0) {  // the tile macros take literal tile numbers
+    _tile_loadd(2, weights, 64);
+    _tile_loadd(1, x + b * kBlock, p.K);
+    _tile_zero(0);
+    _tile_dpbsud(0, 1, 2);
+  } else {
+    _tile_loadd(5, weights, 64);
+    _tile_loadd(4, x + b * kBlock, p.K);
+    _tile_zero(3);
+    _tile_dpbsud(3, 4, 5);
+  }
+}
+
+// The blocks alternate between the two tile sets, and block b + 1's product is issued before block b's sums are
+// read and scaled, so the tiles work while the vector units scale. The scaling stays in block order.
 template <int R>
 I8_AMX void rows_amx(const Problem& p, int64_t g, int64_t r0) {
   alignas(64) uint8_t weights[2][kBlock / 4][64];
-  alignas(64) int32_t sums[2][R][kGroup];
+  alignas(64) int32_t sums[R][kGroup];
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const uint8_t* base = p.qs + g * p.nb * kRun;
   const int8_t* x = p.xq + r0 * p.K;
-  int64_t b = 0;
-  for (; b + 2 <= p.nb; b += 2) {  // blocks b and b + 1 on tiles 0-2 and 3-5; their scaling in block order
-    unpack(base + b * kRun, weights[0]);
-    _tile_loadd(2, weights[0], 64);
-    _tile_loadd(1, x + b * kBlock, p.K);
-    _tile_zero(0);
-    _tile_dpbsud(0, 1, 2);
-    unpack(base + (b + 1) * kRun, weights[1]);
-    _tile_loadd(5, weights[1], 64);
-    _tile_loadd(4, x + (b + 1) * kBlock, p.K);
-    _tile_zero(3);
-    _tile_dpbsud(3, 4, 5);
-    _tile_stored(0, sums[0], 64);
-    _tile_stored(3, sums[1], 64);
-    scale_into<R>(p, g, r0, b, sums[0], acc);
-    scale_into<R>(p, g, r0, b + 1, sums[1], acc);
-  }
-  if (b < p.nb) {
-    unpack(base + b * kRun, weights[0]);
-    _tile_loadd(2, weights[0], 64);
-    _tile_loadd(1, x + b * kBlock, p.K);
-    _tile_zero(0);
-    _tile_dpbsud(0, 1, 2);
-    _tile_stored(0, sums[0], 64);
-    scale_into<R>(p, g, r0, b, sums[0], acc);
+  issue<0>(p, base, x, 0, weights[0]);
+  for (int64_t b = 0; b < p.nb; b += 2) {
+    if (b + 1 < p.nb) issue<1>(p, base, x, b + 1, weights[1]);
+    _tile_stored(0, sums, 64);
+    scale_into<R>(p, g, r0, b, sums, acc);
+    if (b + 1 >= p.nb) break;
+    if (b + 2 < p.nb) issue<0>(p, base, x, b + 2, weights[0]);
+    _tile_stored(3, sums, 64);
+    scale_into<R>(p, g, r0, b + 1, sums, acc);
   }
   for (int r = 0; r < R; ++r) store_avx512(p, r0 + r, g, acc[r]);
 }
@@ -129,6 +135,7 @@ bool amx_permitted() {
 I8_AMX void amx_rows(const Problem& p, int64_t g, int64_t r0, int R) {
   configure(R);
   switch (R) {
+    case 9: rows_amx<9>(p, g, r0); break;
     case 10: rows_amx<10>(p, g, r0); break;
     case 11: rows_amx<11>(p, g, r0); break;
     case 12: rows_amx<12>(p, g, r0); break;
