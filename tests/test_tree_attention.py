@@ -187,3 +187,42 @@ def test_cache_blocks_and_gathered_keys_take_the_same_steps(op, dim):
         tail = torch.arange(cut, slots).view(1, 1, -1)
         split = op(query, key, value, torch.tensor([[cut]]), tail, torch.tensor([[slots - cut]]), dim**-0.5)
         assert torch.equal(split, whole), cut
+
+
+PATH_PROBE = """
+import sys, torch
+from specdec.kernels import q4_kernel
+assert q4_kernel.load_extension()
+generator = torch.Generator().manual_seed(3)
+key, value = (torch.randn(1, 3, 90, 64, generator=generator).to(torch.bfloat16) for _ in range(2))
+query = torch.randn(1, 9, 4, 64, generator=generator).to(torch.bfloat16)
+starts = torch.full((1, 4), 70, dtype=torch.int64)
+tail = (70 + torch.arange(4)).expand(1, 4, 4).contiguous()
+counts = (1 + torch.arange(4)).view(1, 4)
+out = torch.ops.specdec_attention.tree_attention(query, key, value, starts, tail, counts, 0.125)
+torch.save(out, sys.argv[1])
+print(torch.ops.specdec_attention.steps_path())
+"""
+
+
+def test_amx_tiles_and_the_avx512_steps_agree_to_rounding(op, tmp_path):
+    """Where the CPU has AMX-BF16 the kernel runs on tiles (its own order of sums: `csrc/tree_attention_amx.cpp`);
+    `SPECDEC_KERNELS=avx512` keeps the AVX-512 BF16 steps. Both give softmax attention's values, to bf16's
+    rounding, and the path names which ran."""
+    import os
+    import subprocess
+    import sys
+
+    def run(cap: str) -> tuple[str, torch.Tensor]:
+        saved = tmp_path / f"{cap}.pt"
+        env = {**os.environ, "SPECDEC_KERNELS": cap}
+        done = subprocess.run([sys.executable, "-c", PATH_PROBE, str(saved)], env=env, capture_output=True,
+                              text=True, timeout=300, check=True)
+        return done.stdout.split()[-1], torch.load(saved)
+
+    auto_path, auto = run("auto")
+    capped_path, capped = run("avx512")
+    if auto_path != "avx512_amx":
+        pytest.skip(f"no AMX-BF16 tiles here (path {auto_path})")
+    assert capped_path == "avx512_bf16"
+    torch.testing.assert_close(auto.float(), capped.float(), atol=1e-2, rtol=1e-2)

@@ -135,6 +135,14 @@ SPECDEC_AVX512 inline __m512 exp_avx512(__m512 x) {
   const __m512i exponent = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
   return _mm512_mul_ps(y, _mm512_castsi512_ps(exponent));
 }
+// A row's probabilities from its n scores, rounded to bf16 (tree_attention.cpp): both attention paths' step.
+float rounded_probabilities(const float* scores, int64_t n, float top, uint16_t* probs);
 #endif
+// Tree attention on AMX tiles (tree_attention_amx.cpp): whether it runs here (AMX-BF16, within SPECDEC_KERNELS),
+// whether it takes a job's shapes (heads of 64 or 128, at most 16 query heads a key head), and the job: false
+// where a row sees no key or a key outside the cache.
+bool amx_attention_here();
+bool amx_attention_takes(const AttentionJob& job);
+bool attend_amx(const AttentionJob& job);
 
 }  // namespace specdec

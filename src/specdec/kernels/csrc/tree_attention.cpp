@@ -50,6 +50,31 @@ using Job = specdec::AttentionJob;
 #define TA_INLINE SPECDEC_AVX512 inline __attribute__((always_inline))
 using specdec::exp_avx512;
 
+}  // namespace
+
+namespace specdec {
+
+// p_i = bf16(exp(s_i - top)) for a row's n scores into `probs` (>= n + 16 words; the words after the last, up to a
+// multiple of 16, are 0), returning sum_i p_i of the rounded values (lanes i mod 16, then a fixed tree). `top` is
+// max_i s_i, which is exact however it was found.
+SPECDEC_AVX512 float rounded_probabilities(const float* scores, int64_t n, float top, uint16_t* probs) {
+  __m512 lanes = _mm512_setzero_ps();  // lane l sums p_i for i = l (mod 16)
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 live = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __m512 s = _mm512_maskz_loadu_ps(live, scores + i);
+    const __m512 p = _mm512_maskz_mov_ps(live, exp_avx512(_mm512_sub_ps(s, _mm512_set1_ps(top))));
+    const __m256i rounded = (__m256i)_mm512_cvtneps_pbh(p);  // dead lanes round 0 to 0
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(probs + i), rounded);
+    lanes = _mm512_add_ps(lanes, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(rounded), 16)));
+  }
+  probs[n] = 0;
+  return _mm512_reduce_add_ps(lanes);
+}
+
+}  // namespace specdec
+
+namespace {
+
 // The sums of 16 accumulators, lane i holding accumulator i's: the same tree `_mm512_reduce_add_ps` takes
 // for each alone (lanes (l, l + 8), then (l, l + 4), (l, l + 2), (l, l + 1); a sum is a sum of the same
 // pairs whichever side each comes from), so a score's bits do not depend on the keys beside it.
@@ -119,18 +144,7 @@ TA_AVX512 float probabilities(const Job& j, const c10::BFloat16* keys, const c10
     _mm512_mask_storeu_ps(scores + i0, mask, s);
     tops = _mm512_mask_max_ps(tops, mask, tops, s);
   }
-  const float top = _mm512_reduce_max_ps(tops);
-  __m512 lanes = _mm512_setzero_ps();  // lane l sums p_i for i = l (mod 16)
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 live = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
-    const __m512 s = _mm512_maskz_loadu_ps(live, scores + i);
-    const __m512 p = _mm512_maskz_mov_ps(live, exp_avx512(_mm512_sub_ps(s, _mm512_set1_ps(top))));
-    const __m256i rounded = (__m256i)_mm512_cvtneps_pbh(p);  // dead lanes round 0 to 0
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(probs + i), rounded);
-    lanes = _mm512_add_ps(lanes, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(rounded), 16)));
-  }
-  probs[n] = 0;
-  return _mm512_reduce_add_ps(lanes);
+  return specdec::rounded_probabilities(scores, n, _mm512_reduce_max_ps(tops), probs);
 }
 
 // Values v0 and v1 (v1 null: zeros) weighted by each head's pair of probabilities at `probs + g * stride`, added
@@ -251,7 +265,7 @@ bool avx512_bf16_steps() { return runs_here(); }
 // its loops vectorized with NEON by the compiler; the x86-64 scalar build's bits, checked under qemu).
 bool tree_attention_available() { return SPECDEC_X86 || SPECDEC_ARM; }
 
-std::string steps_path() { return runs_here() ? "avx512_bf16" : portable_ops().path; }
+std::string steps_path() { return amx_attention_here() ? "avx512_amx" : runs_here() ? "avx512_bf16" : portable_ops().path; }
 
 at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                           const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, double scale) {
@@ -281,6 +295,7 @@ at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const 
 }
 
 bool attend(const AttentionJob& j) {
+  if (amx_attention_takes(j)) return attend_amx(j);
   const int64_t longest = j.S + j.L + 16;
   if (!runs_here()) {  // one (b, t, head) an item, as one row alone would run it
     const LayerOps& ops = portable_ops();
