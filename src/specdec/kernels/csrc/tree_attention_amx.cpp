@@ -70,7 +70,7 @@ struct Scratch {
   alignas(64) uint32_t queries[4][16][kMostHeads];  // [part][dim pair][head]
   alignas(64) BF16 keys[16][128];
   alignas(64) uint32_t pairs[4][16][16];  // four B tiles of 16 dims: [tile][key pair][column]
-  alignas(64) float block[16][16];        // a score tile: [key][head]
+  alignas(64) float block[16 * (kMostHeads + 1)];  // a score tile, [key][head] packed (and a zmm past it)
   alignas(64) float sums[4][kMostHeads][16];
   std::vector<float> scores;
   std::vector<uint16_t> probs;
@@ -87,7 +87,9 @@ inline const BF16* slot(const BF16* base, int64_t i, int64_t start, const int64_
 template <int64_t kDim>
 TA_AMX void probabilities(const Job& j, const BF16* keys, int64_t start, const int64_t* tail, int64_t n, int G,
                           int64_t stride, Scratch& s, float* total) {
-  const __m512i column = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+  // Head g's score of key k sits at k * G + g of the stored tile: its lanes come two zmm at a time
+  const __m512i flat = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(G));
   __m512 tops[kMostHeads];
   for (int g = 0; g < G; ++g) tops[g] = _mm512_set1_ps(-INFINITY);
   for (int64_t i0 = 0; i0 < n; i0 += 16) {
@@ -107,10 +109,18 @@ TA_AMX void probabilities(const Job& j, const BF16* keys, int64_t start, const i
       _tile_loadd(2, s.queries[part], 64);
       _tile_dpbf16ps(0, 1, 2);
     }
-    _tile_stored(0, s.block, 64);
+    _tile_stored(0, s.block, 4 * G);  // [16 keys][G heads], packed
     const __mmask16 mask = live == 16 ? __mmask16(0xFFFF) : __mmask16((1u << live) - 1);
     for (int g = 0; g < G; ++g) {
-      const __m512 sums = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, column, &s.block[0][g], 4);
+      const __m512i at = _mm512_add_epi32(flat, _mm512_set1_epi32(g));
+      const __m512i lane = _mm512_and_si512(at, _mm512_set1_epi32(31));
+      __m512 sums = _mm512_setzero_ps();
+      for (int c = 0; c < G; c += 2) {  // zmm c and c + 1 of the tile: lanes (k * G + g) / 32 == c / 2
+        const __mmask16 here = _mm512_cmpeq_epi32_mask(_mm512_srli_epi32(at, 5), _mm512_set1_epi32(c / 2));
+        const __m512 pair = _mm512_permutex2var_ps(_mm512_load_ps(s.block + 16 * c), lane,
+                                                   _mm512_load_ps(s.block + 16 * c + 16));
+        sums = _mm512_mask_mov_ps(sums, here, pair);
+      }
       const __m512 scaled = _mm512_mul_ps(sums, _mm512_set1_ps(j.scale));
       _mm512_mask_storeu_ps(s.scores.data() + g * stride + i0, mask, scaled);
       tops[g] = _mm512_mask_max_ps(tops[g], mask, tops[g], scaled);
