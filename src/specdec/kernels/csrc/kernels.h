@@ -94,7 +94,8 @@ void interleaved_into(const at::BFloat16* x, int64_t M, int64_t K, const at::Ten
 
 // Each query row over its own key sequence (tree_attention.cpp); [B, T, H, D].
 at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-                          const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, double scale);
+                          const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, double scale,
+                          std::optional<c10::string_view> path);
 bool tree_attention_available();
 // The path tree attention and the fused layer's elementwise steps take here: "avx512_bf16", "avx2", "neon" or
 // "scalar".
@@ -102,6 +103,8 @@ std::string steps_path();
 // The same over caller-held memory (decoder_layer.cpp, `AttentionJob`), its checks the caller's. False (the
 // output partly written) where a row sees no key or a key outside the cache.
 bool attend(const AttentionJob& job);
+// The AVX-512 BF16 steps (or the portable ones where they do not run), whatever tiles the CPU has.
+bool attend_vector(const AttentionJob& job);
 // Whether tree attention and the fused layer run their AVX-512 BF16 code here (else `portable_ops`').
 bool avx512_bf16_steps();
 

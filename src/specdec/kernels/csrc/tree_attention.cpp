@@ -267,8 +267,14 @@ bool tree_attention_available() { return SPECDEC_X86 || SPECDEC_ARM; }
 
 std::string steps_path() { return amx_attention_here() ? "avx512_amx" : runs_here() ? "avx512_bf16" : portable_ops().path; }
 
+// path: None or "auto" runs what a pass runs here; "avx512_amx" or "avx512_bf16" that path where it runs, so that
+// one process can compare them.
 at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-                          const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, double scale) {
+                          const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, double scale,
+                          std::optional<c10::string_view> path) {
+  const std::string chosen = path.has_value() ? std::string(*path) : "auto";
+  TORCH_CHECK(chosen == "auto" || chosen == "avx512_amx" || chosen == "avx512_bf16",
+              "tree_attention: path auto, avx512_amx or avx512_bf16, got ", chosen);
   const int64_t dim = query.dim() == 4 ? query.size(3) : 0;
   TORCH_CHECK(takes_dim(dim), "tree_attention: heads of 64 or 128 only, got ", query.sizes());
   for (const at::Tensor* t : {&query, &key, &value})
@@ -290,12 +296,17 @@ at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const 
               start.data_ptr<int64_t>(), tail.data_ptr<int64_t>(), count.data_ptr<int64_t>(),
               out.data_ptr<c10::BFloat16>(), B, H, KV, T, S, L, dim, key.stride(0), key.stride(1),
               static_cast<float>(scale)};
-  TORCH_CHECK(attend(j), "tree_attention: every row must see at least one key, all of them within the cache");
+  TORCH_CHECK(chosen != "avx512_amx" || amx_attention_takes(j), "tree_attention: no AMX tiles for this job here");
+  TORCH_CHECK(chosen != "avx512_bf16" || runs_here(), "tree_attention: no AVX-512 BF16 here");
+  const bool ok = chosen == "avx512_amx" ? attend_amx(j) : chosen == "avx512_bf16" ? attend_vector(j) : attend(j);
+  TORCH_CHECK(ok, "tree_attention: every row must see at least one key, all of them within the cache");
   return out;
 }
 
-bool attend(const AttentionJob& j) {
-  if (amx_attention_takes(j)) return attend_amx(j);
+bool attend(const AttentionJob& j) { return amx_attention_takes(j) ? attend_amx(j) : attend_vector(j); }
+
+// The AVX-512 BF16 steps, or the portable ones where they do not run.
+bool attend_vector(const AttentionJob& j) {
   const int64_t longest = j.S + j.L + 16;
   if (!runs_here()) {  // one (b, t, head) an item, as one row alone would run it
     const LayerOps& ops = portable_ops();
@@ -333,7 +344,7 @@ bool attend(const AttentionJob& j) {
 
 TORCH_LIBRARY(specdec_attention, m) {
   m.def("tree_attention(Tensor query, Tensor key, Tensor value, Tensor start, Tensor tail, Tensor count, "
-        "float scale) -> Tensor");
+        "float scale, str? path=None) -> Tensor");
   m.def("tree_attention_available() -> bool", &specdec::tree_attention_available);
   m.def("steps_path() -> str", &specdec::steps_path);
 }
