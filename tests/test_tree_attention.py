@@ -189,7 +189,6 @@ def test_cache_blocks_and_gathered_keys_take_the_same_steps(op, dim):
         assert torch.equal(split, whole), cut
 
 
-
 def test_amx_tiles_and_the_avx512_steps_agree_to_rounding(op, states):
     """Where the CPU has AMX-BF16 the kernel runs on tiles (its own order of sums: `csrc/tree_attention_amx.cpp`),
     and `path` runs either in one process: both give softmax attention's values to bf16's rounding, a row's bits

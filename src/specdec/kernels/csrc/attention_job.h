@@ -23,4 +23,20 @@ struct AttentionJob {
   float scale;
 };
 
+// Row `row`'s key sequence: the cache slots [0, start), then `count` gathered slots (`tail`).
+struct RowKeys {
+  int64_t start, count, n;
+  const int64_t* tail;
+  int64_t slot(int64_t i) const { return i < start ? i : tail[i - start]; }  // the cache slot of key i
+};
+
+// False where the row sees no key or points outside the cache (every path refuses such a row alike).
+inline bool row_keys(const AttentionJob& j, int64_t row, RowKeys& keys) {
+  keys = {j.start[row], j.count[row], j.start[row] + j.count[row], j.tail + row * j.L};
+  if (keys.start < 0 || keys.start > j.S || keys.count < 0 || keys.count > j.L || keys.n == 0) return false;
+  for (int64_t i = 0; i < keys.count; ++i)
+    if (keys.tail[i] < 0 || keys.tail[i] >= j.S) return false;
+  return true;
+}
+
 }  // namespace specdec

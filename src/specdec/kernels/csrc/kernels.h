@@ -97,8 +97,8 @@ at::Tensor tree_attention(const at::Tensor& query, const at::Tensor& key, const 
                           const at::Tensor& start, const at::Tensor& tail, const at::Tensor& count, double scale,
                           std::optional<c10::string_view> path);
 bool tree_attention_available();
-// The path tree attention and the fused layer's elementwise steps take here: "avx512_bf16", "avx2", "neon" or
-// "scalar".
+// The path tree attention takes here: "avx512_amx" (its products on tiles, the fused layer's other steps
+// avx512_bf16's), "avx512_bf16", "avx2", "neon" or "scalar".
 std::string steps_path();
 // The same over caller-held memory (decoder_layer.cpp, `AttentionJob`), its checks the caller's. False (the
 // output partly written) where a row sees no key or a key outside the cache.

@@ -179,12 +179,11 @@ template <int64_t kDim, int kHeads>
 TA_AVX512 bool heads_of_row(const Job& j, int64_t b, int64_t h0, int64_t t, float* scores, uint16_t* probs,
                             int64_t stride) {
   constexpr int kParts = kDim / 32;  // 2 * kParts fp32 accumulators a head for the output
-  const int64_t kv = h0 / (j.H / j.KV), row = b * j.T + t;
-  const int64_t start = j.start[row], count = j.count[row], n = start + count;
-  const int64_t* tail = j.tail + row * j.L;
-  if (start < 0 || start > j.S || count < 0 || count > j.L || n == 0) return false;
-  for (int64_t i = 0; i < count; ++i)
-    if (tail[i] < 0 || tail[i] >= j.S) return false;
+  const int64_t kv = h0 / (j.H / j.KV);
+  specdec::RowKeys seq;
+  if (!specdec::row_keys(j, b * j.T + t, seq)) return false;
+  const int64_t start = seq.start, n = seq.n;
+  const int64_t* tail = seq.tail;
   const c10::BFloat16* keys = j.key + b * j.batch_stride + kv * j.head_stride;
   const c10::BFloat16* values = j.value + b * j.batch_stride + kv * j.head_stride;
   float total[kHeads];
@@ -202,8 +201,8 @@ TA_AVX512 bool heads_of_row(const Job& j, int64_t b, int64_t h0, int64_t t, floa
     add_pair<kDim, kHeads>(values + i * kDim, values + (i + 1) * kDim, probs + i, stride, low, high);
   for (int64_t i = contiguous; i < n; i += 2) {
     const int64_t i1 = i + 1;
-    const c10::BFloat16* v1 = i1 >= n ? nullptr : values + (i1 < start ? i1 : tail[i1 - start]) * kDim;
-    add_pair<kDim, kHeads>(values + (i < start ? i : tail[i - start]) * kDim, v1, probs + i, stride, low, high);
+    const c10::BFloat16* v1 = i1 >= n ? nullptr : values + seq.slot(i1) * kDim;
+    add_pair<kDim, kHeads>(values + seq.slot(i) * kDim, v1, probs + i, stride, low, high);
   }
   // words of cvtne2ps(high, low): 0..15 low's lanes, 16..31 high's; output dim 8l + r reads word 4l + r (r < 4)
   // or 16 + 4l + r - 4

@@ -66,7 +66,7 @@ TA_AMX void configure(int heads) {
 
 // One item's memory: the queries' pairs, a copied key block, a value block's pairs, scores and probabilities.
 struct Scratch {
-  explicit Scratch(int64_t longest) : scores(kMostHeads * longest), probs(kMostHeads * longest) {}
+  Scratch(int heads, int64_t longest) : scores(heads * longest), probs(heads * longest) {}
   alignas(64) uint32_t queries[4][16][kMostHeads];  // [part][dim pair][head]
   alignas(64) BF16 keys[16][128];
   alignas(64) uint32_t pairs[4][16][16];  // four B tiles of 16 dims: [tile][key pair][column]
@@ -76,17 +76,12 @@ struct Scratch {
   std::vector<uint16_t> probs;
 };
 
-// Row i of the row's key sequence in a cache of rows of kDim.
-template <int64_t kDim>
-inline const BF16* slot(const BF16* base, int64_t i, int64_t start, const int64_t* tail) {
-  return base + (i < start ? i : tail[i - start]) * kDim;
-}
-
 // Scores of G heads over n keys into s.scores + g * stride, each head's probabilities into s.probs (zeros after
 // the last, up to a multiple of 32); returns nothing, the sums of p in `total`.
 template <int64_t kDim>
-TA_AMX void probabilities(const Job& j, const BF16* keys, int64_t start, const int64_t* tail, int64_t n, int G,
-                          int64_t stride, Scratch& s, float* total) {
+TA_AMX void probabilities(const Job& j, const BF16* keys, const RowKeys& seq, int G, int64_t stride, Scratch& s,
+                          float* total) {
+  const int64_t n = seq.n;
   // Head g's score of key k sits at k * G + g of the stored tile: its lanes come two zmm at a time
   const __m512i flat = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                           _mm512_set1_epi32(G));
@@ -95,14 +90,14 @@ TA_AMX void probabilities(const Job& j, const BF16* keys, int64_t start, const i
   for (int64_t i0 = 0; i0 < n; i0 += 16) {
     const int64_t live = std::min<int64_t>(16, n - i0);
     const BF16* rows = keys + i0 * kDim;
-    if (live < 16 || i0 + 16 > start) {  // gathered, or the sequence's end: copied, dead rows zero
+    int64_t ld = kDim * sizeof(BF16);
+    if (live < 16 || i0 + 16 > seq.start) {  // gathered, or the sequence's end: copied, dead rows zero
       for (int64_t k = 0; k < 16; ++k) {
-        if (k < live) std::memcpy(s.keys[k], slot<kDim>(keys, i0 + k, start, tail), kDim * sizeof(BF16));
+        if (k < live) std::memcpy(s.keys[k], keys + seq.slot(i0 + k) * kDim, kDim * sizeof(BF16));
         else std::memset(s.keys[k], 0, kDim * sizeof(BF16));
       }
-      rows = &s.keys[0][0];
+      rows = &s.keys[0][0], ld = sizeof(s.keys[0]);
     }
-    const int64_t ld = rows == &s.keys[0][0] ? 128 * sizeof(BF16) : kDim * sizeof(BF16);
     _tile_zero(0);
     for (int part = 0; part < kDim / 32; ++part) {
       _tile_loadd(1, rows + part * 32, ld);
@@ -149,8 +144,9 @@ TA_AMX inline void pair_rows(const BF16* v0, const BF16* v1, int64_t d0, int m, 
 
 // o = sum_i p_i v_i / total for G heads, dims [d0, d0 + 64), into the output rows.
 template <int64_t kDim>
-TA_AMX void weighted_values(const Job& j, const BF16* values, int64_t start, const int64_t* tail, int64_t n, int G,
-                            int64_t stride, int64_t d0, Scratch& s, const float* total, BF16* out) {
+TA_AMX void weighted_values(const BF16* values, const RowKeys& seq, int G, int64_t stride, int64_t d0, Scratch& s,
+                            const float* total, BF16* out) {
+  const int64_t n = seq.n;
   _tile_zero(4);
   _tile_zero(5);
   _tile_zero(6);
@@ -158,8 +154,8 @@ TA_AMX void weighted_values(const Job& j, const BF16* values, int64_t start, con
   for (int64_t k0 = 0; k0 < n; k0 += 32) {
     for (int m = 0; m < 16; ++m) {
       const int64_t i = k0 + 2 * m;
-      pair_rows(i < n ? slot<kDim>(values, i, start, tail) : nullptr,
-                i + 1 < n ? slot<kDim>(values, i + 1, start, tail) : nullptr, d0, m, s);
+      pair_rows(i < n ? values + seq.slot(i) * kDim : nullptr, i + 1 < n ? values + seq.slot(i + 1) * kDim : nullptr,
+                d0, m, s);
     }
     _tile_loadd(3, s.probs.data() + k0, stride * sizeof(uint16_t));
     _tile_loadd(1, s.pairs[0], 64);
@@ -195,11 +191,8 @@ TA_AMX void weighted_values(const Job& j, const BF16* values, int64_t start, con
 template <int64_t kDim>
 TA_AMX bool item(const Job& j, int64_t b, int64_t kv, int64_t t, int64_t stride, Scratch& s) {
   const int G = static_cast<int>(j.H / j.KV);
-  const int64_t row = b * j.T + t, start = j.start[row], count = j.count[row], n = start + count;
-  const int64_t* tail = j.tail + row * j.L;
-  if (start < 0 || start > j.S || count < 0 || count > j.L || n == 0) return false;
-  for (int64_t i = 0; i < count; ++i)
-    if (tail[i] < 0 || tail[i] >= j.S) return false;
+  RowKeys seq;
+  if (!row_keys(j, b * j.T + t, seq)) return false;
   const int64_t h0 = kv * G;
   for (int g = 0; g < G; ++g) {  // B tile rows: query g's dims (2p, 2p + 1) of each part of 32
     const uint32_t* q = reinterpret_cast<const uint32_t*>(j.query + ((b * j.H + h0 + g) * j.T + t) * kDim);
@@ -209,10 +202,10 @@ TA_AMX bool item(const Job& j, int64_t b, int64_t kv, int64_t t, int64_t stride,
   const BF16* keys = j.key + b * j.batch_stride + kv * j.head_stride;
   const BF16* values = j.value + b * j.batch_stride + kv * j.head_stride;
   float total[kMostHeads];
-  probabilities<kDim>(j, keys, start, tail, n, G, stride, s, total);
+  probabilities<kDim>(j, keys, seq, G, stride, s, total);
   BF16* out = j.out + ((b * j.T + t) * j.H + h0) * kDim;
   for (int64_t d0 = 0; d0 < kDim; d0 += 64)
-    weighted_values<kDim>(j, values, start, tail, n, G, stride, d0, s, total, out);
+    weighted_values<kDim>(values, seq, G, stride, d0, s, total, out);
   return true;
 }
 
@@ -230,8 +223,9 @@ bool amx_attention_here() {
 
 // Items [begin, end) on this thread's tiles.
 TA_AMX bool run_items(const AttentionJob& j, int64_t begin, int64_t end, int64_t stride) {
-  Scratch scratch(stride);
-  configure(static_cast<int>(j.H / j.KV));
+  const int heads = static_cast<int>(j.H / j.KV);
+  Scratch scratch(heads, stride);
+  configure(heads);
   bool ok = true;
   for (int64_t it = begin; it < end; ++it) {
     const int64_t t = it % j.T, kv = (it / j.T) % j.KV, b = it / (j.T * j.KV);
