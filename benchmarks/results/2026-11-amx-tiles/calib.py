@@ -4,24 +4,19 @@ import os
 import sys
 
 sys.path.insert(0, os.environ.get("SRC", "src"))
-from specdec.data import load_questions
+sys.path.insert(0, "benchmarks")
+from batch_steps import held_out_prompts  # Spec-Bench questions 11-12 of each category
+
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
 from specdec.models import load_model
-from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.proposers.logitspec import plan as PL
 from specdec.proposers.logitspec import proposer as P
 
 loaded = load_model("smollm2-135m")
 engine = Engine(loaded)
-seen = collections.Counter()
-held = []
-for q in load_questions():
-    seen[q.category] += 1
-    if 11 <= seen[q.category] <= 12:
-        held.append(q)
-prompts = [encode_prompt(loaded.tokenizer, q.turns[0], chat=True) for q in held]
+prompts = held_out_prompts(loaded, 1000)
 pending = []
 orig_plan = PL.NodePool.plan
 def plan(self, *a, **k):
