@@ -77,3 +77,46 @@ def test_greedy_acceptance_reads_the_same_tokens_with_and_without_the_kernel(mon
             assert (with_kernel.path, with_kernel.tokens) == (without.path, without.tokens)
             assert with_kernel.tokens == [int(logits[node].float().argmax()) for node in with_kernel.path]
             assert with_kernel.path == [0, 4, 6]
+
+
+def _random_tree(data: torch.Generator, nodes: int, vocab: int) -> DraftTree:
+    """A tree of `nodes` nodes with random parents and tokens; siblings may repeat a token (the first wins)."""
+    parents = [-1] + [int(torch.randint(0, node, (1,), generator=data)) for node in range(1, nodes)]
+    tokens = torch.randint(0, vocab, (nodes,), generator=data)
+    return DraftTree(tokens, torch.tensor(parents))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_walk_in_one_call_is_the_python_walk(monkeypatch, dtype):
+    """`greedy_walk` against accept_greedy's own walk (a row at a time) on random trees whose rows often
+    point at a child, duplicate siblings and a view into a wider pass's logits included."""
+    data = torch.Generator().manual_seed(11)
+    vocab, deep = 1000, 0
+    for trial in range(200):
+        tree = _random_tree(data, int(torch.randint(1, 24, (1,), generator=data)), 6)
+        wide = torch.randn(tree.num_nodes + 3, vocab, generator=data).to(dtype)
+        logits = wide[: tree.num_nodes]  # as a pass's row b hands it on: a view
+        for node, kids in enumerate(tree.children):  # most rows' argmax is one of the node's children
+            if kids and trial % 5:
+                logits[node, tree.token_list[kids[int(torch.randint(0, len(kids), (1,), generator=data))]]] = 9.0
+        walked = module.greedy_walk(logits, tree.token_list, tree.parent_list)
+        assert walked is not None
+        with monkeypatch.context() as patch:
+            patch.setattr(module.q4_kernel, "is_loaded", lambda: False)
+            python = accept_greedy(tree, logits)
+        assert walked == (python.path, python.tokens)
+        kernel = accept_greedy(tree, logits)  # the rule itself takes the one call
+        assert (kernel.path, kernel.tokens) == walked
+        deep += len(python.path) > 2
+    assert deep > 50  # the walks went below the first level often
+
+
+def test_the_walk_leaves_a_row_without_a_number_to_the_caller():
+    tree = DraftTree.chain(1, [2])
+    logits = torch.zeros(2, 10)
+    logits[0, 2] = 1.0
+    logits[1] = float("nan")
+    assert module.greedy_walk(logits, tree.token_list, tree.parent_list) is None
+    assert module.greedy_walk(logits[:1], [1], [-1]) == ([0], [2])
+    with pytest.raises(RuntimeError, match="one token and one parent"):
+        torch.ops.specdec_top.greedy_walk(logits, [1], [-1])

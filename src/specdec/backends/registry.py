@@ -10,7 +10,7 @@ It is also the boundary: nothing outside `specdec.backends` imports a backend's 
 (tests/test_imports.py checks it). What the engine, proposers and applications need to know of a
 backend (is its pass exact, may a tree go through it as drafted, which module a draft runs on) is a
 capability function here, dispatched on the backend where the answer differs; the few torch helpers
-drafting and greedy acceptance use (`head_logits`, `top_tokens`, `argmax_rows`, the attention plans) are
+drafting and greedy acceptance use (`head_logits`, `top_tokens`, `argmax_rows`, `greedy_walk`, the attention plans) are
 re-exported as they are.
 
 Invariant: one llama.cpp context per loaded model (kept in its `state`), so every engine and cost
@@ -43,7 +43,7 @@ from specdec.backends.torch.packed import (
 )
 from specdec.backends.torch.rows import BatchedTarget, OneSequence
 from specdec.backends.torch.target import FAST_HEAD_TYPES, TargetModel, head_logits
-from specdec.backends.torch.top_tokens import argmax_rows, top_tokens
+from specdec.backends.torch.top_tokens import argmax_rows, greedy_walk, top_tokens
 from specdec.choices import BACKENDS
 from specdec.kernels import q4_kernel
 from specdec.kernels.q4_kernel import block_head_rows
@@ -60,7 +60,7 @@ __all__ = [
     "sequence_runner", "verify_model", "pack_draft", "separable_head", "block_head_rows", "describe_path",
     "path_line",
     # torch helpers for drafting, and the cost curves' cache (`timing_cache`), as they are
-    "head_logits", "top_tokens", "argmax_rows", "contended", "cost_file", "cost_key", "write_json_atomic",
+    "head_logits", "top_tokens", "argmax_rows", "greedy_walk", "contended", "cost_file", "cost_key", "write_json_atomic",
 ]
 
 Timed = TargetModel | OneSequence  # prefill, forward_tree, trim on a sequence of its own (`timing_target`)

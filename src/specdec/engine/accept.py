@@ -83,7 +83,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.backends.registry import argmax_rows
+from specdec.backends.registry import argmax_rows, greedy_walk
 from specdec.engine.spectr import KSequential, expanded_twin, sibling_groups
 from specdec.engine.uniforms import Chance, PositionUniforms, draw
 from specdec.sampling import SamplingParams, logits_to_probs
@@ -191,13 +191,17 @@ def accept_greedy(tree: DraftTree, target_logits: torch.Tensor) -> Acceptance:
     On CPU, torch's argmax over a 49152-wide row is not vectorised, and the walk only
     needs the rows on the accepted path; so there each of those rows is reduced on its
     own: the cost follows the tokens emitted, not the tree's size. specdec's kernel
-    (`argmax_rows`) reads a bf16 row as it is; without it numpy does, after a
-    conversion to fp32 (docs/benchmarks.md). Ties go to the lowest token id in all
-    three, as in plain greedy decoding.
+    walks the whole path in one call (`greedy_walk`, reading a bf16 row as it is);
+    without it numpy reduces each row, after a conversion to fp32 (docs/benchmarks.md).
+    Ties go to the lowest token id in all three, as in plain greedy decoding.
     """
     _check_rows(tree, target_logits, "target_logits")
+    tokens = tree.token_list
     if target_logits.device.type == "cpu":
         rows = target_logits.detach()
+        walked = greedy_walk(rows, tokens, tree.parent_list)  # the walk below, in one kernel call
+        if walked is not None:
+            return Acceptance(*walked)
 
         def best(node: int) -> int:  # bf16 -> fp32 is exact, so the argmax is unchanged
             kernel = argmax_rows(rows[node : node + 1])
@@ -205,7 +209,7 @@ def accept_greedy(tree: DraftTree, target_logits: torch.Tensor) -> Acceptance:
 
     else:
         best = target_logits.argmax(-1).tolist().__getitem__  # [N] -> list: the only sync
-    tokens, children = tree.token_list, tree.children
+    children = tree.children
     node, path, emitted = 0, [0], []
     while True:
         want = best(node)

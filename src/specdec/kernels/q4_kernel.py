@@ -61,7 +61,7 @@ _SOURCES = (_SOURCE, _SOURCE.with_name("q4_gemm_portable.cpp"), _SOURCE.with_nam
             _SOURCE.with_name("q4_gemm_i8_scalar.cpp"), _SOURCE.with_name("q4_gemm_i8_avx2.cpp"), _SOURCE.with_name("q4_gemm_i8_amx.cpp"),
             _SOURCE.with_name("q4_gemm_i8_neon.cpp"), _SOURCE.with_name("quantize_i8.cpp"),
             _SOURCE.with_name("tree_attention.cpp"), _SOURCE.with_name("tree_attention_amx.cpp"),
-            _SOURCE.with_name("top_tokens.cpp"),
+            _SOURCE.with_name("top_tokens.cpp"), _SOURCE.with_name("kv_paths.cpp"),
             _SOURCE.with_name("decoder_layer.cpp"), _SOURCE.with_name("portable.cpp"))
 _EXTENSION = "specdec_kernels"
 # -ffp-contract=off: no multiply-add is fused behind the kernel's back (the dequantization and the scalar

@@ -29,6 +29,8 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from specdec.kernels import q4_kernel
+
 DEFAULT_CAPACITY = 256  # tokens per row before the first doubling
 
 
@@ -147,6 +149,11 @@ class BatchedLayer(DynamicLayer):
             # The right side is gathered (a copy) before the write, so overlaps are safe.
             buffer[row_index, :, dst] = buffer[row_index, :, src]
 
+    @property
+    def buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The key and value buffers [rows, kv_heads, capacity, head_dim] (after the layer's first write)."""
+        return self._keys, self._values
+
     def move_row(self, src: int, dst: int, length: int) -> None:
         """Copy row src's first `length` entries into row dst (to keep the rows contiguous)."""
         for buffer in (self._keys, self._values):
@@ -171,6 +178,21 @@ class BatchedLayer(DynamicLayer):
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         raise NotImplementedError("rows are managed by the batched target (slots), not by transformers")
+
+
+def keep_paths(layers: list[BatchedLayer], rows: list[int], src: list[list[int]], dst: list[list[int]]) -> None:
+    """Every layer's `keep_paths`: rows [R], src/dst [R][P] absolute positions. On the CPU, with specdec's
+    extension loaded, one C++ call for all layers (`csrc/kv_paths.cpp`): the indexed copies cost ~4 tensor ops a
+    layer and buffer from Python, a share of the step around a few-millisecond pass."""
+    buffers = [buffer for layer in layers for buffer in layer.buffers]
+    if buffers[0].device.type == "cpu" and q4_kernel.is_loaded():
+        torch.ops.specdec_cache.keep_paths(buffers, rows, [s for row in src for s in row], [d for row in dst for d in row])
+        return
+    device = buffers[0].device
+    row_index = torch.tensor(rows, device=device)[:, None]
+    src_index, dst_index = torch.tensor(src, device=device), torch.tensor(dst, device=device)
+    for layer in layers:
+        layer.keep_paths(row_index, src_index, dst_index)
 
 
 def batched_cache(num_layers: int, layout: BatchLayout, capacity: int = DEFAULT_CAPACITY) -> Cache:

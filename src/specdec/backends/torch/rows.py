@@ -35,7 +35,7 @@ from transformers.cache_utils import Cache
 
 from specdec.backends.contract import PromptFill
 from specdec.backends.torch.attention_plan import MATERIALIZED_CHUNK
-from specdec.backends.torch.batch_cache import BatchedLayer, BatchLayout, batched_cache
+from specdec.backends.torch.batch_cache import BatchedLayer, BatchLayout, batched_cache, keep_paths
 from specdec.backends.torch.fused import KeySequences
 from specdec.backends.torch.graphs import GraphedPass
 from specdec.backends.torch.kv_cache import preallocated_cache
@@ -287,17 +287,14 @@ class BatchedTarget:
         self._pending = []
 
     def _move(self, moves: list[tuple[int, list[int]]]) -> None:
-        """Gather the rows' accepted entries to their contiguous places, every layer in one indexed copy."""
+        """Gather the rows' accepted entries to their contiguous places, every layer at once (`keep_paths`)."""
         longest = max(len(path) for _, path in moves)
-        rows = torch.tensor([b for b, _ in moves], device=self.device)[:, None]  # [R, 1]
-        src = torch.tensor([path + path[-1:] * (longest - len(path)) for _, path in moves])  # [R, P]
-        dst = torch.tensor(
-            [list(range(len(path))) + [len(path) - 1] * (longest - len(path)) for _, path in moves]
-        )
-        base = torch.tensor([self.lengths[b] for b, _ in moves])[:, None]
-        src, dst = (src + base).to(self.device), (dst + base).to(self.device)
-        for layer in self._layers:
-            layer.keep_paths(rows, src, dst)
+        src, dst = [], []
+        for b, path in moves:  # padded to the longest path by repeating a row's last move
+            base, pad = self.lengths[b], longest - len(path)
+            src.append([base + node for node in path + path[-1:] * pad])
+            dst.append([base + i for i in range(len(path))] + [base + len(path) - 1] * pad)
+        keep_paths(self._layers, [b for b, _ in moves], src, dst)
 
 
 def _padded_tokens(trees: Sequence[DraftTree], width: int, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,7 +7,9 @@ score so far.
 
 Invariants: ids best first; with the extension, equal scores in order of id (torch.topk's order for ties
 is its own); never builds the extension (it uses it where this process loaded it: the int4 pass does), so
-a proposer on any backend keeps working. The order feeds drafts only, never what is emitted.
+a proposer on any backend keeps working. The order feeds drafts only, never what is emitted. Greedy
+acceptance's argmax (`argmax_rows`, and `greedy_walk`: the whole walk down a tree in one call) comes from
+the same scan.
 """
 
 from __future__ import annotations
@@ -37,3 +39,16 @@ def argmax_rows(logits: torch.Tensor) -> list[int] | None:
         return None
     ids = torch.ops.specdec_top.top_tokens(logits, 1)[:, 0].tolist()
     return None if min(ids) < 0 else ids
+
+
+def greedy_walk(logits: torch.Tensor, tokens: list[int], parents: list[int]) -> tuple[list[int], list[int]] | None:
+    """Greedy acceptance down a draft tree in one kernel call: (the path's nodes root first, the emitted tokens),
+    each node's argmax as `argmax_rows` takes it; None where the extension is not loaded or a row on the path
+    holds no number (the caller walks it itself). logits [N, V]; tokens, parents: the tree's, as lists."""
+    if logits.device.type != "cpu" or logits.dtype not in (torch.bfloat16, torch.float32) or not q4_kernel.is_loaded():
+        return None
+    walked = torch.ops.specdec_top.greedy_walk(logits, tokens, parents)
+    if not walked:
+        return None
+    half = len(walked) // 2
+    return walked[:half], walked[half:]

@@ -6,6 +6,9 @@
 // score is below the k-th best so far, so one pass comparing 16 at a time against that threshold, and an
 // insertion into a sorted list of k for the rare ones above it, reads each row once: a few us.
 //
+// `greedy_walk` is greedy acceptance on the same scan: the argmax of each row on the accepted path, and the
+// walk down the tree, in one call a step.
+//
 // Invariants: a row's ids depend on that row alone; ties go to the lower id (the scan runs in order of id
 // and an equal score never displaces an earlier one); NaN scores are never taken. The result feeds drafts
 // only: verification, not this order, decides what is emitted.
@@ -118,10 +121,49 @@ at::Tensor top_tokens(const at::Tensor& logits, int64_t k) {
   return out;
 }
 
+// Greedy acceptance's walk (`specdec.engine.accept.accept_greedy`): from the root, each node's argmax either
+// is one of its children's tokens (the first such child in node order is followed) or ends the step as the
+// bonus token. tokens[i], parents[i]: node i's token and parent (parents[i] < i). Returns the path's nodes,
+// root first, then the emitted tokens (as many): one call a step instead of a Python walk with one argmax
+// call per node. Empty where a row on the path holds no number (the caller then reduces its rows itself).
+std::vector<int64_t> greedy_walk(const at::Tensor& logits, c10::IntArrayRef tokens, c10::IntArrayRef parents) {
+  TORCH_CHECK(logits.device().is_cpu() && logits.dim() == 2 &&
+                  (logits.scalar_type() == at::kBFloat16 || logits.scalar_type() == at::kFloat),
+              "greedy_walk: logits must be bf16 or fp32 [N, V] on the CPU, got ", logits.scalar_type(), " ",
+              logits.sizes());
+  const int64_t N = logits.size(0), V = logits.size(1);
+  TORCH_CHECK(static_cast<int64_t>(tokens.size()) == N && static_cast<int64_t>(parents.size()) == N && N >= 1,
+              "greedy_walk: one token and one parent per logits row (", N, "), got ", tokens.size(), " and ",
+              parents.size());
+  const at::Tensor rows = logits.stride(1) == 1 ? logits : logits.contiguous();
+  const int64_t stride = rows.stride(0);
+  const bool fast = avx512_here();
+  std::vector<int64_t> path{0}, emitted;
+  for (int64_t node = 0;;) {
+    Best best(1);
+    if (rows.scalar_type() == at::kBFloat16) one_row(rows.data_ptr<c10::BFloat16>() + node * stride, V, fast, best);
+    else one_row(rows.data_ptr<float>() + node * stride, V, fast, best);
+    if (best.held == 0) return {};
+    const int64_t want = best.id[0];
+    emitted.push_back(want);
+    int64_t next = -1;
+    for (int64_t child = node + 1; child < N && next < 0; ++child)
+      if (parents[child] == node && tokens[child] == want) next = child;
+    if (next < 0) break;
+    path.push_back(node = next);
+  }
+  path.insert(path.end(), emitted.begin(), emitted.end());
+  return path;
+}
+
 }  // namespace specdec
 
 TORCH_LIBRARY(specdec_top, m) {
   m.def("top_tokens(Tensor logits, int k) -> Tensor");
+  m.def("greedy_walk(Tensor logits, int[] tokens, int[] parents) -> int[]");
 }
 
-TORCH_LIBRARY_IMPL(specdec_top, CPU, m) { m.impl("top_tokens", &specdec::top_tokens); }
+TORCH_LIBRARY_IMPL(specdec_top, CPU, m) {
+  m.impl("top_tokens", &specdec::top_tokens);
+  m.impl("greedy_walk", &specdec::greedy_walk);
+}
