@@ -12,9 +12,11 @@ Invariant: the concatenation of every `push` result plus `finish()` is exactly
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 
 from transformers import PreTrainedTokenizerBase
+from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
 _REPLACEMENT = "\ufffd"
 
@@ -34,9 +36,10 @@ class TextStream:
         self._read_offset = 0
         self._released = 0  # characters of self.text already handed out
         self.stopped = False
+        self._backend_decode = _backend_decode(tokenizer)
 
     def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return self._backend_decode(ids) if self._backend_decode else self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def push(self, token_id: int) -> str:
         """Add one token; return the text that is now safe to show (maybe '')."""
@@ -78,3 +81,15 @@ class TextStream:
         out = self.text[self._released : upto]
         self._released = upto
         return out
+
+
+def _backend_decode(tokenizer: object) -> Callable[[list[int]], str] | None:
+    """The tokenizers library's own decode where transformers' `decode` would return just what it returns (a
+    fast tokenizer that overrides no decode step and cleans up no spaces), else None. A stream decodes twice a
+    token, and transformers' conversions around the call cost more than the call itself."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or getattr(tokenizer, "clean_up_tokenization_spaces", True):
+        return None
+    if type(tokenizer)._decode is not TokenizersBackend._decode or type(tokenizer).decode is not TokenizersBackend.decode:
+        return None
+    return functools.partial(backend.decode, skip_special_tokens=True)

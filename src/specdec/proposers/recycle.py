@@ -136,8 +136,8 @@ class RecycleTable:
         if logits.shape[1] != self.vocab_size:
             raise ValueError(f"logits have {logits.shape[1]} columns; the table has {self.vocab_size} rows")
         width = min(self.k, self.vocab_size)
-        top = top_tokens(logits, width).to("cpu", torch.int32).numpy()  # [N, width]
-        rows = tokens.to("cpu", torch.int64).numpy()
+        top = top_tokens(logits, width).cpu().numpy()  # [N, width] int64, cast into the table's int32 on assignment
+        rows = tokens.cpu().numpy()
         with self._lock:
             self._successors[rows, :width] = top  # a token seen twice: its last node wins
 
