@@ -88,6 +88,29 @@ def test_fused_layers_compute_what_transformers_layers_compute(make):
 
 
 @needs_kernel
+def test_a_pass_takes_its_inputs_in_one_call_as_the_modules_give_them():
+    """`pass_inputs` (the embedding and rotary rows of a pass in one C++ call) against the embedding module and
+    the tables read in Python, rows past the tables' first block and a batch of trees' positions included;
+    a token or a position outside its table is refused."""
+    fused = FusedDecoder(packed_view(tiny_qwen2_64(), int4=True))
+    assert fused.direct
+    data = torch.Generator().manual_seed(4)
+    ids = torch.randint(0, fused.embed.num_embeddings, (3, 7), generator=data)
+    positions = torch.randint(0, 600, (3, 7), generator=data)
+    fused._grow(600)
+    hidden, cos, sin = torch.ops.specdec_layer.pass_inputs(ids, fused.embed.weight, positions, fused._cos, fused._sin)
+    expected = fused.embed(ids)
+    assert torch.equal(hidden, expected)
+    assert all(torch.equal(a, b) for a, b in zip((cos, sin), fused.angles(expected, positions), strict=True))
+    rotary = fused.rotary(expected, positions)  # the module itself, for these positions at once
+    assert torch.equal(cos, rotary[0]) and torch.equal(sin, rotary[1])
+    with pytest.raises(RuntimeError, match="outside the embedding"):
+        torch.ops.specdec_layer.pass_inputs(ids + 10**6, fused.embed.weight, positions, fused._cos, fused._sin)
+    with pytest.raises(RuntimeError, match="outside the tables"):
+        torch.ops.specdec_layer.pass_inputs(ids, fused.embed.weight, positions + 10**6, fused._cos, fused._sin)
+
+
+@needs_kernel
 @pytest.mark.parametrize("activations", ["int8", "bf16"])
 def test_gate_and_up_joined_give_the_two_products_bits(activations):
     """The fused layer runs gate and up as one product (15 weights); the same layer with them apart (18)

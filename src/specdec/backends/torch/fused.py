@@ -221,6 +221,10 @@ class FusedDecoder:
         # Tabled where a position's angles are fixed; dynamic kinds rescale with the longest position
         self.tabled = isinstance(rope, str) and "dynamic" not in rope and rope != "longrope"
         self._cos = self._sin = torch.empty(0, self.dim, dtype=torch.bfloat16)
+        # `pass_inputs` takes the rows itself where the embedding is a plain bf16 table and the angles tabled
+        embed = self.embed
+        self.direct = (self.tabled and type(embed) is torch.nn.Embedding and embed.weight.dtype == torch.bfloat16
+                       and embed.max_norm is None and embed.weight.is_contiguous())
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> FusedDecoder | None:
@@ -251,8 +255,13 @@ class FusedDecoder:
         else:
             starts, counts = layout.starts, layout.counts
             tail = layout.tail_slots.view(batch, tokens, -1)
-        hidden = self.embed(input_ids)
-        cos, sin = self.angles(hidden, position_ids)
+        if self.direct:  # the embedding rows and rotary rows in one C++ call (what the else branch takes)
+            self._grow(context + tokens if layout is None else int(position_ids.max()) + 1)
+            hidden, cos, sin = torch.ops.specdec_layer.pass_inputs(
+                input_ids, self.embed.weight, position_ids, self._cos, self._sin)
+        else:
+            hidden = self.embed(input_ids)
+            cos, sin = self.angles(hidden, position_ids)
         claims = [layer.claim(batch, self.kv_heads, self.dim, hidden.dtype, tokens) for layer in cache.layers]
         claims = _slot_tensors(claims)
         keys, values, writes = (list(part) for part in zip(*claims, strict=True))
@@ -292,9 +301,12 @@ class FusedDecoder:
         batch = position_ids.shape[0]
         if not self.tabled:
             return tuple(part.expand(batch, -1, -1).contiguous() for part in self.rotary(hidden, position_ids))
-        top = int(position_ids.max()) + 1
+        self._grow(int(position_ids.max()) + 1)
+        return self._cos[position_ids], self._sin[position_ids]
+
+    def _grow(self, top: int) -> None:
+        """The rotary tables through position top - 1, filled a block of positions at a time."""
         while self._cos.shape[0] < top:
             block = torch.arange(self._cos.shape[0], self._cos.shape[0] + _ROTARY_BLOCK)[None]
-            cos, sin = self.rotary(hidden, block)
+            cos, sin = self.rotary(self._cos, block)  # the module reads only its input's dtype and device
             self._cos, self._sin = torch.cat([self._cos, cos[0]]), torch.cat([self._sin, sin[0]])
-        return self._cos[position_ids], self._sin[position_ids]
