@@ -12,28 +12,34 @@ import sys
 import time
 
 sys.path.insert(0, os.environ.get("SRC", "src"))
+sys.path.insert(0, "benchmarks")
 import torch
 import torch._ops
+from batch_steps import held_out_prompts
 
 from specdec import text
 from specdec.backends.torch import rows
-from specdec.data import load_questions
 from specdec.engine import accept, loop
 from specdec.engine.generation import GenerationConfig
 from specdec.models import load_model
-from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 
 spent: collections.Counter = collections.Counter()
 
 
-def timed(name, function):
+in_pass: list[bool] = [False]  # a verification pass is running (prefills' C++ calls are not counted)
+
+
+def timed(name, function, only_inside=False):
     def wrapper(*args, **kwargs):
-        start = time.perf_counter()
+        start, outer = time.perf_counter(), in_pass[0]
+        in_pass[0] = outer or name == "pass"
         try:
             return function(*args, **kwargs)
         finally:
-            spent[name] += time.perf_counter() - start
+            in_pass[0] = outer
+            if outer or not only_inside:
+                spent[name] += time.perf_counter() - start
     return wrapper
 
 
@@ -47,11 +53,11 @@ def old_keep_paths(layers, row_list, src, dst):
 
 new_walk, new_keep, new_decode = accept.greedy_walk, rows.keep_paths, text._backend_decode
 rows.BatchedTarget.verify_trees = timed("pass", rows.BatchedTarget.verify_trees)
-torch._ops.TorchBindOpOverload.__call__ = timed("C", torch._ops.TorchBindOpOverload.__call__)
+torch._ops.TorchBindOpOverload.__call__ = timed("C", torch._ops.TorchBindOpOverload.__call__, True)
 loaded = load_model("smollm2-135m")
 engine = loop.Engine(loaded)
 fused = engine.target._fused  # the one-sequence target the batch rows run on
-torch.ops.specdec_q4.q8_linear = timed("C", torch.ops.specdec_q4.q8_linear)
+torch.ops.specdec_q4.q8_linear = timed("C", torch.ops.specdec_q4.q8_linear, True)
 assert fused is not None
 
 
@@ -62,13 +68,7 @@ def arm(old: bool) -> None:
     fused.direct = not old
 
 
-seen: collections.Counter = collections.Counter()
-held = []
-for question in load_questions():
-    seen[question.category] += 1
-    if 11 <= seen[question.category] <= 12:
-        held.append(question)
-prompts = [encode_prompt(loaded.tokenizer, q.turns[0], chat=True) for q in held]
+prompts = held_out_prompts(loaded, 1000)  # Spec-Bench questions 11-12 of each category
 outputs: dict = {}
 for method in sys.argv[1:] or ["plain", "logitspec"]:
     engine.generate(prompts[0], parse_method(method).build(loaded), GenerationConfig(max_new_tokens=16))

@@ -12,20 +12,20 @@ import sys
 import time
 
 sys.path.insert(0, os.environ.get("SRC", "src"))
+sys.path.insert(0, "benchmarks")
 import torch
 import torch._ops
+from batch_steps import held_out_prompts
 
 from specdec.kernels.q4_kernel import load_extension
 
 load_extension()
 from specdec.backends.torch import batch_cache, fused, rows, target
-from specdec.data import load_questions
 from specdec.engine import accept, generation, loop
 from specdec.engine.floor import Floor
 from specdec.engine.generation import GenerationConfig
 from specdec.kernels import q4_kernel
 from specdec.models import load_model
-from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 
 spent: collections.Counter = collections.Counter()
@@ -61,13 +61,7 @@ fused.FusedDecoder.angles = timed("FusedDecoder.angles", fused.FusedDecoder.angl
 
 loaded = load_model("smollm2-135m")
 engine = loop.Engine(loaded, floor=Floor())
-seen: collections.Counter = collections.Counter()
-held = []
-for question in load_questions():
-    seen[question.category] += 1
-    if 11 <= seen[question.category] <= 12:
-        held.append(question)
-prompts = [encode_prompt(loaded.tokenizer, q.turns[0], chat=True) for q in held]
+prompts = held_out_prompts(loaded, 1000)  # Spec-Bench questions 11-12 of each category
 for method in (sys.argv[1:] or ["plain", "logitspec"]) * 2:
     engine.generate(prompts[0], parse_method(method).build(loaded), GenerationConfig(max_new_tokens=16))
     spent.clear()

@@ -2,29 +2,22 @@
 steps, and what the drafting steps cost beyond plain steps for the tokens they emitted (negative: they paid).
 Methods run in the order given on one engine, so a method named twice runs the second time on what its floor
 learned the first time."""
-import collections
 import os
 import sys
 
 sys.path.insert(0, os.environ.get("SRC", "src"))
-from specdec.data import load_questions
+sys.path.insert(0, "benchmarks")
+from batch_steps import held_out_prompts
+
 from specdec.engine.floor import Floor
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
 from specdec.models import load_model
-from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 
 loaded = load_model("smollm2-135m")
 engine = Engine(loaded, floor=Floor())
-seen = collections.Counter()
-held = []
-lo, hi = int(os.environ.get("LO", 11)), int(os.environ.get("HI", 12))
-for q in load_questions():
-    seen[q.category] += 1
-    if lo <= seen[q.category] <= hi:
-        held.append(q)
-prompts = [encode_prompt(loaded.tokenizer, q.turns[0], chat=True) for q in held]
+prompts = held_out_prompts(loaded, 1000)  # Spec-Bench questions 11-12 of each category
 for method in sys.argv[1:]:
     engine.generate(prompts[0], parse_method(method).build(loaded), GenerationConfig(max_new_tokens=16))
     d, p = [0, 0, 0.0], [0, 0, 0.0]
