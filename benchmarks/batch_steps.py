@@ -29,14 +29,19 @@ from specdec.prompts import encode_prompt  # noqa: E402
 from specdec.proposers import parse_method  # noqa: E402
 
 
-def held_out_prompts(loaded, count: int) -> list[list[int]]:
+def held_out_turns(loaded, last: int = 12) -> list[tuple[str, list[int]]]:
+    """(category, first-turn prompt ids) of Spec-Bench questions 11..last of each category: never the reported first 10."""
     seen: collections.Counter = collections.Counter()
-    prompts = []
+    turns = []
     for question in load_questions():
         seen[question.category] += 1
-        if seen[question.category] in (11, 12):
-            prompts.append(encode_prompt(loaded.tokenizer, question.turns[0], chat=True))
-    return prompts[:count]
+        if 11 <= seen[question.category] <= last:
+            turns.append((question.category, encode_prompt(loaded.tokenizer, question.turns[0], chat=True)))
+    return turns
+
+
+def held_out_prompts(loaded, count: int) -> list[list[int]]:
+    return [prompt for _, prompt in held_out_turns(loaded)][:count]
 
 
 def main(methods: list[str]) -> None:

@@ -188,6 +188,29 @@ def test_a_heads_plain_steps_capture_no_features(default_model, plain_runs, benc
     assert len(drafted) > WARMUP, [step.tree_size for step in out.stats.steps]  # a try after plain steps
 
 
+@pytest.mark.parametrize("method", ["medusa", "hydra"])
+def test_medusa_heads_plain_steps_capture_no_features(default_model, plain_runs, bench_prompts, method):
+    """Where plain steps lead, Medusa's and Hydra's passes capture the target's state only before a drafting try:
+    most steps see no features, the tries still draft a tree (the pass before each captured), and a step that
+    finds none drafts nothing rather than from an older state."""
+    engine = Engine(default_model, floor=no_draft_pays())
+    proposer = parse_method(method).build(default_model)
+    seen, propose = [], proposer.propose
+
+    def record(ctx):
+        seen.append(ctx.features is not None and ctx.features.shape[0] > 0)
+        tree = propose(ctx)
+        assert tree.num_nodes == 1 or seen[-1], "drafted from an older state"
+        return tree
+
+    proposer.propose = record
+    out = engine.generate(bench_prompts["math_reasoning"], proposer, GenerationConfig(max_new_tokens=48))
+    assert out.token_ids == plain_runs.tokens("math_reasoning", 48)
+    assert seen.count(False) > len(seen) // 2, seen
+    drafted = [step.tree_size for step in out.stats.steps if step.tree_size > 1]
+    assert len(drafted) > WARMUP, [step.tree_size for step in out.stats.steps]  # a try after plain steps
+
+
 def test_a_may_draft_next_answer_covers_every_try() -> None:
     """The prediction never says no before a step that drafts: replayed over a losing mode's steps."""
     state, modes = FloorState(), []

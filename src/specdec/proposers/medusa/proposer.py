@@ -10,7 +10,10 @@ independent) and cut to the size that pays on this machine's cost curve
 (`tree_budget`), like EAGLE's.
 
 The state comes from the verification pass itself (`ProposalContext.features`,
-captured at the target's last hidden state): no extra pass of the target.
+captured at the target's last hidden state): no extra pass of the target. Where
+the engine's floor runs plain steps, their passes capture nothing unless a try
+comes next (`features_optional`); a step that finds no state drafts nothing, never
+from an older one.
 
 Invariants: lossless whatever the heads guess (verification decides); drafts
 are deterministic guesses (`draft_probs` None), so at temperature > 0 the
@@ -80,6 +83,7 @@ class MedusaProposer(ProposerBase):
     draft_source = "head"
     prunable = True  # a batch may cut the tree to its budget (the kept order is likeliest first)
     name = "medusa"
+    features_optional = True  # the floor's plain steps may capture nothing: the step after one drafts nothing
 
     def __init__(self, config: MedusaConfig, heads: MedusaHeads, costs: CostModel | None = None) -> None:
         self.config = config
@@ -95,12 +99,10 @@ class MedusaProposer(ProposerBase):
     @torch.inference_mode()
     def propose(self, ctx: ProposalContext) -> DraftTree:
         root = ctx.token_ids[-1]
-        if ctx.features is not None and ctx.features.shape[0]:
-            self.state = ctx.features[-1]  # the state whose logits gave the root
-        if self.state is None:
-            raise RuntimeError(f"{self.name}: no target state for this step (the pass captured no features)")
+        # the state whose logits gave the root; none where the pass before captured nothing (`features_optional`)
+        self.state = ctx.features[-1] if ctx.features is not None and ctx.features.shape[0] else None
         depth = min(self.heads.num_heads, ctx.max_depth)
-        if depth <= 0:
+        if depth <= 0 or self.state is None:
             return DraftTree.chain(root)
         nodes = self._nodes(root, self.state, depth)
         kept = likeliest(nodes, self.config.budget)
