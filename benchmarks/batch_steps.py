@@ -16,10 +16,12 @@ import sys
 import time
 
 sys.path.insert(0, os.environ.get("SRC", "src"))
+import torch  # noqa: E402
 from step_pieces import spent, timed  # noqa: E402 - the same timing wrapper
 
 from specdec.backends.torch import rows as R  # noqa: E402
 from specdec.data import load_questions  # noqa: E402
+from specdec.engine import costs  # noqa: E402
 from specdec.engine.costs import load_or_measure  # noqa: E402
 from specdec.engine.floor import Floor  # noqa: E402
 from specdec.engine.generation import GenerationConfig  # noqa: E402
@@ -42,6 +44,26 @@ def held_out_turns(loaded, last: int = 12) -> list[tuple[str, list[int]]]:
 
 def held_out_prompts(loaded, count: int) -> list[list[int]]:
     return [prompt for _, prompt in held_out_turns(loaded)][:count]
+
+
+def probe_times(loaded, context: int, sizes: list[int], repeats: int = 16) -> dict[int, list[float]]:
+    """Seconds of each of the cost curve's probe trees (`costs._probe_parents`) after `context` random tokens,
+    `repeats` times, sizes in turn ascending and descending: the curve's own probes timed in this process."""
+    target = costs.timing_target(loaded)
+    vocab = int(target.config.vocab_size)
+    generator = torch.Generator().manual_seed(0)
+    target.prefill(torch.randint(0, vocab, (context,), generator=generator))
+    probes = {n: (torch.randint(0, vocab, (n,), generator=generator), costs._probe_parents(n)) for n in sizes}
+    seconds: dict[int, list[float]] = {n: [] for n in sizes}
+    for repeat in range(repeats):
+        for n in sizes if repeat % 2 == 0 else sizes[::-1]:
+            start = time.perf_counter()
+            target.forward_tree(*probes[n])
+            seconds[n].append(time.perf_counter() - start)
+            target.trim(context)
+    if hasattr(target, "close"):
+        target.close()
+    return seconds
 
 
 def main(methods: list[str]) -> None:

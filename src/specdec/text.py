@@ -36,10 +36,7 @@ class TextStream:
         self._read_offset = 0
         self._released = 0  # characters of self.text already handed out
         self.stopped = False
-        self._backend_decode = _backend_decode(tokenizer)
-
-    def _decode(self, ids: list[int]) -> str:
-        return self._backend_decode(ids) if self._backend_decode else self.tokenizer.decode(ids, skip_special_tokens=True)
+        self._decode = _backend_decode(tokenizer) or functools.partial(tokenizer.decode, skip_special_tokens=True)
 
     def push(self, token_id: int) -> str:
         """Add one token; return the text that is now safe to show (maybe '')."""

@@ -7,11 +7,11 @@ import sys
 import time
 
 sys.path.insert(0, os.environ.get("SRC", "src"))
-import torch
+sys.path.insert(0, "benchmarks")
+from batch_steps import probe_times
 
 from specdec.backends.torch import rows as R
 from specdec.data import load_questions
-from specdec.engine import costs as C
 from specdec.engine import verify as V
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
@@ -58,20 +58,6 @@ print(f"{method}: mean context {ctx}, {len(ctxs)} steps")
 for name in ("pass", "accept", "commit"):
     print(name, " ".join(f"{n}:{len(v)}x{1e3*statistics.median(v):.2f}" for n, v in sorted(rec[name].items()) if len(v) >= 5))
 sizes = [1, 2, 3, 4, 6, 8, 12, 16]
-for c in (384, ctx):
-    tgt = C.timing_target(loaded)
-    # the same probes as the cost curve, 15 repeats; report min and median
-    vocab = int(tgt.config.vocab_size)
-    g = torch.Generator().manual_seed(0)
-    tgt.prefill(torch.randint(0, vocab, (c,), generator=g))
-    probes = {n: (torch.randint(0, vocab, (n,), generator=g), C._probe_parents(n)) for n in sizes}
-    s = {n: [] for n in sizes}
-    for rep in range(16):
-        for n in (sizes if rep % 2 == 0 else sizes[::-1]):
-            t = time.perf_counter()
-            tgt.forward_tree(*probes[n])
-            s[n].append(time.perf_counter() - t)
-            tgt.trim(c)
-    if hasattr(tgt, "close"):
-        tgt.close()
+for c in (384, ctx):  # the same probes as the cost curve, 16 repeats; report min and median
+    s = probe_times(loaded, c, sizes)
     print(f"probes at context {c}: " + " ".join(f"{n}:{1e3*min(v):.2f}/{1e3*statistics.median(v[2:]):.2f}" for n, v in s.items()))

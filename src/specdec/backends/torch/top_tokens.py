@@ -23,8 +23,7 @@ def top_tokens(logits: torch.Tensor, k: int) -> torch.Tensor:
     """logits [V] or [N, V] -> int64 ids [k] or [N, k], best first (k <= V; with the extension, -1 fills a row
     with fewer than k scores that are not NaN)."""
     rows = logits if logits.dim() == 2 else logits.reshape(1, -1)
-    fast = rows.device.type == "cpu" and rows.dtype in (torch.bfloat16, torch.float32) and q4_kernel.is_loaded()
-    ids = torch.ops.specdec_top.top_tokens(rows, k) if fast else torch.topk(rows, k, dim=-1).indices
+    ids = torch.ops.specdec_top.top_tokens(rows, k) if _kernel_takes(rows) else torch.topk(rows, k, dim=-1).indices
     return ids if logits.dim() == 2 else ids[0]
 
 
@@ -35,7 +34,7 @@ def argmax_rows(logits: torch.Tensor) -> list[int] | None:
     first one): plain decoding goes through the same acceptance, so it still emits what plain does.
     Greedy acceptance reads it a row at a time: a bf16 row read as it is costs less than one converted
     for numpy (docs/benchmarks.md)."""
-    if logits.device.type != "cpu" or logits.dtype not in (torch.bfloat16, torch.float32) or not q4_kernel.is_loaded():
+    if not _kernel_takes(logits):
         return None
     ids = torch.ops.specdec_top.top_tokens(logits, 1)[:, 0].tolist()
     return None if min(ids) < 0 else ids
@@ -45,10 +44,15 @@ def greedy_walk(logits: torch.Tensor, tokens: list[int], parents: list[int]) -> 
     """Greedy acceptance down a draft tree in one kernel call: (the path's nodes root first, the emitted tokens),
     each node's argmax as `argmax_rows` takes it; None where the extension is not loaded or a row on the path
     holds no number (the caller walks it itself). logits [N, V]; tokens, parents: the tree's, as lists."""
-    if logits.device.type != "cpu" or logits.dtype not in (torch.bfloat16, torch.float32) or not q4_kernel.is_loaded():
+    if not _kernel_takes(logits):
         return None
     walked = torch.ops.specdec_top.greedy_walk(logits, tokens, parents)
     if not walked:
         return None
     half = len(walked) // 2
     return walked[:half], walked[half:]
+
+
+def _kernel_takes(logits: torch.Tensor) -> bool:
+    """Whether `csrc/top_tokens.cpp` reads these rows: bf16 or fp32 on the CPU, the extension loaded."""
+    return logits.device.type == "cpu" and logits.dtype in (torch.bfloat16, torch.float32) and q4_kernel.is_loaded()

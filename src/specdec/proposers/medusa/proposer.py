@@ -91,20 +91,15 @@ class MedusaProposer(ProposerBase):
         self.feature_layers = (heads.layer_id,)
         self.costs = costs.table(config.budget) if costs is not None else []
         self._min_score = math.log(config.min_prob) if config.min_prob > 0 else -math.inf
-        self.state: torch.Tensor | None = None
-
-    def begin(self, prompt_ids: list[int]) -> None:
-        self.state = None
 
     @torch.inference_mode()
     def propose(self, ctx: ProposalContext) -> DraftTree:
         root = ctx.token_ids[-1]
-        # the state whose logits gave the root; none where the pass before captured nothing (`features_optional`)
-        self.state = ctx.features[-1] if ctx.features is not None and ctx.features.shape[0] else None
         depth = min(self.heads.num_heads, ctx.max_depth)
-        if depth <= 0 or self.state is None:
+        # no state where the pass before captured nothing (`features_optional`): then nothing is drafted
+        if depth <= 0 or ctx.features is None or not ctx.features.shape[0]:
             return DraftTree.chain(root)
-        nodes = self._nodes(root, self.state, depth)
+        nodes = self._nodes(root, ctx.features[-1], depth)  # the state whose logits gave the root
         kept = likeliest(nodes, self.config.budget)
         return as_tree(root, nodes, kept[: paying_count(kept, nodes, self.costs)])
 
