@@ -301,6 +301,30 @@ def test_one_call_refuses_a_wrong_final_norm_before_any_layer_writes():
 
 
 @needs_kernel
+def test_the_layers_method_is_the_op():
+    """`Layers.run` (what a pass calls: no search of its arguments for fake script objects) is `decoder_pass`:
+    the same bits out and the same keys and values written; and it refuses what the op refuses."""
+    fused = FusedDecoder(packed_view(tiny_qwen2_64(), int4=True))
+    hidden = torch.randn(1, 3, fused.norm_weight.numel(), generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    cos, sin = fused.angles(hidden, torch.arange(3)[None])
+    layout = (torch.arange(1, 4)[None], torch.zeros(1, 3, 0, dtype=torch.int64), torch.zeros(1, 3, dtype=torch.int64))
+    writes = [torch.tensor([0, 1, 2]) for _ in fused.layers]
+    outs = []
+    for call in (torch.ops.specdec_layer.decoder_pass, lambda h, layers, *rest: layers.run(h, *rest)):
+        keys = [torch.zeros(1, fused.kv_heads, 8, fused.dim, dtype=torch.bfloat16) for _ in fused.layers]
+        values = [torch.zeros_like(k) for k in keys]
+        out = call(hidden, fused.weights, cos, sin, keys, values, writes, *layout, fused.heads, fused.kv_heads,
+                   fused.eps, fused.scale, fused.norm_weight, fused.norm_eps)
+        outs.append((out, keys, values))
+    (a, keys_a, values_a), (b, keys_b, values_b) = outs
+    assert torch.equal(a, b) and keys_a[0].any()
+    assert all(torch.equal(x, y) for x, y in zip(keys_a + values_a, keys_b + values_b, strict=True))
+    with pytest.raises(RuntimeError, match="final norm"):
+        fused.weights.run(hidden, cos, sin, keys_a, values_a, writes, *layout, fused.heads, fused.kv_heads,
+                          fused.eps, fused.scale, fused.norm_weight[:-1].contiguous(), fused.norm_eps)
+
+
+@needs_kernel
 def test_the_weights_handed_over_must_match_their_layer_sizes():
     """The layers' weights pass to C++ once; a size list that does not cover them is refused there."""
     fused = FusedDecoder(packed_view(tiny_qwen2_64(), int4=True))

@@ -271,15 +271,14 @@ class FusedDecoder:
         # C++ call, not a call per layer (docs/results/2026-11-server-threads, "Captured passes")
         for stop in sorted({index % (total + 1) for index in capture} - {total}):
             if stop > at:
-                hidden = torch.ops.specdec_layer.decoder_pass.default(
-                    hidden, self._stretch(at, stop), cos, sin, keys[at:stop], values[at:stop], writes[at:stop],
-                    *common, self._no_norm, self.norm_eps)
+                hidden = self._stretch(at, stop).run(
+                    hidden, cos, sin, keys[at:stop], values[at:stop], writes[at:stop], *common, self._no_norm,
+                    self.norm_eps)
             states[stop], at = hidden, stop
-        # `.default`: the op's packet would first search every argument for fake script objects (it takes a
-        # torchbind class), ~60 cache tensors a pass
-        hidden = torch.ops.specdec_layer.decoder_pass.default(
-            hidden, self._stretch(at, total), cos, sin, keys[at:], values[at:], writes[at:], *common,
-            self.norm_weight, self.norm_eps)
+        # `decoder_pass` as the class's method: the op's Python overload would first search every argument for
+        # fake script objects (it takes this class), ~90 tensors a pass, ~50 us right after a pass
+        hidden = self._stretch(at, total).run(
+            hidden, cos, sin, keys[at:], values[at:], writes[at:], *common, self.norm_weight, self.norm_eps)
         logits = self.head(hidden[:, -1:] if last_only else hidden)
         if not capture:
             return logits, None
