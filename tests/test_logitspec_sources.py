@@ -79,6 +79,24 @@ def test_recycle_supplies_branches_without_a_strong_match():
     assert proposer.source_stats["recycle"]["accepted"] == 2
 
 
+def test_a_step_asked_for_no_draft_leaves_the_recycle_table_as_it_was():
+    """The floor's plain steps (depth 0) cost what `plain`'s do: the table is fed only by steps that drafted."""
+    context = [1, 2, 3, 4, 5, 6, 7]
+    table = table_with({7: [9, 10]})
+    before = table.successors(7)
+    proposer = proposer_with(Sources(recycle=table), context)
+    logits = torch.zeros(1, VOCAB)
+    logits[0, 3] = 1.0
+    plain = ProposalContext(context, torch.zeros(VOCAB), 1, SamplingParams(), 0)
+    tree = proposer.propose(plain)
+    assert tree.num_nodes == 1
+    proposer.observe(VerifyResult([3], [0], logits, tree))
+    assert table.successors(7) == before and before[0] == 9
+    tree = proposer.propose(ctx_for(context, torch.zeros(VOCAB)))
+    proposer.observe(VerifyResult([3], [0], torch.cat([logits, torch.zeros(tree.num_nodes - 1, VOCAB)]), tree))
+    assert table.successors(7)[0] == 3  # a drafting step feeds it
+
+
 def test_recycle_extends_a_bare_candidate():
     context = [1, 2, 3, 4, 5, 6, 7]
     logits = torch.zeros(VOCAB)

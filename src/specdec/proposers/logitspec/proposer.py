@@ -375,12 +375,13 @@ class LogitSpecProposer(ProposerBase):
         return chain_probs(self.stats.rate, prefix, length, min_prob)
 
     def observe(self, result: VerifyResult) -> None:
-        """Count offered / accepted nodes per source; learn rates from the emitted tokens; feed the recycle table."""
+        """Count offered / accepted nodes per source; learn rates from the emitted tokens; feed the recycle table
+        (on steps that were asked to draft: a floor's plain step costs what `plain`'s does, ~0.07 ms less)."""
         step, self._last = self._last, None
         heat, self._heat = self._heat, min(result.num_accepted, MAX_HEAT)
+        if step is None:  # asked for no draft (the floor's plain step): no work beyond a plain step's
+            return
         if self.sources.recycle is not None:
             self.sources.recycle.update(result.tree.tokens, result.target_logits)
-        if step is None:
-            return
         count_sources(self.source_stats, step.sources, result.path)
         learn_step(self.stats, step, result.tree.token_list[0], result.tokens, heat)
