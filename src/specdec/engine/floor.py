@@ -46,6 +46,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from specdec.engine.node_price import NodePrice
+
 DECAY = 0.97  # per row step: a mode's rate follows roughly its steps among the last thirty
 MARGIN = 1.05  # the mode that trails must earn 5% more tokens per second to take the lead
 EXPLORE = (4, 64)  # steps between tries of the losing mode: the first gap, doubled per loss up to the last
@@ -101,6 +103,7 @@ class FloorState:
     since: int = 0  # steps since the other mode last ran
     drafted_steps: int = 0
     plain_run: int = SETTLE + 1  # plain steps since the last drafting step (settled beyond SETTLE)
+    prices: NodePrice = field(default_factory=NodePrice)  # drafting steps' seconds against their node counts
 
     def drafts(self) -> bool:
         """Whether the next step drafts."""
@@ -121,8 +124,14 @@ class FloorState:
             return True
         return self.since + 1 >= self.gap
 
-    def observe(self, drafted: bool, tokens: int, seconds: float) -> None:
-        """One finished step: which mode ran, the tokens it emitted, the seconds it took."""
+    def node_price(self) -> float | None:
+        """What an extra draft node adds to a step, as a share of a settled plain step (`node_price`)."""
+        return self.prices.price(self.plain.seconds / self.plain.steps if self.plain.steps else None)
+
+    def observe(self, drafted: bool, tokens: int, seconds: float, nodes: int = 1) -> None:
+        """One finished step: which mode ran, the tokens it emitted, the seconds it took, its tree's nodes."""
+        if drafted:
+            self.prices.add(nodes, seconds)
         self.drafting.age()  # by row steps, not by the mode's own: a mode tried after a long gap is
         self.plain.age()  # judged on what its try shows now, not on what it showed long ago
         self.plain_run = 0 if drafted else self.plain_run + 1

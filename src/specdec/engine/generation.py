@@ -52,6 +52,9 @@ class ProposalContext:
     # proposal (at the first: the whole prompt), from the passes that committed them; None when the
     # proposer asks for none
     features: torch.Tensor | None = None
+    # an extra draft node's cost as a share of a plain step, from this row's own steps
+    # (`specdec.engine.node_price`); None: the cost curve's probe alone prices nodes
+    node_price: float | None = None
 
 
 class Proposer(Protocol):

@@ -303,7 +303,7 @@ class Batch:
         if len(rows) == 1 and rows[0].floor is not None:  # the step was the row's alone: its price
             row, result = rows[0], results[0]
             seconds = self.engine.floor.price(result.tree.num_nodes, time.perf_counter() - began)
-            row.floor.observe(row.drafting, len(result.tokens), seconds)
+            row.floor.observe(row.drafting, len(result.tokens), seconds, result.tree.num_nodes)
         for row in finished:
             self._finish(row)
         return joined + finished
@@ -324,8 +324,10 @@ class Batch:
             else:
                 row.drafting = row.floor is None or row.floor.drafts()
             depth = depth if row.drafting else 0  # a plain step: the proposer keeps its state, drafts nothing
+            # a node's price as this row's own steps paid it (solo steps: a batch's plan prices its rows)
+            price = row.floor.node_price() if row.floor is not None and len(self.rows) == 1 else None
             ctx = ProposalContext(
-                row.tokens, row.logits, len(row.prompt_ids), row.config.sampling, depth, row.features
+                row.tokens, row.logits, len(row.prompt_ids), row.config.sampling, depth, row.features, price
             )
             row.features = None
             try:

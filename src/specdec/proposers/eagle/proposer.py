@@ -49,6 +49,7 @@ from specdec.drafters.shipped import find_shipped_head
 from specdec.engine.accept import MULTI_DRAFT_RULES
 from specdec.engine.costs import CostModel, load_or_measure
 from specdec.engine.generation import ProposalContext
+from specdec.engine.node_price import PricedCosts
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
 from specdec.proposers.base import ProposerBase
@@ -118,6 +119,7 @@ class EagleProposer(ProposerBase):
         self.feature_layers = head.layer_ids
         self._draft_ids = head.draft_ids  # [V_d] target ids, made once (not per step)
         self.costs = costs.table(config.budget) if costs is not None else []
+        self.priced = PricedCosts(self.costs)  # greedy trees at the node price the engine's steps paid
         self._min_score = math.log(config.min_prob) if config.min_prob > 0 else -math.inf
         self.retrieval = Retrieval() if config.retrieval else None
         sources = ("eagle", "retrieval", "both")
@@ -163,7 +165,7 @@ class EagleProposer(ProposerBase):
         nodes = self._grow(logits, steps, depth)
         if self.retrieval is not None:
             self.retrieval.add_branches(nodes, ctx.token_ids, depth)
-        return self._tree(root, nodes)
+        return self._tree(root, nodes, ctx.node_price)
 
     def node_sources(self) -> list[str] | None:
         """With retrieval: "head" for the head's nodes (those retrieval found too included), else "retrieval"."""
@@ -253,9 +255,9 @@ class EagleProposer(ProposerBase):
                 out.append(len(nodes) - 1)
         return out
 
-    def _tree(self, root: int, nodes: list[Node]) -> DraftTree:
-        """The likeliest nodes (each with its parent), as many as pay for their verification."""
+    def _tree(self, root: int, nodes: list[Node], price: float | None = None) -> DraftTree:
+        """The likeliest nodes (each with its parent), as many as pay for their verification at `price`."""
         kept = likeliest(nodes, self.config.budget)
-        kept = kept[: paying_count(kept, nodes, self.costs)]  # likeliest first, each after its parent
+        kept = kept[: paying_count(kept, nodes, self.priced.at(price))]  # likeliest first, each after its parent
         self._kept = [nodes[i] for i in kept]
         return as_tree(root, nodes, kept)

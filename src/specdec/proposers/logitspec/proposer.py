@@ -67,6 +67,7 @@ from typing import Annotated, Literal
 from specdec.datastore import Datastore
 from specdec.engine.costs import AcceptanceStats, CostModel, load_or_measure
 from specdec.engine.generation import ProposalContext
+from specdec.engine.node_price import PricedCosts
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
 from specdec.proposers.base import ProposerBase
@@ -205,6 +206,7 @@ class LogitSpecProposer(ProposerBase):
             raise ValueError("adaptive LogitSpec needs a cost model (LogitSpecConfig.build measures one)")
         self.config = config
         self.costs = costs.table(config.budget) if costs is not None else []
+        self.priced = PricedCosts(self.costs)  # at the node price the engine's steps paid (`node_price`)
         self.eos_token_ids = frozenset(eos_token_ids)
         self.sources = sources or Sources()
         self.stats = stats if stats is not None else AcceptanceStats(uninformative_prior(config.k))
@@ -251,6 +253,7 @@ class LogitSpecProposer(ProposerBase):
 
     def _adaptive(self, ctx: ProposalContext) -> DraftTree:
         config = self.config
+        costs = self.priced.at(ctx.node_price)
         floor_chain, floor_ngram = self.pld.draft(ctx) if config.floor else ([], 0)
         floor_chain = floor_chain[: config.budget - 1]
         retrieval = retrieve(
@@ -259,7 +262,7 @@ class LogitSpecProposer(ProposerBase):
         )  # fmt: skip
         step = Step(retrieval, floor_chain, floor_ngram, self._heat)
         pool = NodePool(ctx.token_ids[-1], ctx.max_depth, POOL_FACTOR * config.budget)
-        floor = self._add_floor(pool, step)
+        floor = self._add_floor(pool, step, costs)
         ran_out = [floor[-1]] if floor and len(floor_chain) < self.pld.config.num_pred_tokens else []
         if retrieval.root_branch:
             probs = self._chain(("root", retrieval.root_ngram, step.heat), len(retrieval.root_branch))
@@ -269,18 +272,18 @@ class LogitSpecProposer(ProposerBase):
             step.thirds = self._thirds(step)
             self._add_thirds(pool, step.thirds)
         self._add_other_sources(pool, step, ctx, ran_out)
-        chosen = pool.plan(self.costs, config.budget, floor, MIN_NODE_PROB, config.min_gain)
+        chosen = pool.plan(costs, config.budget, floor, MIN_NODE_PROB, config.min_gain)
         tree, step.sources = pool.tree(chosen)
         self._last, self.last_pool = step, pool
         return tree
 
-    def _add_floor(self, pool: NodePool, step: Step) -> list[int]:
+    def _add_floor(self, pool: NodePool, step: Step, costs: list[float]) -> list[int]:
         """Prompt lookup's chain: kept whole when it pays (its node ids returned), else a branch like others."""
         chain = step.floor_chain
         if not chain:
             return []
         probs = self._chain(("pld", step.floor_ngram, step.heat), len(chain), min_prob=0.0)
-        if chain_pays(probs, self.costs):
+        if chain_pays(probs, costs):
             self.floor_held = True
             return pool.add(ROOT, chain, probs, "pld")
         self.floor_held = False

@@ -33,6 +33,7 @@ import torch
 from specdec.drafters.shipped import find_shipped_head
 from specdec.engine.costs import CostModel, load_or_measure
 from specdec.engine.generation import ProposalContext
+from specdec.engine.node_price import PricedCosts
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
 from specdec.proposers.base import ProposerBase
@@ -89,7 +90,7 @@ class MedusaProposer(ProposerBase):
         self.config = config
         self.heads = heads
         self.feature_layers = (heads.layer_id,)
-        self.costs = costs.table(config.budget) if costs is not None else []
+        self.costs = PricedCosts(costs.table(config.budget) if costs is not None else [])
         self._min_score = math.log(config.min_prob) if config.min_prob > 0 else -math.inf
 
     @torch.inference_mode()
@@ -101,7 +102,7 @@ class MedusaProposer(ProposerBase):
             return DraftTree.chain(root)
         nodes = self._nodes(root, ctx.features[-1], depth)  # the state whose logits gave the root
         kept = likeliest(nodes, self.config.budget)
-        return as_tree(root, nodes, kept[: paying_count(kept, nodes, self.costs)])
+        return as_tree(root, nodes, kept[: paying_count(kept, nodes, self.costs.at(ctx.node_price))])
 
     def _nodes(self, root: int, state: torch.Tensor, depth: int) -> list[Node]:
         """The candidate nodes below `root`, each scored by its cumulative log probability."""
