@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 from helpers import build_proposer
 
 from specdec.engine.floor import (
@@ -30,7 +31,9 @@ from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
 from specdec.proposers import METHODS, parse_method
 from specdec.proposers.hybrid import HybridConfig, HybridProposer
+from specdec.proposers.pld import PLDConfig, PLDProposer
 from specdec.sampling import SamplingParams
+from specdec.tree import DraftTree
 
 
 def run_policy(state: FloorState, steps: int, drafted_tokens: int, drafted_s: float) -> list[bool]:
@@ -238,9 +241,35 @@ def test_where_drafts_pay_they_go_on(default_model, plain_runs, bench_prompts, m
     assert out.stats.mat > 1.0 and plain_steps[1] <= plain_steps[0] + 3 * (SETTLE + 1) + 4, plain_steps
 
 
-def test_sampled_rows_are_never_gated(default_model, bench_prompts):
-    """A seeded row's output must not depend on timing: at temperature > 0 the floor stays out."""
+def test_sampled_rows_are_gated_only_where_drafts_cannot_change_the_output(default_model, bench_prompts):
+    """A seeded row's output must not depend on timing. A proposer whose trees carry no draft probabilities
+    (`deterministic_drafts`: pld) leaves a sampled output as plain sampling's whatever it drafts, so the floor
+    gates it as a greedy row, and the output is plain sampling's with the same seed; a proposer that draws its
+    drafts (EAGLE's sampled trees) takes the row's random draws, so its sampled rows always draft."""
     engine = Engine(default_model, floor=no_draft_pays())
     config = GenerationConfig(max_new_tokens=24, sampling=SamplingParams(temperature=0.8, seed=4))
-    out = engine.generate(bench_prompts["summarization"], parse_method("pld").build(default_model), config)
+    prompt = bench_prompts["summarization"]
+    plain = Engine(default_model).generate(prompt, parse_method("plain").build(default_model), config)
+    gated = engine.generate(prompt, parse_method("pld").build(default_model), config)
+    assert gated.token_ids == plain.token_ids
+    assert sum(step.tree_size > 1 for step in gated.stats.steps) <= WARMUP + 3
+    drawing = parse_method("eagle").build(default_model)
+    assert not drawing.deterministic_drafts
+    out = engine.generate(prompt, drawing, config)
     assert sum(step.tree_size > 1 for step in out.stats.steps) > WARMUP
+
+
+def test_a_gated_sampled_row_that_draws_a_tree_ends_with_an_error(default_model, bench_prompts):
+    """The engine holds a proposer to `deterministic_drafts`: a tree with draft probabilities in a gated
+    sampled row ends the row with an error rather than let timing reach the output."""
+
+    class Drawing(PLDProposer):  # says deterministic, draws anyway (a broken proposer)
+        def propose(self, ctx):  # noqa: ANN001, ANN202
+            tree = super().propose(ctx)
+            vocab = ctx.last_logits.shape[-1]
+            return DraftTree(tree.tokens, tree.parents, torch.full((tree.num_nodes, vocab), 1.0 / vocab))
+
+    engine = Engine(default_model, floor=Floor())
+    config = GenerationConfig(max_new_tokens=8, sampling=SamplingParams(temperature=0.8, seed=1))
+    with pytest.raises(RuntimeError, match="deterministic_drafts"):
+        engine.generate(bench_prompts["summarization"], Drawing(PLDConfig()), config)

@@ -28,9 +28,12 @@ What a method learned carries to its next request: `Floor` keeps each proposer t
 rates, and a new row starts from them.
 
 Invariants:
-- only greedy rows are gated, whose output no tree can change; a sampled row always drafts,
-  so a seeded output never depends on timing (at temperature > 0 a tree drawn with draft
-  probabilities takes the row's random draws);
+- only rows whose output no tree can change are gated: greedy rows, and sampled rows of a
+  proposer whose trees never carry draft probabilities (`deterministic_drafts`: each output
+  token is then the inverse CDF of the target's distribution at its position's uniform,
+  `engine.uniforms`, whatever was drafted); any other sampled row always drafts, so a seeded
+  output never depends on timing (a tree drawn with draft probabilities takes the row's
+  random draws). Greedy and sampled rows of a method learn their rates apart;
 - a gated step is an ordinary step with a one-node tree: exactness is the verifier's;
 - only a pass with one decoding row is gated: with several rows in a pass, the batch's node
   budget (`specdec.engine.planner`) spends the rows;
@@ -187,14 +190,14 @@ class Floor:
 
     def __init__(self, price: Callable[[int, float], float] | None = None) -> None:
         self.price = price or (lambda nodes, seconds: seconds)
-        self._learned: dict[type, FloorState] = {}
+        self._learned: dict[tuple[type, bool], FloorState] = {}
 
-    def start(self, proposer: object) -> FloorState:
-        """A new row's state: its proposer type's rates so far (a copy), or a fresh one."""
-        learned = self._learned.get(type(proposer))
+    def start(self, proposer: object, greedy: bool = True) -> FloorState:
+        """A new row's state: its proposer type's rates so far, greedy or sampled apart (a copy), or a fresh one."""
+        learned = self._learned.get((type(proposer), greedy))
         return FloorState() if learned is None else copy.deepcopy(learned)
 
-    def finish(self, proposer: object, state: FloorState) -> None:
-        """Keep a finished row's rates for the next row of its proposer type."""
+    def finish(self, proposer: object, state: FloorState, greedy: bool = True) -> None:
+        """Keep a finished row's rates for the next row of its proposer type (and sampling kind)."""
         if state.drafting.value is not None:
-            self._learned[type(proposer)] = state
+            self._learned[type(proposer), greedy] = state

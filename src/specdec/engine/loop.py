@@ -152,7 +152,7 @@ class Row:
     error: Exception | None = None
     cancelled: bool = False
     draft_s: float = 0.0  # the current step's proposal time
-    floor: FloorState | None = None  # greedy rows under the engine's floor (`specdec.engine.floor`)
+    floor: FloorState | None = None  # under the engine's floor: greedy rows, sampled ones with deterministic drafts
     drafting: bool = True  # the current step asked the proposer for drafts
     fill: PromptFill | None = None  # the prompt's chunked prefill while the row waits for it
     features: torch.Tensor | None = None  # target features the proposer has not read yet (ProposalContext)
@@ -221,8 +221,9 @@ class Batch:
         draws = Draws(config.sampling, generator, positions, proposer.multi_draft)
         emitter = Emitter(engine.tokenizer, engine.eos_token_ids, config, on_text, on_piece)
         row = Row(prompt_ids, proposer, config, emitter, draws, time.perf_counter())
-        if engine.floor is not None and config.sampling.greedy:
-            row.floor = engine.floor.start(proposer)
+        # a sampled row is gated only where its output cannot depend on what was drafted (`floor`)
+        if engine.floor is not None and (config.sampling.greedy or getattr(proposer, "deterministic_drafts", False)):
+            row.floor = engine.floor.start(proposer, config.sampling.greedy)
         row.stats.num_prompt_tokens = len(prompt_ids)
         try:
             self._capture(proposer.feature_layers)
@@ -335,6 +336,9 @@ class Batch:
                 row.emitter.drafted(row.proposer, tree)
                 if len(row.tokens) + tree.max_depth >= self.engine.context_limit:
                     raise RuntimeError(f"{type(row.proposer).__name__} drafted past the model's context")
+                if tree.draft_probs is not None and row.floor is not None and not row.config.sampling.greedy:
+                    raise RuntimeError(f"{type(row.proposer).__name__} says deterministic_drafts but drew a tree: "
+                                       "a gated sampled row's output would depend on timing")
             except Exception as err:  # noqa: BLE001 - the row ends; verify its root alone this step
                 row.error, tree = err, DraftTree.chain(row.tokens[-1])
             tree = verifiable_tree(self.target, tree)  # what this backend's pass can verify of it
@@ -397,7 +401,7 @@ class Batch:
         if row.error is not None or row.cancelled:
             return
         if row.floor is not None:
-            self.engine.floor.finish(row.proposer, row.floor)
+            self.engine.floor.finish(row.proposer, row.floor, row.config.sampling.greedy)
         row.stats.wall_time_s = time.perf_counter() - row.started
         row.stats.num_new_tokens = len(row.emitter.stream.token_ids)
         text = row.emitter.finish()

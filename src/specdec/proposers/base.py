@@ -5,7 +5,8 @@ each used to say so in the same lines. A proposer states only what differs: `pru
 batch's node budget may cut its tree to a prefix of its node order, `feature_layers` where it reads the
 target's hidden states, `source_stats` where it counts its draft sources, `multi_draft` where its
 `accept` option picks SpecTr's rule for drawn siblings, `draft_source` (or `node_sources()`, where a tree
-mixes sources) to name where its drafts come from (`specdec.engine.provenance`).
+mixes sources) to name where its drafts come from (`specdec.engine.provenance`), `deterministic_drafts` where
+its trees never carry draft probabilities.
 
 The safe defaults: not prunable (a tree whose shape is the algorithm, as lookahead's Jacobi window,
 must not be cut), no sources, no features, nothing to reset at a new prompt, nothing learned from a
@@ -24,6 +25,9 @@ class ProposerBase:
     features_optional: bool = False  # a pass may capture no features for it (`Proposer.features_optional`)
     multi_draft: str = "specinfer"  # drawn siblings' rule; methods with an `accept` option set it
     draft_source: str = "draft"  # what an accepted token of this proposer's trees is tagged with
+    # its trees never carry draft_probs: a sampled output is then plain sampling's whatever was drafted
+    # (`engine.uniforms`), so the floor may gate its sampled rows by timing too (`engine.floor`)
+    deterministic_drafts: bool = False
 
     def node_sources(self) -> list[str] | None:
         """The source of each node of the tree last proposed, root first (None: `draft_source` for all)."""

@@ -83,6 +83,7 @@ class DatastoreConfig:
 
 
 class DatastoreProposer(ProposerBase):
+    deterministic_drafts = True  # draft_probs None: gated by the floor when sampling too
     draft_source = "datastore"
     prunable = True  # a batch may cut the tree to its budget
 

@@ -63,6 +63,7 @@ class PLDConfig:
 
 
 class PLDProposer(ProposerBase):
+    deterministic_drafts = True  # draft_probs None: gated by the floor when sampling too
     prunable = True  # a batch may cut the tree to its budget
     draft_source = "pld"
 

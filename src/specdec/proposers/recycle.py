@@ -227,6 +227,7 @@ class RecycleConfig:
 
 
 class RecycleProposer(ProposerBase):
+    deterministic_drafts = True  # draft_probs None: gated by the floor when sampling too
     draft_source = "recycle"
     prunable = True  # a batch may cut the tree to its budget
 

@@ -209,6 +209,7 @@ class SessionConfig:
 
 
 class SessionProposer(ProposerBase):
+    deterministic_drafts = True  # draft_probs None: gated by the floor when sampling too
     draft_source = "session"
     prunable = True  # a batch may cut the tree to its budget
 

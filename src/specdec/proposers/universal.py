@@ -86,6 +86,7 @@ class ChainDrafter(Protocol):
 
 class UniversalDraftProposer(ProposerBase):
     """Drafts with `inner` (a drafter over the draft model's own vocabulary) through text."""
+    deterministic_drafts = True  # draft_probs None: gated by the floor when sampling too
 
     prunable = True  # a batch may cut the tree to its budget
 

@@ -190,6 +190,7 @@ class LogitSpecConfig:
 
 
 class LogitSpecProposer(ProposerBase):
+    deterministic_drafts = True  # draft_probs None: gated by the floor when sampling too
     prunable = True  # a batch may cut the tree to its budget
     source_stats: dict[str, dict[str, int]]  # per-source offered / accepted nodes, over its life
 

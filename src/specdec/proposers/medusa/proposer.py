@@ -81,6 +81,7 @@ class MedusaConfig:
 
 
 class MedusaProposer(ProposerBase):
+    deterministic_drafts = True  # draft_probs None: gated by the floor when sampling too
     draft_source = "head"
     prunable = True  # a batch may cut the tree to its budget (the kept order is likeliest first)
     name = "medusa"
