@@ -4,8 +4,9 @@ Why: tree planners (LogitSpec's, the heads') size a tree from the cost curve tha
 once per machine: passes of n nodes over a throwaway cache of 384 tokens, nothing else running.
 A drafting step in the loop costs more per node than that: the proposal's and acceptance's work
 grows with the tree, long prompts make every row's attention dearer, and right after a wide pass
-the caches hold the logits, not the weights. On Spec-Bench turns (Zen 4) a six-node step took
-~2x a plain step where the curve said 1.44x, so the planner kept nodes that did not pay.
+the caches hold the logits, not the weights. Measured on Spec-Bench turns, a drafting step cost
+a plain step's multiple well above the curve's (docs/benchmarks.md, "A node priced by the
+engine's own steps"), so the planner kept nodes that did not pay.
 
 So the engine's own steps price a node: over a row's drafting steps, the slope of a step's
 seconds against its node count (a least-squares line over decayed sums: what is fixed in a
@@ -15,10 +16,6 @@ the next row of the same method, as its rates are) and the engine hands it to a 
 alone in its pass (`ProposalContext.node_price`); LogitSpec's planner and the greedy trees of
 EAGLE, Medusa and Hydra then charge n nodes max(curve(n), curve(1) * (1 + price * (n - 1))):
 never less than the probe says.
-
-Measured (held-out Spec-Bench turns, Zen 4, arms in ABBA order in one process): `logitspec`
-1.100 / 1.124x plain without, 1.113 / 1.133x with; its drafting steps 6.5 / 5.8 -> 5.2 / 4.6
-nodes, and more of its steps drafting (docs/benchmarks.md).
 
 Invariants: no price until the steps seen spread over enough node counts (a slope from trees
 of one size is noise); the price lies within [0, MAX_PRICE]; it changes no output (drafts are

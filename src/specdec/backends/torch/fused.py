@@ -276,7 +276,7 @@ class FusedDecoder:
                     self.norm_eps)
             states[stop], at = hidden, stop
         # `decoder_pass` as the class's method: the op's Python overload would first search every argument for
-        # fake script objects (it takes this class), ~90 tensors a pass, ~50 us right after a pass
+        # fake script objects (it takes this class), ~90 tensors a pass (docs/benchmarks.md, "A node priced")
         hidden = self._stretch(at, total).run(
             hidden, cos, sin, keys[at:], values[at:], writes[at:], *common, self.norm_weight, self.norm_eps)
         logits = self.head(hidden[:, -1:] if last_only else hidden)

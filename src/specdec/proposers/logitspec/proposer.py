@@ -380,7 +380,7 @@ class LogitSpecProposer(ProposerBase):
 
     def observe(self, result: VerifyResult) -> None:
         """Count offered / accepted nodes per source; learn rates from the emitted tokens; feed the recycle table
-        (on steps that were asked to draft: a floor's plain step costs what `plain`'s does, ~0.07 ms less)."""
+        (on steps that were asked to draft: a floor's plain step then costs what `plain`'s does)."""
         step, self._last = self._last, None
         heat, self._heat = self._heat, min(result.num_accepted, MAX_HEAT)
         if step is None:  # asked for no draft (the floor's plain step): no work beyond a plain step's

@@ -91,7 +91,8 @@ class MedusaProposer(ProposerBase):
         self.config = config
         self.heads = heads
         self.feature_layers = (heads.layer_id,)
-        self.costs = PricedCosts(costs.table(config.budget) if costs is not None else [])
+        self.costs = costs.table(config.budget) if costs is not None else []
+        self.priced = PricedCosts(self.costs)  # at the node price the engine's steps paid (`node_price`)
         self._min_score = math.log(config.min_prob) if config.min_prob > 0 else -math.inf
 
     @torch.inference_mode()
@@ -103,7 +104,7 @@ class MedusaProposer(ProposerBase):
             return DraftTree.chain(root)
         nodes = self._nodes(root, ctx.features[-1], depth)  # the state whose logits gave the root
         kept = likeliest(nodes, self.config.budget)
-        return as_tree(root, nodes, kept[: paying_count(kept, nodes, self.costs.at(ctx.node_price))])
+        return as_tree(root, nodes, kept[: paying_count(kept, nodes, self.priced.at(ctx.node_price))])
 
     def _nodes(self, root: int, state: torch.Tensor, depth: int) -> list[Node]:
         """The candidate nodes below `root`, each scored by its cumulative log probability."""
