@@ -148,6 +148,38 @@ def test_node_pool_merges_clamps_and_plans_parents_first():
     assert has_path(tree, [1, 2, 3]) and has_path(tree, [1, 5]) and sources[0] == ""
 
 
+def test_siblings_are_exclusive_when_planned():
+    pool = NodePool(0, max_depth=3, max_nodes=10)
+    pld = pool.add(ROOT, [1, 2], [0.8, 0.6], "pld")
+    root = pool.add(ROOT, [3, 4], [0.7, 0.5], "root")  # another first token: both cannot be accepted
+    probs = pool.exclusive_probs()
+    assert probs[pld[0]] == pytest.approx(0.8 / 1.5) and probs[root[0]] == pytest.approx(0.7 / 1.5)
+    assert probs[pld[1]] == pytest.approx(0.8 / 1.5 * 0.6 / 0.8)  # the subtree scaled with its top
+    assert pool.probs[pld[0]] == 0.8  # the sources' own estimates are kept
+    # An extra node costs 0.6 of a step: the first two nodes paid on the sources' sum, not on exclusive chances.
+    costs = [0.0] + [1.0 + 0.6 * n for n in range(10)]
+    assert pool.plan(costs, 10, [], 0.0, 0.0) == []
+    lone = NodePool(0, max_depth=3, max_nodes=10)
+    lone.add(ROOT, [1, 2], [0.8, 0.6], "pld")
+    assert lone.exclusive_probs() == lone.probs and lone.plan(costs, 10, [], 0.0, 0.0) == [1]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.lists(st.integers(0, 3), min_size=1, max_size=4),
+                          st.lists(st.floats(0.01, 1.0), min_size=1, max_size=4)), min_size=1, max_size=8))
+def test_exclusive_children_never_sum_past_their_parent(branches):
+    pool = NodePool(0, max_depth=4, max_nodes=32)
+    for anchor, branch, probs in branches:
+        pool.add(min(anchor, len(pool) - 1), branch, sorted(probs, reverse=True), "pld")
+    probs = pool.exclusive_probs()
+    below = [0.0] * len(pool)
+    for node in range(1, len(pool)):
+        parent = pool.parents[node]
+        below[parent] += probs[node]
+        assert probs[node] <= min(probs[parent], pool.probs[node]) + 1e-12
+    assert all(total <= probs[node] + 1e-9 for node, total in enumerate(below) if total)
+
+
 # ------------------------------------------------------------------ paper mode
 def test_paper_mode_by_hand():
     #          0  1  2  3  4  5  6  7  8  9

@@ -104,7 +104,7 @@ class NodePool:
         the expected tokens per second.
         """
         kept = set(floor)
-        probs = self.probs
+        probs = self.exclusive_probs()
         others = [i for i in range(1, len(probs)) if i not in kept and probs[i] >= min_prob]
         others.sort(key=lambda i: -probs[i])  # stable: ids ascending on ties, parents first
         fixed_expected = sum(probs[i] for i in kept)
@@ -112,6 +112,23 @@ class NodePool:
             [probs[i] for i in others], costs, budget, min_gain, len(kept), fixed_expected
         )
         return sorted([*kept, *others[:num]])
+
+    def exclusive_probs(self) -> list[float]:
+        """Node probabilities with each node's children made exclusive: they are different tokens at one
+        position, so at most one of them is accepted, and their chances given the parent sum to at most 1.
+        Each source's rates are learned alone, so where sources disagree below a node their sum can pass 1
+        (the largest trees then expected far more tokens than they got: docs/benchmarks.md); such children are scaled
+        down together, their subtrees with them. Parents keep coming before children in (-probability, id)."""
+        probs, parents = self.probs, self.parents
+        total = [0.0] * len(probs)
+        for node in range(1, len(probs)):
+            total[parents[node]] += probs[node]
+        out = [1.0] * len(probs)
+        for node in range(1, len(probs)):
+            parent = parents[node]
+            given = probs[node] / probs[parent] if probs[parent] > 0.0 else 0.0
+            out[node] = out[parent] * given * min(1.0, probs[parent] / total[parent])
+        return out
 
     def tree(self, chosen: Sequence[int]) -> tuple[DraftTree, list[str]]:
         """The draft tree of the root and `chosen` node ids (each with its parent chosen), and its node sources."""
