@@ -8,11 +8,13 @@ prices every method by one rule, measured as it decodes: tokens per second of th
 drafting steps against tokens per second of its plain steps, each step timed whole
 (proposal, pass, acceptance, commit). While drafting loses, the row's steps are plain:
 the proposer is asked for depth 0 (it keeps its state and drafts nothing). Now and then
-the losing mode runs one step, so the floor follows the text: a plain step keeps the plain
-rate current, a drafting step sees whether the text has become predictable. The try comes
-less often each time the loser loses again (`EXPLORE`); once it has lost at the widest of
-those gaps, never more often than keeps what its tries lose under `TRY_SHARE` of the
-leader's time: a method whose drafting step costs several plain steps (EAGLE's head on a
+the losing mode is tried, so the floor follows the text: plain steps keep the plain rate
+current, drafting steps see whether the text has become predictable. A drafting try is a run
+of `DRAFT_RUN` steps judged whole: what one drafting step emits varies from one token to
+several, and judged on single steps the floor kept plain steps where drafting paid
+(docs/benchmarks.md). The try comes less often each time the loser loses again (`EXPLORE`);
+once it has lost at the widest of those gaps, never more often than keeps what its tries
+lose under `TRY_SHARE` of the leader's time: a method whose drafting step costs several plain steps (EAGLE's head on a
 fast pass) is then tried rarely, a cheap loser as before.
 
 A drafting step can also slow the plain steps right after it (on some CPUs a one-node pass is
@@ -55,10 +57,11 @@ DECAY = 0.97  # per row step: a mode's rate follows roughly its steps among the 
 MARGIN = 1.05  # the mode that trails must earn 5% more tokens per second to take the lead
 EXPLORE = (4, 64)  # steps between tries of the losing mode: the first gap, doubled per loss up to the last
 TRY_SHARE = 0.02  # what a losing mode's tries may cost, as a share of the leader's time ...
-TRY_GAP_MAX = 512  # ... with a gap of at most this many steps
+TRY_GAP_MAX = 2048  # ... with a gap of at most this many steps
 WARMUP = 3  # drafting steps a new method takes before its first plain step
 SETTLE = 3  # plain steps after a drafting step that pay for it: the next one is a settled plain step
 PLAIN_TRY_GAP = EXPLORE[0] * (SETTLE + 1)  # the first gap before a plain try (a run): the same share as EXPLORE's
+DRAFT_RUN = 4  # drafting steps a try of drafting takes while plain steps lead, judged at its last
 
 
 @dataclass
@@ -106,6 +109,9 @@ class FloorState:
     since: int = 0  # steps since the other mode last ran
     drafted_steps: int = 0
     plain_run: int = SETTLE + 1  # plain steps since the last drafting step (settled beyond SETTLE)
+    draft_run: int = 0  # drafting steps since the last plain step
+    run_tokens: int = 0  # what the drafting try under way has emitted ...
+    run_seconds: float = 0.0  # ... and taken
     prices: NodePrice = field(default_factory=NodePrice)  # drafting steps' seconds against their node counts
 
     def drafts(self) -> bool:
@@ -116,6 +122,8 @@ class FloorState:
             return False
         if self.leader and 0 < self.plain_run <= SETTLE:  # a plain try goes on until a step of it is settled
             return False
+        if self.leader is False and 0 < self.draft_run < DRAFT_RUN:  # a drafting try goes on to its last step
+            return True
         return (not self.leader) if self.since >= self.gap else self.leader
 
     def may_draft_next(self, drafting: bool) -> bool:
@@ -138,9 +146,17 @@ class FloorState:
         self.drafting.age()  # by row steps, not by the mode's own: a mode tried after a long gap is
         self.plain.age()  # judged on what its try shows now, not on what it showed long ago
         self.plain_run = 0 if drafted else self.plain_run + 1
+        self.draft_run = self.draft_run + 1 if drafted else 0
         if drafted:
             self.drafting.add(tokens, seconds)
             self.drafted_steps += 1
+            if self.leader is False:  # a drafting try: judged on the whole run at its last step
+                first = self.draft_run == 1
+                self.run_tokens = tokens + (0 if first else self.run_tokens)
+                self.run_seconds = seconds + (0.0 if first else self.run_seconds)
+                if self.draft_run < DRAFT_RUN:
+                    return
+                tokens, seconds = self.run_tokens, self.run_seconds
         elif self.plain_run > SETTLE:
             self.plain.add(tokens, seconds)
         else:  # a step that pays for the drafting step before it: its excess is drafting's (a saving at most
@@ -166,7 +182,8 @@ class FloorState:
         if self.gap < EXPLORE[1]:
             return 0
         leader = self.drafting if self.leader else self.plain
-        steps = SETTLE + 1 if self.leader else 1  # a plain try is a run; this was its settled step
+        steps = SETTLE + 1 if self.leader else 1  # a plain try is a run judged at its settled step; a
+        # drafting try's tokens and seconds are its whole run's
         return min(TRY_GAP_MAX, math.ceil(steps * leader.lost_by(tokens, seconds) / TRY_SHARE))
 
     def _leader(self) -> bool | None:
