@@ -14,8 +14,8 @@ of `DRAFT_RUN` steps judged whole: what one drafting step emits varies from one 
 several, and judged on single steps the floor kept plain steps where drafting paid
 (docs/benchmarks.md). The try comes less often each time the loser loses again (`EXPLORE`);
 once it has lost at the widest of those gaps, never more often than keeps what its tries
-lose under `TRY_SHARE` of the leader's time: a method whose drafting step costs several plain steps (EAGLE's head on a
-fast pass) is then tried rarely, a cheap loser as before.
+lose under `TRY_SHARE` of the leader's time: a method whose drafting step costs several
+plain steps (EAGLE's head on a fast pass) is then tried rarely, a cheap loser as before.
 
 A drafting step can also slow the plain steps right after it (on some CPUs a one-node pass is
 much dearer right after a wide pass than among one-node passes: docs/benchmarks.md), so a plain

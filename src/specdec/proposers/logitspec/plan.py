@@ -117,8 +117,9 @@ class NodePool:
         """Node probabilities with each node's children made exclusive: they are different tokens at one
         position, so at most one of them is accepted, and their chances given the parent sum to at most 1.
         Each source's rates are learned alone, so where sources disagree below a node their sum can pass 1
-        (the largest trees then expected far more tokens than they got: docs/benchmarks.md); such children are scaled
-        down together, their subtrees with them. Parents keep coming before children in (-probability, id)."""
+        (the largest trees then expected far more tokens than they got: docs/benchmarks.md); such children
+        are scaled down together, their subtrees with them. A node never rises above its parent nor its own
+        estimate, so parents keep coming before children in (-probability, id)."""
         probs, parents = self.probs, self.parents
         total = [0.0] * len(probs)
         for node in range(1, len(probs)):
