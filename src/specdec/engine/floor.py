@@ -151,9 +151,10 @@ class FloorState:
             self.drafting.add(tokens, seconds)
             self.drafted_steps += 1
             if self.leader is False:  # a drafting try: judged on the whole run at its last step
-                first = self.draft_run == 1
-                self.run_tokens = tokens + (0 if first else self.run_tokens)
-                self.run_seconds = seconds + (0.0 if first else self.run_seconds)
+                if self.draft_run == 1:
+                    self.run_tokens, self.run_seconds = 0, 0.0
+                self.run_tokens += tokens
+                self.run_seconds += seconds
                 if self.draft_run < DRAFT_RUN:
                     return
                 tokens, seconds = self.run_tokens, self.run_seconds
