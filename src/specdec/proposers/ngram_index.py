@@ -15,11 +15,15 @@ the context grows.
 Structure and invariants
 ------------------------
 The index holds the sequence `tokens` (prompt + accepted tokens, append-only)
-and, for each n in 1..max_ngram, a dict from an n-gram to the position where
-its *continuation* starts:
+and, for each n in 1..max_ngram, where each n-gram's *continuation* starts:
 
-- key: the n tokens `tokens[i - n : i]` (an int for n == 1, a tuple otherwise);
-  value: `i`, the position of the first token that followed them.
+- an n-gram `tokens[i - n : i]` maps to `i`, the position of the first token
+  that followed it. Unigrams are one dict (token -> i); an n-gram of n >= 2 is
+  kept as its (n-1)-token prefix -> {its last token -> i} (a "follower" table;
+  the prefix an int for n == 2, a tuple otherwise), so every token seen after a
+  prefix is one small dict: LogitSpec's question "which of these 60 candidates
+  continued the context's last tokens?" is then a look-up per candidate in that
+  dict, not a tuple built and hashed per candidate and n.
 - An n-gram is registered only when its continuation's first token arrives, so
   every stored position satisfies `n <= i < len(tokens)`: a match always has at
   least one continuation token, and the sequence's own final n-gram (which has
@@ -37,18 +41,12 @@ tokens that are not indexed (LogitSpec's candidate next token).
 Complexity
 ----------
 - `extend(new)`: O(len(new) * max_ngram) time, i.e. O(1) per token for a fixed
-  max_ngram (amortised: dict inserts and list appends). Long chunks (a prompt)
-  go through a bulk path built on `zip` and `dict.update`; short chunks (a
-  decoding step's accepted tokens) through a per-token path with less fixed
-  overhead.
-- `lookup(...)`: at most max_ngram dict look-ups plus an O(max_continuation)
-  slice; no scanning.
+  max_ngram (amortised: dict inserts and list appends).
+- `lookup(...)`: at most 2 * max_ngram dict look-ups plus an O(max_continuation)
+  slice; no scanning. `find_next(candidates)`: at most max_ngram look-ups a candidate.
 - Memory: at most `len(tokens)` entries per n.
 
-Keys are plain tuples (ints for n == 1): indexing with tuple keys took the same
-time as with n-grams packed into one int by shifts, and tuples need no bound on
-token ids. See
-benchmarks/ngram_index_speed.py for the numbers of this implementation.
+See benchmarks/ngram_index_speed.py for the numbers of this implementation.
 """
 
 from __future__ import annotations
@@ -57,9 +55,6 @@ from collections.abc import Sequence
 from operator import index as _as_int
 
 _PREFER = ("latest", "earliest")
-# Chunks at least this long take the bulk (zip + dict.update) path in `extend`;
-# shorter ones the per-token loop (the two cross over between 8 and 16 tokens on CPython 3).
-_BULK_MIN_TOKENS = 16
 
 
 class NGramIndex:
@@ -73,7 +68,7 @@ class NGramIndex:
     ([8], 1)
     """
 
-    __slots__ = ("_max_ngram", "_prefer", "_latest", "_tokens", "_maps")
+    __slots__ = ("_max_ngram", "_prefer", "_latest", "_tokens", "_unigrams", "_follow")
 
     def __init__(self, max_ngram: int = 3, prefer: str = "latest") -> None:
         if isinstance(max_ngram, bool) or not isinstance(max_ngram, int):
@@ -86,8 +81,10 @@ class NGramIndex:
         self._prefer = prefer
         self._latest = prefer == "latest"
         self._tokens: list[int] = []
-        # _maps[n - 1]: n-gram -> start of its continuation (int keys for n == 1).
-        self._maps: list[dict] = [{} for _ in range(max_ngram)]
+        self._unigrams: dict[int, int] = {}  # token -> start of its continuation
+        # _follow[n - 2] for n = 2..max_ngram: the n-gram's first n - 1 tokens (an int for n == 2) ->
+        # {its last token -> start of its continuation}
+        self._follow: list[dict] = [{} for _ in range(max_ngram - 1)]
 
     # ------------------------------------------------------------------ views
 
@@ -118,57 +115,27 @@ class NGramIndex:
         Token ids must be integers (Python or numpy ints, integer 0-d tensors);
         they are stored as Python ints.
         """
-        new = [_as_int(tok) for tok in tokens]
-        if not new:
-            return
-        if len(new) >= _BULK_MIN_TOKENS:
-            self._extend_bulk(new)
-        else:
-            self._extend_small(new)
-
-    def _extend_small(self, new: list[int]) -> None:
         seq = self._tokens
-        maps = self._maps
-        max_ngram = self._max_ngram
-        latest = self._latest
-        unigrams = maps[0]
-        for tok in new:
+        unigrams, follow, latest = self._unigrams, self._follow, self._latest
+        top = self._max_ngram
+        for tok in map(_as_int, tokens):
             i = len(seq)
-            if i:
-                # The n-grams ending at i - 1 continue at i.
-                window = tuple(seq[i - max_ngram : i]) if i >= max_ngram else tuple(seq)
-                width = len(window)
+            if i:  # the n-grams ending at i - 1 continue at i
+                last = seq[i - 1]
                 if latest:
-                    unigrams[window[-1]] = i
-                    for n in range(2, width + 1):
-                        maps[n - 1][window[width - n :]] = i
+                    unigrams[last] = i
                 else:
-                    unigrams.setdefault(window[-1], i)
-                    for n in range(2, width + 1):
-                        maps[n - 1].setdefault(window[width - n :], i)
+                    unigrams.setdefault(last, i)
+                for n in range(2, min(top, i) + 1):
+                    prefix = seq[i - 2] if n == 2 else tuple(seq[i - n : i - 1])
+                    table = follow[n - 2].get(prefix)
+                    if table is None:
+                        follow[n - 2][prefix] = {last: i}
+                    elif latest:
+                        table[last] = i
+                    else:
+                        table.setdefault(last, i)
             seq.append(tok)
-
-    def _extend_bulk(self, new: list[int]) -> None:
-        seq = self._tokens
-        old_len = len(seq)
-        seq.extend(new)
-        new_len = len(seq)
-        for n in range(1, self._max_ngram + 1):
-            # Continuation starts i in [first, new_len) with key seq[i - n : i].
-            first = max(old_len, n)
-            if first >= new_len:
-                continue
-            positions = range(first, new_len)
-            if n == 1:
-                keys = seq[first - 1 : new_len - 1]
-            else:
-                keys = zip(*[seq[first - n + j : new_len - n + j] for j in range(n)], strict=True)
-            table = self._maps[n - 1]
-            if self._latest:
-                table.update(zip(keys, positions, strict=True))  # later pairs overwrite earlier ones
-            else:
-                for key, pos in zip(keys, positions, strict=True):
-                    table.setdefault(key, pos)
 
     # ---------------------------------------------------------------- queries
 
@@ -194,20 +161,23 @@ class NGramIndex:
     def find_next(self, candidates: Sequence[int]) -> list[tuple[int, int]]:
         """`find(self.tokens + [c])` for each candidate token c, in one call: (continuation start, m) or (-1, 0).
 
-        LogitSpec asks this for each of the last logits' top-k every step: the sequence's own tail and its
-        keys' prefixes are read once, not once per candidate.
+        LogitSpec asks this for each of the last logits' top-k every step: the tokens seen after the sequence's
+        own last m - 1 tokens are one follower table per m, read once, then looked up once per candidate.
         """
         seq = self._tokens
         width = min(self._max_ngram - 1, len(seq))
-        tail = tuple(seq[len(seq) - width :])
-        # (map, prefix) for m = width + 1 .. 2: the key of m is the last m - 1 tokens plus the candidate
-        keyed = [(self._maps[m - 1], tail[width - m + 1 :]) for m in range(width + 1, 1, -1)]
-        unigrams = self._maps[0]
+        # (followers, m) for m = width + 1 .. 2: the tokens seen after the sequence's last m - 1 tokens
+        levels = []
+        for m in range(width + 1, 1, -1):
+            prefix = seq[-1] if m == 2 else tuple(seq[len(seq) - m + 1 :])
+            table = self._follow[m - 2].get(prefix)
+            if table:
+                levels.append((table, m))
+        unigrams = self._unigrams
         out = []
-        for token in candidates:
-            token = _as_int(token)
-            for m, (table, prefix) in zip(range(width + 1, 1, -1), keyed, strict=True):
-                pos = table.get((*prefix, token))
+        for token in map(_as_int, candidates):
+            for table, m in levels:
+                pos = table.get(token)
                 if pos is not None:
                     out.append((pos, m))
                     break
@@ -225,11 +195,16 @@ class NGramIndex:
         """
         if min_ngram < 1 or min_ngram > self._max_ngram:
             raise ValueError(f"min_ngram must be in [1, max_ngram={self._max_ngram}], got {min_ngram}")
-        tail = tuple(map(_as_int, suffix[-self._max_ngram :]))
+        tail = [_as_int(token) for token in suffix[-self._max_ngram :]]
         width = len(tail)
-        maps = self._maps
-        for m in range(width, min_ngram - 1, -1):
-            pos = maps[m - 1].get(tail[-1] if m == 1 else tail[width - m :])
+        for m in range(width, max(min_ngram, 2) - 1, -1):
+            prefix = tail[-2] if m == 2 else tuple(tail[width - m : -1])
+            table = self._follow[m - 2].get(prefix)
+            pos = None if table is None else table.get(tail[-1])
             if pos is not None:
                 return pos, m
+        if min_ngram == 1 and width:
+            pos = self._unigrams.get(tail[-1])
+            if pos is not None:
+                return pos, 1
         return -1, 0
