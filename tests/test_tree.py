@@ -225,3 +225,24 @@ def test_a_chains_ancestry_is_the_walks():
 def test_ancestry_refuses_a_parent_after_its_child():
     with pytest.raises(ValueError, match="parent 2 must come before it"):
         ancestry(torch.tensor([-1, 2, 0]))
+
+
+@SETTINGS
+@given(tree=trees())
+def test_a_tree_of_lists_is_the_tree_of_its_tensors(tree: DraftTree) -> None:
+    made = DraftTree.of_lists(tree.tokens.tolist(), tree.parents.tolist())
+    assert torch.equal(made.tokens, tree.tokens) and torch.equal(made.parents, tree.parents)
+    assert made.tokens.dtype == made.parents.dtype == torch.int64
+    assert made.token_list == tree.token_list and made.parent_list == tree.parent_list
+    assert all(type(token) is int for token in made.token_list)
+    assert torch.equal(made.ancestor_mask, tree.ancestor_mask)
+
+
+def test_a_tree_of_lists_is_checked_as_any_tree() -> None:
+    with pytest.raises(TreeError, match="differ in length"):
+        DraftTree.of_lists([1, 2], [-1])
+    with pytest.raises(TreeError, match="come before"):
+        DraftTree.of_lists([1, 2, 3], [-1, 2, 0])
+    with pytest.raises(TreeError, match="at least the root"):
+        DraftTree.of_lists([], [])
+    assert DraftTree.chain(torch.tensor(5), [torch.tensor(6)]).token_list == [5, 6]  # 0-d tensors become ints

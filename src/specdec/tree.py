@@ -95,11 +95,24 @@ class DraftTree:
 
     # ----------------------------------------------------------------- builders
     @classmethod
+    def of_lists(
+        cls, tokens: Sequence[int], parents: Sequence[int], draft_probs: torch.Tensor | None = None
+    ) -> DraftTree:
+        """A tree from its token and parent lists (ints), both in one tensor: every step builds a tree, and in
+        the work around a pass each tensor made costs tens of microseconds (docs/benchmarks.md). The token
+        list is kept as `token_list`, which acceptance reads."""
+        tokens = [int(token) for token in tokens]
+        if len(tokens) != len(parents):
+            raise TreeError(f"tokens ({len(tokens)}) and parents ({len(parents)}) differ in length")
+        both = torch.tensor([tokens, list(parents)], dtype=torch.int64)
+        tree = cls(both[0], both[1], draft_probs)
+        tree.__dict__["token_list"] = tokens  # the cached property's value, as `tokens.tolist()` would give it
+        return tree
+
+    @classmethod
     def chain(cls, root: int, drafts: Sequence[int] = (), draft_probs: torch.Tensor | None = None) -> DraftTree:
         """A chain root -> drafts[0] -> drafts[1] -> ...; draft_probs [1 + len(drafts), V] if given."""
-        tokens = torch.tensor([root, *drafts], dtype=torch.int64)
-        parents = torch.arange(-1, len(drafts), dtype=torch.int64)
-        return cls(tokens, parents, draft_probs)
+        return cls.of_lists([root, *drafts], range(-1, len(drafts)), draft_probs)
 
     @classmethod
     def from_branches(
@@ -125,7 +138,7 @@ class DraftTree:
                     tokens.append(int(token))
                     parents.append(node)
                 node = child_of[key]
-        return cls(torch.tensor(tokens, dtype=torch.int64), torch.tensor(parents, dtype=torch.int64))
+        return cls.of_lists(tokens, parents)
 
     def merged(self) -> DraftTree:
         """The same tree with identical siblings merged (a trie); deterministic trees only."""

@@ -215,7 +215,7 @@ def merge_chain(tree: DraftTree, chain: list[int]) -> tuple[DraftTree, list[int]
             children.append([])
         node = found
         ids.append(node)
-    return DraftTree(torch.tensor(tokens), torch.tensor(parents)), ids
+    return DraftTree.of_lists(tokens, parents), ids
 
 
 def append_sampled_chain(tree: DraftTree, chain: DraftTree, vocab_size: int) -> tuple[DraftTree, list[int]]:
@@ -229,4 +229,4 @@ def append_sampled_chain(tree: DraftTree, chain: DraftTree, vocab_size: int) -> 
     rows = point_mass_rows(tree.tokens, vocab_size)  # [base, V]
     probs = torch.cat([rows, chain.draft_probs[1:].to(rows.device)])  # [N, V]
     ids = list(range(base, len(tokens)))
-    return DraftTree(torch.tensor(tokens), torch.tensor(parents), probs), ids
+    return DraftTree.of_lists(tokens, parents, probs), ids

@@ -248,7 +248,7 @@ class RecycleProposer(ProposerBase):
         self._first_step = False
         shape = depth_prefix(self.shape, min(self.config.max_depth, ctx.max_depth))
         nodes, parents = self.table.expand(tokens[-1], shape, self.eos_token_ids)
-        return DraftTree(torch.tensor(nodes, dtype=torch.int64), torch.tensor(parents, dtype=torch.int64))
+        return DraftTree.of_lists(nodes, parents)
 
     def observe(self, result: VerifyResult) -> None:
         self.table.update(result.tree.tokens, result.target_logits)

@@ -57,7 +57,7 @@ def as_tree(root: int, nodes: Sequence[Node], kept: Sequence[int]) -> DraftTree:
     slot = {i: s + 1 for s, i in enumerate(kept)}
     tokens = [root, *(nodes[i].token for i in kept)]
     parents = [-1, *(0 if nodes[i].parent == -1 else slot[nodes[i].parent] for i in kept)]
-    return DraftTree(torch.tensor(tokens), torch.tensor(parents))
+    return DraftTree.of_lists(tokens, parents)
 
 
 def top_log_probs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

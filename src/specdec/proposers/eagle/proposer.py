@@ -239,7 +239,7 @@ class EagleProposer(ProposerBase):
         parents = [-1, *(n.parent + 1 for n in nodes)]  # level order: every parent before its children
         vocab_size = ctx.last_logits.shape[-1]
         rows = draft_rows(levels, len(tokens), self._draft_ids, vocab_size, ctx.last_logits.device)
-        return DraftTree(torch.tensor(tokens), torch.tensor(parents), rows)
+        return DraftTree.of_lists(tokens, parents, rows)
 
     def _children(
         self, logits: torch.Tensor, parents: list[int], scores: list[float], depth: int, nodes: list[Node],

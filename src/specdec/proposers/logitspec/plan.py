@@ -33,8 +33,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
 from specdec.tree import DraftTree
 
 ROOT = 0  # the pool's node id of the root
@@ -137,7 +135,7 @@ class NodePool:
         where = {node: i for i, node in enumerate(ids)}
         tokens = [self.tokens[node] for node in ids]
         parents = [-1, *(where[self.parents[node]] for node in ids[1:])]
-        tree = DraftTree(torch.tensor(tokens, dtype=torch.int64), torch.tensor(parents, dtype=torch.int64))
+        tree = DraftTree.of_lists(tokens, parents)
         return tree, [self.sources[node] for node in ids]
 
     def whole(self) -> tuple[DraftTree, list[str]]:
