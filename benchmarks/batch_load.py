@@ -39,6 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clients", default="1,2,4,8,16")
     p.add_argument("--max-batch", default="1,16", help="server --max-batch values (1: one at a time)")
     p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--prefill-chunk", type=int, default=0, help="server --prefill-chunk (0: the server sizes it)")
     p.add_argument("--requests", type=int, default=16, help="requests per point (at least one per client)")
     p.add_argument("--out", default="benchmarks/results/batch_load.jsonl")
     return p.parse_args(argv)
@@ -106,17 +107,18 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-    seen = {(p["max_batch"], p["method"], p["clients"]) for p in done}
+    seen = {(p["max_batch"], p["method"], p["clients"], p.get("prefill_chunk", 0)) for p in done}
     texts = {(p["method"], prompt): text for p in done for prompt, text in p.get("texts", {}).items()}
     all_prompts = spec_bench_prompts()
     for max_batch in [int(x) for x in args.max_batch.split(",")]:
         for method in args.methods.split(","):
-            todo = [int(c) for c in args.clients.split(",") if (max_batch, method, int(c)) not in seen]
+            todo = [int(c) for c in args.clients.split(",") if (max_batch, method, int(c), args.prefill_chunk) not in seen]
             if not todo:
                 continue
             serve_args = ["--model", args.model, "--dtype", args.dtype, "--method", method, "--max-batch",
                           str(max_batch), "--max-queue", "256", "--max-tokens-limit", str(args.max_tokens),
                           "--log-level", "warning"]  # fmt: skip
+            serve_args += ["--prefill-chunk", str(args.prefill_chunk)] if args.prefill_chunk else []
             log = Path(tempfile.mkdtemp(prefix="specdec-batch-load-")) / "server.log"
             with running_server(serve_args, log) as server:
                 one_request(httpx.Client(timeout=600), server.url, all_prompts[0], 8)  # warm up
@@ -127,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                     if differing and args.dtype in ("fp32", "float32"):
                         raise SystemExit(f"{method}: {differing} fp32 replies differ between configurations")
                     point.update(differing=differing, max_batch=max_batch, method=method, max_tokens=args.max_tokens, dtype=args.dtype,
+                                 prefill_chunk=args.prefill_chunk,
                                  texts={r["prompt"]: r["text"] for r in replies})  # fmt: skip
                     with out.open("a") as f:
                         f.write(json.dumps(point) + "\n")

@@ -42,13 +42,13 @@ def timed(name: str, owner: object, attr: str) -> None:
     setattr(owner, attr, wrapper)
 
 
-def held_out_prompts(loaded) -> list[list[int]]:  # noqa: ANN001 - a LoadedModel
-    """The chat-templated first turns of Spec-Bench questions 11-12 of every category."""
+def held_out_prompts(loaded, last: int = 12) -> list[list[int]]:  # noqa: ANN001 - a LoadedModel
+    """The chat-templated first turns of Spec-Bench questions 11-`last` of every category."""
     seen: collections.Counter = collections.Counter()
     held = []
     for question in load_questions():
         seen[question.category] += 1
-        if 11 <= seen[question.category] <= 12:
+        if 11 <= seen[question.category] <= last:
             held.append(question)
     return [encode_prompt(loaded.tokenizer, q.turns[0], chat=True) for q in held]
 

@@ -253,12 +253,18 @@ def test_slow_and_lying_clients_get_408_and_the_server_keeps_serving(default_mod
 # ------------------------------------------------------------------ the prefill chunk, from the cost curve
 def test_the_prefill_chunk_is_sized_so_a_joining_prompt_costs_a_stream_at_most_3x_its_gap(http):
     """With the suite's fixed curve (`helpers.FIXED_COST_CURVE`), 256 tokens cost ~0.55 s by the curve,
-    ~14 one-token passes: a stream's gap stretched ~15x. The sized chunk fits the 3x bound."""
+    ~14 one-token passes: a stream's gap stretched ~15x. The 3x bound would allow ~18 tokens, below the
+    floor of MIN_PREFILL_CHUNK (a smaller chunk's pass is mostly the weights' read): the floor's size.
+    Where passes are cheap, the bound picks the largest chunk that fits it."""
     curve = CostModel(tuple(FIXED_COST_CURVE), tuple(FIXED_COST_CURVE.values()))
     chunk = sized_prefill_chunk(curve)
-    assert (curve.cost(chunk) + curve.cost(1)) / curve.cost(1) <= MAX_GAP_RATIO
-    assert (curve.cost(chunk + 1) + curve.cost(1)) / curve.cost(1) > MAX_GAP_RATIO  # the largest that fits
-    assert MIN_PREFILL_CHUNK <= chunk < DEFAULT_PREFILL_CHUNK
+    assert (curve.cost(MIN_PREFILL_CHUNK) + curve.cost(1)) / curve.cost(1) > MAX_GAP_RATIO
+    assert chunk == MIN_PREFILL_CHUNK
+    cheap = CostModel((1, 64, 256), (0.04, 0.05, 0.2))  # 0.08 s allows 64 + (0.08 - 0.05) / 0.15 * 192 tokens
+    wide = sized_prefill_chunk(cheap)
+    assert (cheap.cost(wide) + cheap.cost(1)) / cheap.cost(1) <= MAX_GAP_RATIO
+    assert (cheap.cost(wide + 1) + cheap.cost(1)) / cheap.cost(1) > MAX_GAP_RATIO  # the largest that fits
+    assert MIN_PREFILL_CHUNK < wide < DEFAULT_PREFILL_CHUNK
     flat = CostModel((1, 64), (0.05, 0.05))  # a pass costs the same at any width: the engine's default
     assert sized_prefill_chunk(flat) == sized_prefill_chunk(None) == DEFAULT_PREFILL_CHUNK
     assert http.app.state.service.prefill_chunk == chunk  # the server sizes it (the suite's curve is cached)

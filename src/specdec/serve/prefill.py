@@ -9,6 +9,15 @@ machine's measured cost curve (`specdec.engine.costs`), costs at most
 `MAX_GAP_RATIO - 1` one-token passes, so a joining prompt stretches a running
 stream's gap to at most about MAX_GAP_RATIO times its normal gap.
 
+But never below `MIN_PREFILL_CHUNK` = 64 tokens: a smaller chunk's pass is mostly
+the weights' read, which a one-token pass pays too, so a prompt then takes
+many steps to join and nearly every step carries a chunk. On two Zen 4 cores
+(SmolLM2-135M, 18 held-out Spec-Bench turns of ~320 tokens, 8 rows at a time,
+`plain`) 16-token chunks gave 192-196 tokens/s with a median gap between a
+running stream's steps of 24 ms; 64-token chunks 253-255 tokens/s and a median
+gap of 13 ms, at the price of the slowest steps (95th percentile 28 -> 62 ms;
+docs/results/2026-11-batched-prefill).
+
 Invariants: the chunk is within [MIN_PREFILL_CHUNK, DEFAULT_PREFILL_CHUNK]
 (never so small that a long prompt takes forever to join, never larger than
 the engine's default); without a curve (no batching, nothing measured) it is
@@ -22,7 +31,7 @@ from specdec.engine.costs import CostModel
 from specdec.engine.loop import DEFAULT_PREFILL_CHUNK
 
 MAX_GAP_RATIO = 3.0  # a running stream's gap while a prompt joins, over its normal gap (a one-token pass)
-MIN_PREFILL_CHUNK = 16
+MIN_PREFILL_CHUNK = 64  # below it a chunk's pass is mostly the weights' read (see the module docstring)
 
 
 def sized_prefill_chunk(costs: CostModel | None, max_gap_ratio: float = MAX_GAP_RATIO) -> int:
