@@ -281,10 +281,14 @@ def specdec_contender(engine_of: Callable[[str], object], backend: str, method: 
 
     def ready() -> Callable[[list[int], int], dict]:
         engine = engine_of(backend)
-        # Warm-up (and the cost curve, once) on a short prompt and the longest one run to the full length: a
-        # compiled pass compiles (or loads from disk) a graph for each cache size it meets, which must not
-        # happen inside a timed prompt (seen: one prompt at 0.1-0.8 s a token).
-        for ids, new in ((work[0][1][:32], 8), (max((ids for _, ids in work), key=len), max_new_tokens)):
+        # Warm-up (and the cost curve, once) on a short prompt and one as long as the longest run to the full
+        # length: a compiled pass compiles (or loads from disk) a graph for each cache size it meets, which must
+        # not happen inside a timed prompt (seen: one prompt at 0.1-0.8 s a token). The long one is the longest
+        # prompt's tokens reversed, not a timed prompt: LogitSpec's recycle table, kept across requests, would
+        # then hold the target's own successors of that very text (+0.3-0.6 tokens a step measured on a prompt
+        # answered twice: docs/results/2026-11-draft-ceiling).
+        longest = max((ids for _, ids in work), key=len)
+        for ids, new in ((work[0][1][:32], 8), (longest[::-1], max_new_tokens)):
             run_specdec(engine, method, ids, new)
         return lambda ids, new: run_specdec(engine, method, ids, new)
 
