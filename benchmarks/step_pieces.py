@@ -16,8 +16,8 @@ import time
 sys.path.insert(0, os.environ.get("SRC", "src"))
 from specdec.backends.torch import rows as R  # noqa: E402
 from specdec.data import load_questions  # noqa: E402
+from specdec.engine import batch as L  # noqa: E402
 from specdec.engine import generation as G  # noqa: E402
-from specdec.engine import loop as L  # noqa: E402
 from specdec.engine import verify as V  # noqa: E402
 from specdec.engine.generation import GenerationConfig  # noqa: E402
 from specdec.engine.loop import Engine  # noqa: E402

@@ -1,4 +1,4 @@
-"""Chunked prefill (`specdec.engine.loop.Batch`): a prompt that joins running rows is prefilled a chunk per step.
+"""Chunked prefill (`specdec.engine.batch.Batch`): a prompt that joins running rows is prefilled a chunk per step.
 
 What must hold (each test can fail):
 - in fp32 greedy, a row whose prompt was prefilled in chunks between other rows'

@@ -22,9 +22,10 @@ from typing import Any, TextIO
 
 from tqdm.auto import tqdm
 
+from specdec.engine.batch import Row
 from specdec.engine.costs import load_or_measure
 from specdec.engine.generation import GenerationConfig
-from specdec.engine.loop import Engine, Row, generate_batch
+from specdec.engine.loop import Engine, generate_batch
 from specdec.prompts import Messages, encode_prompt
 from specdec.sampling import SamplingParams
 

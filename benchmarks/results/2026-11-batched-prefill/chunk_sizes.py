@@ -18,7 +18,7 @@ sys.path.insert(0, "src")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from step_pieces import held_out_prompts  # noqa: E402
 
-from specdec.engine import loop as L  # noqa: E402
+from specdec.engine import batch as L  # noqa: E402
 from specdec.engine.costs import load_or_measure  # noqa: E402
 from specdec.engine.generation import GenerationConfig  # noqa: E402
 from specdec.engine.loop import Engine, generate_batch  # noqa: E402

@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/: step_pieces
 import step_pieces as S  # noqa: E402  (puts SRC, default src, on the path)
 
-from specdec.engine import loop as L  # noqa: E402
+from specdec.engine import batch as L  # noqa: E402
 from specdec.engine.floor import Floor  # noqa: E402
 from specdec.engine.generation import GenerationConfig  # noqa: E402
 from specdec.engine.loop import Engine  # noqa: E402

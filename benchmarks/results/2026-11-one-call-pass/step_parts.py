@@ -19,6 +19,7 @@ sys.path.insert(0, os.environ.get("SRC", "src"))
 import torch  # noqa: E402
 
 import specdec.backends.torch.rows as rows  # noqa: E402
+import specdec.engine.batch as batch  # noqa: E402
 import specdec.engine.loop as loop  # noqa: E402
 from specdec.data import load_questions  # noqa: E402
 from specdec.engine.generation import GenerationConfig  # noqa: E402
@@ -52,11 +53,11 @@ def main() -> None:
     loaded = load_model(model)
     engine = loop.Engine(loaded)
     q4_kernel.load_extension()
-    timed(loop.Batch, "step", "step")
-    timed(loop.Batch, "_propose", " propose")
-    timed(loop, "verify", " verify (pass, acceptance, commit)")
+    timed(batch.Batch, "step", "step")
+    timed(batch.Batch, "_propose", " propose")
+    timed(batch, "verify", " verify (pass, acceptance, commit)")
     timed(rows.BatchedTarget, "commit", "  commit")
-    timed(loop.Batch, "_advance", " advance (observe, emit)")
+    timed(batch.Batch, "_advance", " advance (observe, emit)")
     pass_ = rows.BatchedTarget.verify_trees
 
     def verify_trees(*args, **kwargs):

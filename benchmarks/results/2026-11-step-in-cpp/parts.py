@@ -21,7 +21,7 @@ from specdec.kernels.q4_kernel import load_extension
 
 load_extension()
 from specdec.backends.torch import batch_cache, fused, rows, target
-from specdec.engine import accept, generation, loop
+from specdec.engine import accept, batch, generation, loop
 from specdec.engine.floor import Floor
 from specdec.engine.generation import GenerationConfig
 from specdec.kernels import q4_kernel
@@ -49,13 +49,13 @@ def timed(name, function):
 torch._ops.TorchBindOpOverload.__call__ = timed("C:layers", torch._ops.TorchBindOpOverload.__call__)
 torch.ops.specdec_q4.q8_linear = timed("C:head", torch.ops.specdec_q4.q8_linear)
 for owner, names in [
-    (loop.Batch, ["step", "_propose", "_advance"]), (rows.BatchedTarget, ["verify_trees", "commit"]),
+    (batch.Batch, ["step", "_propose", "_advance"]), (rows.BatchedTarget, ["verify_trees", "commit"]),
     (target.TargetModel, ["run"]), (fused.FusedDecoder, ["run"]), (generation.Emitter, ["emit"]),
     (batch_cache.BatchedLayer, ["claim"]), (torch.nn.Embedding, ["forward"]),
 ]:
     for name in names:
         setattr(owner, name, timed(f"{owner.__name__}.{name}", getattr(owner, name)))
-for module, name in [(loop, "verify"), (accept, "accept_greedy"), (q4_kernel, "rows_through")]:
+for module, name in [(batch, "verify"), (accept, "accept_greedy"), (q4_kernel, "rows_through")]:
     setattr(module, name, timed(name, getattr(module, name)))
 fused.FusedDecoder.angles = timed("FusedDecoder.angles", fused.FusedDecoder.angles)
 

@@ -1,6 +1,6 @@
 """What every verification backend gives the engine: `Target` (one model, verifying) and `Rows` (its batch rows).
 
-Why: the engine (`specdec.engine.loop.Batch`) and the cost curves that size the drafts
+Why: the engine (`specdec.engine.batch.Batch`) and the cost curves that size the drafts
 (`specdec.engine.costs`) drive every backend through these calls and nothing else, so a new engine is
 a module that implements them plus one entry in `specdec.backends.registry`.
 

@@ -4,7 +4,7 @@ Why this exists: on a CPU a decode step of a small model is bound by per-operato
 overhead, and llama.cpp's graph runs a step of SmolLM2-135M (Q4_1) in about a
 third of the time PyTorch's eager forward needs. This backend keeps every
 specdec proposer and acceptance rule and swaps only the verifier: the rows of a
-`specdec.engine.loop.Batch` become sequences of one llama.cpp context, and a draft
+`specdec.engine.batch.Batch` become sequences of one llama.cpp context, and a draft
 tree becomes one `llama_decode` batch (through llama-cpp-python's low-level
 bindings; nothing of llama.cpp is forked or patched).
 
@@ -121,7 +121,7 @@ class LlamaCppModel:
         self.free_sequences = list(range(MAX_SEQUENCES - 2, -1, -1))
 
     def batched(self, exact: bool = False) -> LlamaCppBatch:
-        """An empty batch of rows on this context (`specdec.engine.loop.Batch`'s verifier); exact: pad
+        """An empty batch of rows on this context (`specdec.engine.batch.Batch`'s verifier); exact: pad
         one-token passes (see `decode`)."""
         return LlamaCppBatch(self, exact)
 

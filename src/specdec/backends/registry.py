@@ -109,7 +109,7 @@ def verifier(loaded: LoadedModel, attention: str | AttentionPlan = "auto") -> Ta
 
 
 def rows_of(target: Target) -> Rows:
-    """An empty set of batch rows verified on `target` (what `specdec.engine.loop.Batch` drives)."""
+    """An empty set of batch rows verified on `target` (what `specdec.engine.batch.Batch` drives)."""
     if isinstance(target, LlamaCppTarget):
         return target.batched()
     if isinstance(target, TargetModel):

@@ -21,7 +21,7 @@ Invariants:
   lookahead's Jacobi window) are never cut; their full width counts;
 - a sampled row (temperature > 0) is cut by its own plan alone, before the
   batch's: how many random draws a step takes depends on the tree, so a seeded
-  row's output must not depend on the other rows (`specdec.engine.loop.Batch._budget`);
+  row's output must not depend on the other rows (`specdec.engine.batch.Batch._budget`);
 - width 1 (no drafts) is always a candidate, so a batch whose drafts do not pay
   decodes plainly;
 - a full batch rarely pays for drafts (on a CPU each extra row costs about what a

@@ -51,9 +51,10 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from specdec.engine.batch import Batch, Row
 from specdec.engine.floor import Floor
 from specdec.engine.generation import GenerationConfig, GenerationStats
-from specdec.engine.loop import Batch, Engine, Row
+from specdec.engine.loop import Engine
 from specdec.models import ModelLoadError, load_model
 from specdec.proposers import make_config, parse_method
 from specdec.sampling import SamplingParams

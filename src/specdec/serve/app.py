@@ -25,7 +25,7 @@ Why it is built this way: one model with one KV cache serves everybody, so
 requests are validated and tokenized on arrival, then wait in a bounded queue,
 FIFO per API key and round-robin across keys (specdec.serve.scheduler.Scheduler,
 specdec.serve.fair), for the decode worker thread, which runs up to --max-batch
-of them together (continuous batching, specdec.engine.loop.Batch); the event
+of them together (continuous batching, specdec.engine.batch.Batch); the event
 loop never runs the model, so /health, /metrics and streaming stay responsive.
 
 Invariants:
@@ -51,7 +51,7 @@ Invariants:
 - a client gets request_timeout_s for its headers and again for its body, else
   408 and the connection closed (`specdec.serve.http`, `specdec.serve.guard`);
 - a long prompt joining running requests is prefilled prefill_chunk tokens per
-  decode step (`specdec.engine.loop.Batch`; the chunk sized from the cost curve
+  decode step (`specdec.engine.batch.Batch`; the chunk sized from the cost curve
   unless given, `specdec.serve.prefill`), so it delays the running streams by
   about one chunk's pass per token, and a client that leaves stops it between chunks;
 - on shutdown (SIGINT/SIGTERM) new requests get 503 and the accepted ones may

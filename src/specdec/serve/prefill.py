@@ -1,7 +1,7 @@
 """How many prompt tokens a joining request prefills per decode step: sized from the measured cost curve.
 
 Why: a prompt that joins running requests is prefilled a chunk per step
-(`specdec.engine.loop.Batch`), so each of those steps costs the running
+(`specdec.engine.batch.Batch`), so each of those steps costs the running
 streams one chunk's pass on top of their own. A fixed chunk is right for one
 machine only: on a slow CPU a 256-token chunk stretched a running stream's
 largest gap about tenfold. Here the chunk is the largest whose pass, by this
@@ -27,8 +27,8 @@ DEFAULT_PREFILL_CHUNK; it is decided once, at startup; an operator's
 
 from __future__ import annotations
 
+from specdec.engine.batch import DEFAULT_PREFILL_CHUNK
 from specdec.engine.costs import CostModel
-from specdec.engine.loop import DEFAULT_PREFILL_CHUNK
 
 MAX_GAP_RATIO = 3.0  # a running stream's gap while a prompt joins, over its normal gap (a one-token pass)
 MIN_PREFILL_CHUNK = 64  # below it a chunk's pass is mostly the weights' read (see the module docstring)

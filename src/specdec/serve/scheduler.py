@@ -2,7 +2,7 @@
 
 Why: on a CPU a forward pass over 8 tokens costs about what a pass over 1 does,
 so one worker thread runs up to `max_batch` requests in one batched decode loop
-(`specdec.engine.loop.Batch`): between two steps it admits waiting jobs into free rows,
+(`specdec.engine.batch.Batch`): between two steps it admits waiting jobs into free rows,
 drops cancelled ones (a joining prompt between two of its prefill chunks), and
 hands finished ones their output. A prompt that joins running rows is prefilled
 a chunk per step, so no prompt stalls the running streams for longer than one
@@ -44,9 +44,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from specdec.engine.batch import DEFAULT_PREFILL_CHUNK, Batch, Row
 from specdec.engine.costs import CostModel
 from specdec.engine.generation import GenerationConfig, GenerationOutput
-from specdec.engine.loop import DEFAULT_PREFILL_CHUNK, Batch, Engine, Row
+from specdec.engine.loop import Engine
 from specdec.engine.provenance import Piece
 from specdec.serve.fair import FairQueue
 from specdec.serve.fair import QueueFull as QueueFull  # what submit raises, defined with the queue
