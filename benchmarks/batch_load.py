@@ -1,7 +1,7 @@
 """Load test of the batching server: aggregate tokens/s and per-request latency at 1..N concurrent clients.
 
     .venv/bin/python benchmarks/batch_load.py [--methods plain,logitspec] [--clients 1,2,4,8,16]
-        [--max-batch 1,16] [--max-tokens 128] [--requests 16] [--out FILE.jsonl]
+        [--max-batch 1,16] [--max-tokens 128] [--requests 16] [--prefill-chunk N] [--out FILE.jsonl]
 
 For every (--max-batch, method) it starts `specdec serve` (loopback, free port, --dtype, greedy) and
 for every client count c runs c streaming clients that together send `max(--requests, c)` Spec-Bench
