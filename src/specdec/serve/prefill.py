@@ -11,12 +11,9 @@ stream's gap to at most about MAX_GAP_RATIO times its normal gap.
 
 But never below `MIN_PREFILL_CHUNK` = 64 tokens: a smaller chunk's pass is mostly
 the weights' read, which a one-token pass pays too, so a prompt then takes
-many steps to join and nearly every step carries a chunk. On two Zen 4 cores
-(SmolLM2-135M, 18 held-out Spec-Bench turns of ~320 tokens, 8 rows at a time,
-`plain`) 16-token chunks gave 192-196 tokens/s with a median gap between a
-running stream's steps of 24 ms; 64-token chunks 253-255 tokens/s and a median
-gap of 13 ms, at the price of the slowest steps (95th percentile 28 -> 62 ms;
-docs/results/2026-11-batched-prefill).
+many steps to join and nearly every step carries a chunk: the running streams'
+median gap grows and throughput falls, for a smaller largest gap
+(docs/benchmarks.md, "A joining prompt's prefill chunk").
 
 Invariants: the chunk is within [MIN_PREFILL_CHUNK, DEFAULT_PREFILL_CHUNK]
 (never so small that a long prompt takes forever to join, never larger than
