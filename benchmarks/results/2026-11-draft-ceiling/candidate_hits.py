@@ -19,6 +19,8 @@ import torch
 
 sys.path.insert(0, "src")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+from pool_oracle import Wrapped  # noqa: E402
 from step_pieces import held_out_prompts  # noqa: E402
 
 from specdec.engine.generation import GenerationConfig  # noqa: E402
@@ -30,14 +32,8 @@ from specdec.proposers.logitspec.learn import rank_bucket  # noqa: E402
 rows: list[tuple[int, int, float, float, bool]] = []  # (bucket, m, candidate log-prob, root log-prob, hit)
 
 
-class Watched:
+class Watched(Wrapped):
     """The proposer, with each step's candidates and their log-probabilities kept for `observe`."""
-
-    def __init__(self, inner) -> None:  # noqa: ANN001 - a LogitSpecProposer
-        self.inner = inner
-
-    def __getattr__(self, name: str):  # noqa: ANN204
-        return getattr(self.inner, name)
 
     def propose(self, ctx):  # noqa: ANN001, ANN201
         tree = self.inner.propose(ctx)

@@ -30,14 +30,18 @@ table: collections.Counter = collections.Counter()  # (accepted, pool depth), bo
 missed: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 
 
-class Watched:
-    """The proposer, with each step's pool and retrieval kept for `observe` (a wrapper: the proposer is left as built)."""
+class Wrapped:
+    """A proposer seen through a wrapper (left as built): what the wrapper does not define is the proposer's."""
 
     def __init__(self, inner) -> None:  # noqa: ANN001 - a LogitSpecProposer
         self.inner = inner
 
     def __getattr__(self, name: str):  # noqa: ANN204
         return getattr(self.inner, name)
+
+
+class Watched(Wrapped):
+    """The proposer, with each step's pool and retrieval kept for `observe`."""
 
     def propose(self, ctx):  # noqa: ANN001, ANN201
         tree = self.inner.propose(ctx)
