@@ -7,13 +7,16 @@ Two parts, so that each fits one short call on a lent machine (benchmarks/gpu_ch
 
 `random`: per shape, the device's copy bandwidth and the weight-read floor it implies; the pass-cost
 curve (1..128 nodes after 512 tokens) eager and as CUDA graphs (`specdec.backends.torch.graphs`); plain,
-pld and logitspec decode rates beside transformers' eager `generate` and its static-cache `generate`
-(compiled by transformers on CUDA), in the same run; for the shapes in --inductor-for, the same curve and
-plain/logitspec with the pass compiled by inductor inside the graphs (the "compiled" backend on a GPU). Random weights: MAT means nothing there, the
-step's cost does.
+pld and logitspec decode rates, each step split into proposing and verifying, beside transformers'
+eager `generate` and its static-cache `generate` (compiled by transformers on CUDA), in the same run; for
+the shapes in --inductor-for, the same curve and plain/logitspec with the pass compiled by inductor
+inside the graphs (the "compiled" backend on a GPU). Random weights: MAT means nothing there, the step's
+cost does.
 `bundled`: every method that needs no trained head or datastore, greedy, token for token against plain
-decoding on a few prompts (fp32), then plain (eager and graphed), pld and logitspec on the first turns
-of Spec-Bench's first 3 questions per category: decode tokens/s and whether every text equals plain's.
+decoding on a few prompts (fp32), then plain, pld and logitspec (and logitspec under the floor, as the
+API runs it) on the first turns of Spec-Bench's first 3 questions per category: decode tokens/s, the
+step's split, the graphs replayed, and whether every text equals plain's; the cost curve the drafts
+were sized by; a host-side profile of plain's and logitspec's steps (OUT/profile_*.txt).
 
 Nothing is asserted. Each finished measurement is printed and appended to OUT/gpu_check.jsonl as it
 comes (a call cut short keeps what it measured); the last stdout line is one JSON document. On a CPU it
@@ -35,7 +38,8 @@ from specdec.backends.registry import rows_of, timing_target, verify_model
 from specdec.backends.torch.graphs import GraphedTarget
 from specdec.backends.torch.rows import BatchedTarget, OneSequence
 from specdec.backends.torch.target import TargetModel
-from specdec.engine.costs import _measure, measure_costs
+from specdec.engine.costs import _measure, load_or_measure, measure_costs
+from specdec.engine.floor import Floor
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
 from specdec.prompts import encode_prompt
@@ -120,22 +124,24 @@ def _graph_passes(engine: Engine) -> dict[str, int] | str:
     return {"replays": graphed.replays, "eager": graphed.eager_passes, "failure": graphed.failure}
 
 
-def _eager_engine(loaded) -> Engine:  # noqa: ANN001 - LoadedModel
-    """An engine whose passes run eagerly (the path before graphs), beside the default graphed one."""
-    engine = Engine(loaded)
-    engine.target = TargetModel(verify_model(loaded))
-    return engine
+def _split(steps) -> dict[str, float]:  # noqa: ANN001 - StepStats
+    """Mean ms a step in the proposer (`draft_ms`) and in the pass with acceptance (`verify_ms`; it waits for
+    the GPU), and mean tree nodes."""
+    n = max(len(steps), 1)
+    return {"draft_ms": round(1e3 * sum(s.draft_s for s in steps) / n, 3),
+            "verify_ms": round(1e3 * sum(s.verify_s for s in steps) / n, 3),
+            "nodes": round(sum(s.tree_size for s in steps) / n, 1)}
 
 
 def _decode(engine: Engine, prompt_ids: list[int], method: str, tokens: int = NEW_TOKENS) -> dict:
-    """Best of two runs after a warm-up: decode tokens/s, MAT, ms a step and the token ids."""
+    """Best of two runs after a warm-up: decode tokens/s, MAT, ms a step (and its split) and the token ids."""
     config = GenerationConfig(max_new_tokens=tokens, ignore_eos=True)
     engine.generate(prompt_ids, parse_method(method).build(engine.loaded), GenerationConfig(max_new_tokens=8))
     outs = [engine.generate(prompt_ids, parse_method(method).build(engine.loaded), config) for _ in range(2)]
     best = min(outs, key=lambda out: _decode_s(out.stats))
     seconds, steps = _decode_s(best.stats), max(best.stats.num_decode_steps, 1)
     return {"tok_s": round((best.stats.num_new_tokens - 1) / seconds, 1), "mat": round(best.stats.mat, 2),
-            "step_ms": round(1e3 * seconds / steps, 3), "ids": best.token_ids}
+            "step_ms": round(1e3 * seconds / steps, 3), **_split(best.stats.steps), "ids": best.token_ids}
 
 
 def _hf_generate(model, ids: torch.Tensor, static: bool) -> float:  # noqa: ANN001
@@ -173,7 +179,7 @@ def check_random(shape: str, tokenizer, device: torch.device, report: Report, de
     getattr(graphed, "close", lambda: None)()
     ids = tokenizer(PROMPT).input_ids
     engine = Engine(loaded)  # graphed on CUDA
-    runs = {"plain_eager": _decode(_eager_engine(loaded), ids, "plain")}
+    runs = {}
     for method in ("plain", "pld", "logitspec"):
         runs[method] = _decode(engine, ids, method)
     if inductor:  # the "compiled" backend's pass: inductor's kernels in the graphs
@@ -186,9 +192,9 @@ def check_random(shape: str, tokenizer, device: torch.device, report: Report, de
         fused_engine.target = fused
         for method in ("plain", "logitspec"):
             runs[f"{method}_inductor"] = _decode(fused_engine, ids, method)
-    reference = runs["plain_eager"]["ids"]
+    reference = runs["plain"]["ids"]
     same = {m: run.pop("ids") == reference for m, run in runs.items()}
-    report.add(f"{shape}.decode", {**runs, "same_tokens_as_eager_plain": same})
+    report.add(f"{shape}.decode", {**runs, "same_tokens_as_plain": same})
     report.add(f"{shape}.graph_passes", _graph_passes(engine))
     prompt = torch.tensor([ids], device=device)
     report.add(f"{shape}.hf_generate_tok_s", {"eager": _hf_generate(model, prompt, static=False)})
@@ -257,27 +263,63 @@ def check_bundled(source: str, device: str, report: Report, max_prompts: int) ->
         print(method, lossless[method], flush=True)
     report.add("bundled.lossless_fp32", lossless)
     turns = [encode_prompt(loaded.tokenizer, t, chat=chat) for t in spec_bench_first_turns()][:max_prompts]
-    eager = _eager_engine(loaded)
+    floored = Engine(loaded, floor=Floor())  # what the API, CLI and server decode with, on the same graphs
+    floored.target = engine.target
     rates: dict[str, dict] = {}
-    for name, (eng, method) in {"plain_eager": (eager, "plain"), "plain": (engine, "plain"),
-                                "pld": (engine, "pld"), "logitspec": (engine, "logitspec")}.items():
+    for name, (eng, method) in {"plain": (engine, "plain"), "pld": (engine, "pld"), "logitspec": (engine, "logitspec"),
+                                "logitspec_floor": (floored, "logitspec")}.items():
         config = GenerationConfig(max_new_tokens=NEW_TOKENS)
         eng.generate(turns[0], parse_method(method).build(loaded), GenerationConfig(max_new_tokens=8))
-        tokens, seconds, passes, texts = 0, 0.0, 0, []
+        tokens, seconds, passes, texts, steps = 0, 0.0, 0, [], []
+        before = _graph_passes(eng)
         for ids in turns:
             out = eng.generate(ids, parse_method(method).build(loaded), config)
             tokens += out.stats.num_new_tokens - 1
             seconds += _decode_s(out.stats)
             passes += out.stats.num_decode_steps
             texts.append(out.token_ids)
-        rates[name] = {"tok_s": round(tokens / seconds, 1), "mat": round(tokens / max(passes, 1), 2), "texts": texts}
+            steps += out.stats.steps
+        rates[name] = {"tok_s": round(tokens / seconds, 1), "mat": round(tokens / max(passes, 1), 2),
+                       "step_ms": round(1e3 * seconds / max(passes, 1), 3), **_split(steps),
+                       "graphs": _graph_delta(before, _graph_passes(eng)), "texts": texts}
         print(name, {k: v for k, v in rates[name].items() if k != "texts"}, flush=True)
-    reference = rates["plain_eager"]["texts"]
+    reference = rates["plain"]["texts"]
     for rate in rates.values():
         texts = rate.pop("texts")
-        rate["same_as_plain_eager"] = f"{sum(t == r for t, r in zip(texts, reference, strict=True))}/{len(texts)}"
+        rate["same_as_plain"] = f"{sum(t == r for t, r in zip(texts, reference, strict=True))}/{len(texts)}"
     report.add("bundled.spec_bench_first_turns", {"prompts": len(turns), "new_tokens": NEW_TOKENS, **rates})
     report.add("bundled.graph_passes", _graph_passes(engine))
+    report.add("bundled.cost_curve_ms", _ms(load_or_measure(loaded)))
+    for method in ("plain", "logitspec"):
+        report.add(f"bundled.profile_{method}", host_profile(engine, turns[:2], method, report.out))
+
+
+def _graph_delta(before: dict | str, after: dict | str) -> dict | str:
+    """The graph counters a run added (replays, eager passes) and the failure, if any."""
+    if isinstance(before, str) or isinstance(after, str):
+        return after
+    return {"replays": after["replays"] - before["replays"], "eager": after["eager"] - before["eager"],
+            "failure": after["failure"]}
+
+
+def host_profile(engine: Engine, turns: list[list[int]], method: str, out: Path) -> str:
+    """torch.profiler over a method's decoding of `turns` (64 tokens each): where a step's host time goes
+    (CUDA runtime calls, syncs, each op's launches). The table goes to OUT/profile_<method>.txt."""
+    from torch.profiler import ProfilerActivity, profile
+
+    config = GenerationConfig(max_new_tokens=64, ignore_eos=True)
+    engine.generate(turns[0], parse_method(method).build(engine.loaded), config)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    try:
+        with profile(activities=activities) as prof:
+            steps = sum(engine.generate(ids, parse_method(method).build(engine.loaded), config).stats.num_decode_steps
+                        for ids in turns)
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=45, max_name_column_width=60)
+    except Exception as error:  # noqa: BLE001 - a profiler that fails is reported, the check goes on
+        return f"failed: {type(error).__name__}: {error}"[:300]
+    path = out / f"profile_{method}.txt"
+    path.write_text(f"{method}: {steps} decode steps over {len(turns)} prompts x 64 tokens\n{table}\n")
+    return path.name
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,8 +45,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 case "$part" in
     random)
         cp "$here/.gpu/part1/$gguf_name.1" "$stage/"
-        python3 "$here/benchmarks/gpu_check.py" random ${SHAPES:-7b 1.5b} --tokenizer "$here/.gpu/tok" --out "$out" \
-            --budget-s "${BUDGET_S:-200}" 2>&1 | tee "$out/random.log"
+        python3 "$here/benchmarks/gpu_check.py" random ${SHAPES:-1.5b 7b} --tokenizer "$here/.gpu/tok" --out "$out" \
+            --budget-s "${BUDGET_S:-240}" 2>&1 | tee "$out/random.log"
         ;;
     bundled)
         cat "$stage/$gguf_name.1" "$here/.gpu/part2/$gguf_name.2" > "$stage/$gguf_name" || exit 1
