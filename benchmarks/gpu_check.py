@@ -16,7 +16,8 @@ cost does.
 decoding on a few prompts (fp32), then plain, pld and logitspec (and logitspec under the floor, as the
 API runs it) on the first turns of Spec-Bench's first 3 questions per category: decode tokens/s, the
 step's split, the graphs replayed, and whether every text equals plain's; the cost curve the drafts
-were sized by; a host-side profile of plain's and logitspec's steps (OUT/profile_*.txt).
+were sized by; plain and logitspec again with the graphs on the other attention implementation; with
+--profile, a host-side profile of plain's and logitspec's steps (OUT/profile_*.txt).
 
 Nothing is asserted. Each finished measurement is printed and appended to OUT/gpu_check.jsonl as it
 comes (a call cut short keeps what it measured); the last stdout line is one JSON document. On a CPU it
@@ -237,11 +238,11 @@ def graph_error(loaded, prompt_ids: list[int]) -> float:  # noqa: ANN001 - Loade
     return worst
 
 
-def check_bundled(source: str, device: str, report: Report, max_prompts: int) -> None:
+def check_bundled(source: str, device: str, report: Report, max_prompts: int, profile: bool) -> None:
     loaded = specdec.load_model(source, dtype="fp32", device=device)
     engine = Engine(loaded)
-    report.add("bundled.pass_mode", engine.target.graphed.mode if isinstance(engine.target, GraphedTarget)
-               else "eager")
+    graphed = engine.target.graphed if isinstance(engine.target, GraphedTarget) else None
+    report.add("bundled.pass_mode", f"{graphed.mode}, {graphed.attention} attention" if graphed else "eager")
     chat = bool(loaded.tokenizer.chat_template)
     report.add("bundled.graph_vs_eager_max_abs_diff", graph_error(loaded, encode_prompt(loaded.tokenizer, PROMPT,
                                                                                         chat=chat)))
@@ -265,9 +266,15 @@ def check_bundled(source: str, device: str, report: Report, max_prompts: int) ->
     turns = [encode_prompt(loaded.tokenizer, t, chat=chat) for t in spec_bench_first_turns()][:max_prompts]
     floored = Engine(loaded, floor=Floor())  # what the API, CLI and server decode with, on the same graphs
     floored.target = engine.target
+    arms = {"plain": (engine, "plain"), "pld": (engine, "pld"), "logitspec": (engine, "logitspec"),
+            "logitspec_floor": (floored, "logitspec")}
+    if isinstance(engine.target, GraphedTarget):  # the same graphs on the other attention implementation
+        other = "sdpa" if engine.target.graphed.attention != "sdpa" else "eager"
+        beside = Engine(loaded)
+        beside.target = GraphedTarget(verify_model(loaded), attention=other)
+        arms |= {f"plain_{other}": (beside, "plain"), f"logitspec_{other}": (beside, "logitspec")}
     rates: dict[str, dict] = {}
-    for name, (eng, method) in {"plain": (engine, "plain"), "pld": (engine, "pld"), "logitspec": (engine, "logitspec"),
-                                "logitspec_floor": (floored, "logitspec")}.items():
+    for name, (eng, method) in arms.items():
         config = GenerationConfig(max_new_tokens=NEW_TOKENS)
         eng.generate(turns[0], parse_method(method).build(loaded), GenerationConfig(max_new_tokens=8))
         tokens, seconds, passes, texts, steps = 0, 0.0, 0, [], []
@@ -290,8 +297,9 @@ def check_bundled(source: str, device: str, report: Report, max_prompts: int) ->
     report.add("bundled.spec_bench_first_turns", {"prompts": len(turns), "new_tokens": NEW_TOKENS, **rates})
     report.add("bundled.graph_passes", _graph_passes(engine))
     report.add("bundled.cost_curve_ms", _ms(load_or_measure(loaded)))
-    for method in ("plain", "logitspec"):
-        report.add(f"bundled.profile_{method}", host_profile(engine, turns[:2], method, report.out))
+    if profile:
+        for method in ("plain", "logitspec"):
+            report.add(f"bundled.profile_{method}", host_profile(engine, turns[:2], method, report.out))
 
 
 def _graph_delta(before: dict | str, after: dict | str) -> dict | str:
@@ -332,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--static-for", default="1.5b,tiny", help="shapes whose static-cache generate is timed")
     parser.add_argument("--inductor-for", default="1.5b,tiny", help="shapes whose inductor-compiled pass is timed")
     parser.add_argument("--prompts", type=int, default=18, help="Spec-Bench turns (bundled)")
+    parser.add_argument("--profile", action="store_true", help="host profiles of plain and logitspec (bundled)")
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     report = Report(Path(args.out))
@@ -351,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
             gc.collect()
             torch.cuda.empty_cache() if device.type == "cuda" else None
     else:
-        check_bundled(args.what[0], str(device), report, args.prompts)
+        check_bundled(args.what[0], str(device), report, args.prompts, args.profile)
     print(json.dumps(report.all))
     return 0
 

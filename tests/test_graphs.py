@@ -14,7 +14,7 @@ import torch
 from helpers import assert_logits_close, random_tree, tiny_llama
 
 from specdec.backends.registry import verify_model
-from specdec.backends.torch.graphs import MAX_NODES, GraphedPass, GraphedTarget, bucket
+from specdec.backends.torch.graphs import MAX_NODES, GraphedPass, GraphedTarget, bucket, graph_attention
 from specdec.backends.torch.rows import BatchedTarget
 from specdec.backends.torch.target import TargetModel
 from specdec.engine.generation import GenerationConfig
@@ -45,12 +45,21 @@ def _entries(rows: BatchedTarget, row: int) -> torch.Tensor:
                         for layer in rows.cache.layers])
 
 
-def test_padded_rows_and_nodes_give_the_unpadded_logits_and_cache():
+def test_graphs_run_eager_attention_in_fp32_and_sdpa_in_half_precision():
+    assert graph_attention(torch.float32) == "eager"
+    assert graph_attention(torch.bfloat16) == graph_attention(torch.float16) == "sdpa"
+    assert GraphedTarget(tiny_llama()).graphed.attention == "eager"  # tiny_llama is fp32
+    assert GraphedTarget(tiny_llama(), attention="sdpa").graphed.attention == "sdpa"
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_padded_rows_and_nodes_give_the_unpadded_logits_and_cache(attention):
     """Three rows (padded to four) with trees of 5, 3 and 7 nodes (padded to 8), then chains, over
-    several steps and the cache's growth: the same logits and committed entries as the ordinary pass."""
+    several steps and the cache's growth: the same logits and committed entries as the ordinary pass,
+    on either attention implementation a graph may run."""
     model = tiny_llama()
     plain = BatchedTarget(TargetModel(model))
-    graphed_target = GraphedTarget(model)
+    graphed_target = GraphedTarget(model, attention=attention)
     padded = BatchedTarget(graphed_target, graphed=graphed_target.graphed)
     for prompt in PROMPTS:
         for rows in (plain, padded):
@@ -85,7 +94,6 @@ def test_greedy_text_through_the_padded_pass_equals_plain(default_model, engine,
     got = padded.generate(prompt, parse_method(method).build(default_model), config)
     assert got.token_ids == want
     assert method == "plain" or got.stats.num_decode_steps < len(want)  # drafts were accepted
-
 
 
 @pytest.mark.slow

@@ -45,8 +45,15 @@ from specdec.models.base import one_line
 
 MAX_NODES = 128  # the largest tree a graph verifies; the paper's trees fit
 MAX_ROWS = 16
-ATTENTION = "sdpa"  # every graph runs one attention implementation, whatever the plan says for eager passes
 WARMUP = 2  # eager runs before a capture (cuBLAS and allocator state settle; the writes are the pass's own)
+
+
+def graph_attention(dtype: torch.dtype) -> str:
+    """The attention implementation every graph runs, whatever the plan says for eager passes: transformers'
+    "eager" one (products and a softmax) in fp32, where SDPA's one fp32 kernel (memory-efficient attention)
+    walks the cache's whole capacity with one block of queries per head, most of an fp32 pass's GPU time
+    on a small model; "sdpa" (flash kernels) in half precision."""
+    return "eager" if dtype == torch.float32 else "sdpa"
 
 
 def bucket(count: int) -> int:
@@ -69,11 +76,14 @@ class _Graph:
 class GraphedPass:
     """The batched cache's verification pass at bucketed static shapes, replayed as CUDA graphs on a GPU."""
 
-    def __init__(self, single: TargetModel, use_graphs: bool | None = None, inductor: bool = False) -> None:
+    def __init__(self, single: TargetModel, use_graphs: bool | None = None, inductor: bool = False,
+                 attention: str | None = None) -> None:
         """use_graphs: None: where the model is on CUDA; False: the padded pass eagerly (what the CPU runs).
         inductor: the pass's kernels fused by inductor first (`torch.compile`; what the "compiled" backend asks
-        on a GPU), then captured: fewer, larger kernels in each graph."""
+        on a GPU), then captured: fewer, larger kernels in each graph. attention: the implementation the
+        passes run (None: `graph_attention` of the model's dtype)."""
         self.single = single
+        self.attention = attention or graph_attention(single.dtype)
         self._compiled = torch.compile(single.forward_pass) if inductor else None
         self.compile_failure: str | None = None
         cuda = single.device.type == "cuda"
@@ -146,7 +156,7 @@ class GraphedPass:
         try:
             model_inputs = dict(input_ids=inputs["tokens"], position_ids=inputs["positions"],
                                 attention_mask=inputs["mask"], past_key_values=cache, use_cache=True)
-            with self.single.attention_as(ATTENTION):
+            with self.single.attention_as(self.attention):
                 return self._pass(model_inputs, inputs, capture)
         finally:
             layout.window = None
@@ -206,6 +216,7 @@ class GraphedTarget(TargetModel):
     """A `TargetModel` whose batch rows (`registry.rows_of`) verify on `GraphedPass`; prefill and passes
     without a bucket stay eager."""
 
-    def __init__(self, model: torch.nn.Module, use_graphs: bool | None = None, inductor: bool = False) -> None:
+    def __init__(self, model: torch.nn.Module, use_graphs: bool | None = None, inductor: bool = False,
+                 attention: str | None = None) -> None:
         super().__init__(model)
-        self.graphed = GraphedPass(self, use_graphs, inductor)
+        self.graphed = GraphedPass(self, use_graphs, inductor, attention)
