@@ -17,7 +17,8 @@ decoding on a few prompts (fp32), then plain, pld and logitspec (and logitspec u
 API runs it) on the first turns of Spec-Bench's first 3 questions per category: decode tokens/s, the
 step's split, the graphs replayed, and whether every text equals plain's; the cost curve the drafts
 were sized by; plain and logitspec again with the graphs on the other attention implementation; with
---profile, a host-side profile of plain's and logitspec's steps (OUT/profile_*.txt).
+--profile, a host-side profile of plain's and logitspec's steps (OUT/profile_*.txt); then (unless
+--no-bf16-speed) plain and logitspec in bf16, the dtype a GPU gets by default, on the same turns.
 
 Nothing is asserted. Each finished measurement is printed and appended to OUT/gpu_check.jsonl as it
 comes (a call cut short keeps what it measured); the last stdout line is one JSON document. On a CPU it
@@ -238,7 +239,7 @@ def graph_error(loaded, prompt_ids: list[int]) -> float:  # noqa: ANN001 - Loade
     return worst
 
 
-def check_bundled(source: str, device: str, report: Report, max_prompts: int, profile: bool) -> None:
+def check_bundled(source: str, device: str, report: Report, max_prompts: int, profile: bool, bf16: bool) -> None:
     loaded = specdec.load_model(source, dtype="fp32", device=device)
     engine = Engine(loaded)
     graphed = engine.target.graphed if isinstance(engine.target, GraphedTarget) else None
@@ -246,41 +247,69 @@ def check_bundled(source: str, device: str, report: Report, max_prompts: int, pr
     chat = bool(loaded.tokenizer.chat_template)
     report.add("bundled.graph_vs_eager_max_abs_diff", graph_error(loaded, encode_prompt(loaded.tokenizer, PROMPT,
                                                                                         chat=chat)))
+    report.add("bundled.lossless_fp32", lossless(engine, source, chat))
+    turns = [encode_prompt(loaded.tokenizer, t, chat=chat) for t in spec_bench_first_turns()][:max_prompts]
+    floored = Engine(loaded, floor=Floor())  # what the API, CLI and server decode with, on the same graphs
+    floored.target = engine.target
+    arms = {"plain": (engine, "plain"), "pld": (engine, "pld"), "logitspec": (engine, "logitspec"),
+            "logitspec_floor": (floored, "logitspec")}
+    if graphed is not None:  # the same graphs on the other attention implementation
+        other = "sdpa" if graphed.attention != "sdpa" else "eager"
+        beside = Engine(loaded)
+        beside.target = GraphedTarget(verify_model(loaded), attention=other)
+        arms |= {f"plain_{other}": (beside, "plain"), f"logitspec_{other}": (beside, "logitspec")}
+    rates = spec_bench_arms(arms, turns)
+    report.add("bundled.spec_bench_first_turns", {"prompts": len(turns), "new_tokens": NEW_TOKENS, **_shown(rates)})
+    report.add("bundled.graph_passes", _graph_passes(engine))
+    report.add("bundled.cost_curve_ms", _ms(load_or_measure(loaded)))
+    if profile:
+        for method in ("plain", "logitspec"):
+            report.add(f"bundled.profile_{method}", host_profile(engine, turns[:2], method, report.out))
+    if bf16:  # the dtype a GPU user gets by default ("auto"): speed only, its texts set beside fp32 plain's
+        half = specdec.load_model(source, dtype="bf16", device=device)
+        engine, floored = Engine(half), Engine(half, floor=Floor())
+        floored.target = engine.target
+        arms = {"plain": (engine, "plain"), "logitspec": (engine, "logitspec"), "logitspec_floor": (floored, "logitspec")}
+        half_rates = spec_bench_arms(arms, turns, reference=rates["plain"]["ids"])
+        report.add("bundled.spec_bench_first_turns_bf16", {"prompts": len(turns), "new_tokens": NEW_TOKENS,
+                                                            "reference": "fp32 plain", **_shown(half_rates)})
+        report.add("bundled.cost_curve_ms_bf16", _ms(load_or_measure(half)))
+
+
+def lossless(engine: Engine, source: str, chat: bool) -> dict[str, dict]:
+    """Every method of LOSSLESS_METHODS against plain decoding, greedy, 64 tokens on three short prompts."""
+    loaded = engine.loaded
     short = [encode_prompt(loaded.tokenizer, p, chat=chat) for p in (
         "Summarize: the cat sat on the mat. The cat sat on the mat again, and then the cat slept.",
         "List the numbers from one to twenty, separated by commas.",
         "Write a Python function that adds two numbers, then call it twice.")]
     config = GenerationConfig(max_new_tokens=64, ignore_eos=True)
     plain = [engine.generate(ids, parse_method("plain").build(loaded), config).token_ids for ids in short]
-    lossless = {}
+    found = {}
     for method in LOSSLESS_METHODS:
         try:
             spec = method.format(model=source)
             outs = [engine.generate(ids, parse_method(spec).build(loaded), config) for ids in short]
-            lossless[method] = {"identical": sum(o.token_ids == p for o, p in zip(outs, plain, strict=True)),
-                                "of": len(short), "mat": round(sum(o.stats.mat for o in outs) / len(outs), 2)}
+            found[method] = {"identical": sum(o.token_ids == p for o, p in zip(outs, plain, strict=True)),
+                             "of": len(short), "mat": round(sum(o.stats.mat for o in outs) / len(outs), 2)}
         except Exception as error:  # noqa: BLE001 - report and go on: one method's failure is a finding
-            lossless[method] = {"error": f"{type(error).__name__}: {error}"[:300]}
-        print(method, lossless[method], flush=True)
-    report.add("bundled.lossless_fp32", lossless)
-    turns = [encode_prompt(loaded.tokenizer, t, chat=chat) for t in spec_bench_first_turns()][:max_prompts]
-    floored = Engine(loaded, floor=Floor())  # what the API, CLI and server decode with, on the same graphs
-    floored.target = engine.target
-    arms = {"plain": (engine, "plain"), "pld": (engine, "pld"), "logitspec": (engine, "logitspec"),
-            "logitspec_floor": (floored, "logitspec")}
-    if isinstance(engine.target, GraphedTarget):  # the same graphs on the other attention implementation
-        other = "sdpa" if engine.target.graphed.attention != "sdpa" else "eager"
-        beside = Engine(loaded)
-        beside.target = GraphedTarget(verify_model(loaded), attention=other)
-        arms |= {f"plain_{other}": (beside, "plain"), f"logitspec_{other}": (beside, "logitspec")}
+            found[method] = {"error": f"{type(error).__name__}: {error}"[:300]}
+        print(method, found[method], flush=True)
+    return found
+
+
+def spec_bench_arms(arms: dict[str, tuple[Engine, str]], turns: list[list[int]],
+                    reference: list[list[int]] | None = None) -> dict[str, dict]:
+    """Each arm (engine, method) over `turns`, 128 new tokens: decode tok/s, MAT, the step's split, the graphs it
+    replayed, and how many texts equal `reference`'s (default: the "plain" arm's); "ids" keeps the token ids."""
     rates: dict[str, dict] = {}
     for name, (eng, method) in arms.items():
         config = GenerationConfig(max_new_tokens=NEW_TOKENS)
-        eng.generate(turns[0], parse_method(method).build(loaded), GenerationConfig(max_new_tokens=8))
+        eng.generate(turns[0], parse_method(method).build(eng.loaded), GenerationConfig(max_new_tokens=8))
         tokens, seconds, passes, texts, steps = 0, 0.0, 0, [], []
         before = _graph_passes(eng)
         for ids in turns:
-            out = eng.generate(ids, parse_method(method).build(loaded), config)
+            out = eng.generate(ids, parse_method(method).build(eng.loaded), config)
             tokens += out.stats.num_new_tokens - 1
             seconds += _decode_s(out.stats)
             passes += out.stats.num_decode_steps
@@ -288,18 +317,19 @@ def check_bundled(source: str, device: str, report: Report, max_prompts: int, pr
             steps += out.stats.steps
         rates[name] = {"tok_s": round(tokens / seconds, 1), "mat": round(tokens / max(passes, 1), 2),
                        "step_ms": round(1e3 * seconds / max(passes, 1), 3), **_split(steps),
-                       "graphs": _graph_delta(before, _graph_passes(eng)), "texts": texts}
-        print(name, {k: v for k, v in rates[name].items() if k != "texts"}, flush=True)
-    reference = rates["plain"]["texts"]
+                       "graphs": _graph_delta(before, _graph_passes(eng))}
+        print(name, rates[name], flush=True)
+        rates[name]["ids"] = texts
+    reference = rates["plain"]["ids"] if reference is None else reference
     for rate in rates.values():
-        texts = rate.pop("texts")
-        rate["same_as_plain"] = f"{sum(t == r for t, r in zip(texts, reference, strict=True))}/{len(texts)}"
-    report.add("bundled.spec_bench_first_turns", {"prompts": len(turns), "new_tokens": NEW_TOKENS, **rates})
-    report.add("bundled.graph_passes", _graph_passes(engine))
-    report.add("bundled.cost_curve_ms", _ms(load_or_measure(loaded)))
-    if profile:
-        for method in ("plain", "logitspec"):
-            report.add(f"bundled.profile_{method}", host_profile(engine, turns[:2], method, report.out))
+        same = sum(t == r for t, r in zip(rate["ids"], reference, strict=True))
+        rate["same_as_reference"] = f"{same}/{len(reference)}"
+    return rates
+
+
+def _shown(rates: dict[str, dict]) -> dict[str, dict]:
+    """The arms' figures without their token ids."""
+    return {name: {k: v for k, v in rate.items() if k != "ids"} for name, rate in rates.items()}
 
 
 def _graph_delta(before: dict | str, after: dict | str) -> dict | str:
@@ -341,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inductor-for", default="1.5b,tiny", help="shapes whose inductor-compiled pass is timed")
     parser.add_argument("--prompts", type=int, default=18, help="Spec-Bench turns (bundled)")
     parser.add_argument("--profile", action="store_true", help="host profiles of plain and logitspec (bundled)")
+    parser.add_argument("--bf16-speed", action=argparse.BooleanOptionalAction, default=True,
+                        help="plain and logitspec again in bf16, GPU users' default dtype (bundled)")
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     report = Report(Path(args.out))
@@ -360,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             gc.collect()
             torch.cuda.empty_cache() if device.type == "cuda" else None
     else:
-        check_bundled(args.what[0], str(device), report, args.prompts, args.profile)
+        check_bundled(args.what[0], str(device), report, args.prompts, args.profile, args.bf16_speed)
     print(json.dumps(report.all))
     return 0
 
