@@ -284,3 +284,19 @@ def test_a_gated_sampled_row_that_draws_a_tree_ends_with_an_error(default_model,
     config = GenerationConfig(max_new_tokens=8, sampling=SamplingParams(temperature=0.8, seed=1))
     with pytest.raises(RuntimeError, match="deterministic_drafts"):
         engine.generate(bench_prompts["summarization"], Drawing(PLDConfig()), config)
+
+
+def test_a_lone_row_under_a_floor_cuts_only_trees_its_proposer_did_not_size(default_model, plain_runs, bench_prompts):
+    """`Engine.generate` under a floor plans pld's trees with the machine's cost curve (the batch's node budget,
+    as for a lone row of a batch) and keeps LogitSpec's cost-sized ones whole, as it does every tree without a
+    floor; the text is plain decoding's either way."""
+    config, prompt = GenerationConfig(max_new_tokens=32), bench_prompts["summarization"]
+    floored, bare = Engine(default_model, floor=Floor()), Engine(default_model)
+    assert not parse_method("logitspec:adaptive=false").build(default_model).sized_by_costs  # the paper's tree
+    for method, sized in (("pld", False), ("logitspec", True)):
+        proposer = parse_method(method).build(default_model)
+        assert proposer.sized_by_costs is sized
+        assert floored.generate(prompt, proposer, config).token_ids == plain_runs.tokens("summarization", 32)
+        assert (floored._solo.costs is None) is sized, method
+    bare.generate(prompt, parse_method("pld").build(default_model), config)
+    assert bare._solo.costs is None

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specdec.engine.costs import load_or_measure
 from specdec.engine.floor import Floor
 from specdec.engine.generation import GenerationConfig, GenerationOutput
 from specdec.engine.loop import Engine, generate_batch
@@ -55,9 +54,8 @@ def generate(
     if on_text is not None:
         raise ValueError("on_text streams one prompt; a list of prompts returns its outputs")
     many = [encode_prompt(engine.tokenizer, p, chat=chat) for p in prompt]
-    costs = load_or_measure(engine.loaded)
     return generate_batch(
-        engine, many, lambda: config.build(engine.loaded), settings, costs=costs, max_batch=max_batch
+        engine, many, lambda: config.build(engine.loaded), settings, costs=engine.pass_costs(), max_batch=max_batch
     )
 
 

@@ -71,6 +71,9 @@ class Proposer(Protocol):
     `features_optional`: whether the proposer drafts on with features missing for some committed tokens (a
     plain step's pass under the floor then captures none, `Batch._capture_for_next`), proposing the root
     alone where the last step's are missing.
+    `sized_by_costs`: whether the proposer sizes its trees by this machine's pass costs itself (LogitSpec's
+    planner, the heads' paying count, a draft model's adaptive length); a lone row (`Engine.generate` under a
+    floor) then verifies them whole, else cuts them to the width the row's acceptance pays for.
     """
 
     prunable: bool
@@ -78,6 +81,7 @@ class Proposer(Protocol):
     feature_layers: tuple[int, ...]
     features_optional: bool
     multi_draft: str
+    sized_by_costs: bool
 
     def begin(self, prompt_ids: list[int]) -> None: ...
     def propose(self, ctx: ProposalContext) -> DraftTree: ...

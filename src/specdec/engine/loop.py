@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 
 from specdec.backends.registry import AttentionPlan, verifier
 from specdec.engine.batch import DEFAULT_PREFILL_CHUNK, Batch, Row
-from specdec.engine.costs import CostModel
+from specdec.engine.costs import CostModel, load_or_measure
 from specdec.engine.floor import Floor
 from specdec.engine.generation import Emitter, GenerationConfig, GenerationOutput, Proposer
 from specdec.models import LoadedModel
@@ -62,6 +62,7 @@ class Engine:
         # Read once: the loop asks every step, and a transformers config's attribute read is not free.
         self.context_limit: int | float = self.target.max_length or math.inf
         self._solo: Batch | None = None  # generate()'s batch of one, its cache buffers reused
+        self._costs: CostModel | None = None  # this machine's pass costs, read or measured on first use
 
     def batch(
         self, costs: CostModel | None = None, max_batch: int = 8, prefill_chunk: int = DEFAULT_PREFILL_CHUNK
@@ -76,14 +77,28 @@ class Engine:
         config: GenerationConfig,
         on_text: Callable[[str], None] | None = None,
     ) -> GenerationOutput:
-        """Decode one prompt to its end: a batch of one row, the proposer's trees verified whole."""
+        """Decode one prompt to its end: a batch of one row. Under a floor (what the API, CLI, server and bench
+        decode with) the trees of a proposer that does not size them by this machine's pass costs itself
+        (`Proposer.sized_by_costs`: pld, say) are cut to the width the row's own acceptance pays for, as a lone
+        row of a batch is (`specdec.engine.planner`); other trees, and every tree without a floor (what the
+        tests of a method's own trees see), are verified whole, as the proposer sized them."""
+        # getattr: a proposer written to the protocol before it named `sized_by_costs` is cut like pld's
+        planned = self.floor is not None and not getattr(proposer, "sized_by_costs", False)
+        costs = self.pass_costs() if planned else None
         if self._solo is None or self._solo.active:  # a call interrupted mid-way leaves rows behind
             self._solo = self.batch(costs=None, max_batch=1)
+        self._solo.costs = costs  # set per call: the batch, its cache and a GPU's graphs on it stay
         row = self._solo.add(prompt_ids, proposer, config, on_text)
         self._solo.run()
         if row.error is not None:
             raise row.error
         return row.output
+
+    def pass_costs(self) -> CostModel:
+        """This machine's pass cost curve for the model (`load_or_measure`: cached per machine, measured once)."""
+        if self._costs is None:
+            self._costs = load_or_measure(self.loaded)
+        return self._costs
 
     def max_depth(self, tokens: list[int], out: Emitter) -> int:
         """Deepest draft that can still be emitted: within max_new_tokens, and with every tree node and

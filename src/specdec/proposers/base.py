@@ -6,7 +6,7 @@ batch's node budget may cut its tree to a prefix of its node order, `feature_lay
 target's hidden states, `source_stats` where it counts its draft sources, `multi_draft` where its
 `accept` option picks SpecTr's rule for drawn siblings, `draft_source` (or `node_sources()`, where a tree
 mixes sources) to name where its drafts come from (`specdec.engine.provenance`), `deterministic_drafts` where
-its trees never carry draft probabilities.
+its trees never carry draft probabilities, `sized_by_costs` where it sizes its trees by the machine's pass costs.
 
 The safe defaults: not prunable (a tree whose shape is the algorithm, as lookahead's Jacobi window,
 must not be cut), no sources, no features, nothing to reset at a new prompt, nothing learned from a
@@ -28,6 +28,8 @@ class ProposerBase:
     # its trees never carry draft_probs: a sampled output is then plain sampling's whatever was drafted
     # (`engine.uniforms`), so the floor may gate its sampled rows by timing too (`engine.floor`)
     deterministic_drafts: bool = False
+    # its trees are already sized by this machine's pass costs: a lone row verifies them whole (`Engine.generate`)
+    sized_by_costs: bool = False
 
     def node_sources(self) -> list[str] | None:
         """The source of each node of the tree last proposed, root first (None: `draft_source` for all)."""

@@ -360,6 +360,11 @@ class DraftProposer(ProposerBase):
             return logits[: self.vocab_size]
         return torch.cat([logits, logits.new_full((self.vocab_size - size,), float("-inf"))])
 
+    @property
+    def sized_by_costs(self) -> bool:
+        """Adaptive: its chain's length follows the passes' measured costs (`chain_length`)."""
+        return self.settings.adaptive
+
     @torch.inference_mode()
     def propose(self, ctx: ProposalContext) -> DraftTree:
         start = time.perf_counter()

@@ -140,6 +140,11 @@ class HybridProposer(ProposerBase):
         self.draft.begin([])  # the draft reads the context at its first ask: a request it never helps costs nothing
         self._primed = False
 
+    @property
+    def sized_by_costs(self) -> bool:
+        """As its LogitSpec part: that planner sizes the tree the draft's chain joins."""
+        return self.logitspec.sized_by_costs
+
     def propose(self, ctx: ProposalContext) -> DraftTree:
         self._started = time.perf_counter()
         tree = self.logitspec.propose(ctx)

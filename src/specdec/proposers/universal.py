@@ -115,6 +115,11 @@ class UniversalDraftProposer(ProposerBase):
     def begin(self, prompt_ids: list[int]) -> None:
         self.inner.begin(self.to_draft(prompt_ids))
 
+    @property
+    def sized_by_costs(self) -> bool:
+        """As its drafter: an adaptive draft model's chain follows the passes' measured costs."""
+        return bool(getattr(self.inner, "sized_by_costs", False))
+
     def propose(self, ctx: ProposalContext) -> DraftTree:
         root = ctx.token_ids[-1]
         self._drafted, self._chain, self._ran = [], [], ctx.max_depth > 0

@@ -145,6 +145,11 @@ class EagleProposer(ProposerBase):
         self.pending: list[tuple[int, torch.Tensor]] = []  # (first position, features) not fed to the head yet
         self.generator: torch.Generator | None = None  # sampled trees' draws, seeded per request
 
+    @property
+    def sized_by_costs(self) -> bool:
+        """Adaptive: its trees hold only the nodes this machine's pass costs pay for."""
+        return bool(self.costs)
+
     @torch.inference_mode()
     def propose(self, ctx: ProposalContext) -> DraftTree:
         root = ctx.token_ids[-1]

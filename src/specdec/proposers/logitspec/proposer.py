@@ -231,6 +231,11 @@ class LogitSpecProposer(ProposerBase):
         self._heat = 0
         self._first_step = True
 
+    @property
+    def sized_by_costs(self) -> bool:
+        """Adaptive: its trees hold only the nodes this machine's pass costs pay for."""
+        return bool(self.costs)
+
     def propose(self, ctx: ProposalContext) -> DraftTree:
         config = self.config
         tokens = ctx.token_ids

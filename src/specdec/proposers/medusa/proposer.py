@@ -95,6 +95,11 @@ class MedusaProposer(ProposerBase):
         self.priced = PricedCosts(self.costs)  # at the node price the engine's steps paid (`node_price`)
         self._min_score = math.log(config.min_prob) if config.min_prob > 0 else -math.inf
 
+    @property
+    def sized_by_costs(self) -> bool:
+        """Adaptive: its trees hold only the nodes this machine's pass costs pay for."""
+        return bool(self.costs)
+
     @torch.inference_mode()
     def propose(self, ctx: ProposalContext) -> DraftTree:
         root = ctx.token_ids[-1]
