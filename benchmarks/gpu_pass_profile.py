@@ -8,8 +8,9 @@ call, without the 98 MB GGUF.
 
     python benchmarks/gpu_pass_profile.py CONFIG_DIR --variants fp32:sdpa,fp32:eager,bf16:sdpa --sizes 1,64 --out DIR
 
-Per variant, a dtype (tf32: fp32 weights, matrix products on TF32 tensor cores) and the attention
-implementation the graphs run: the pass-cost curve as the engine times it (graphed on CUDA), then
+Per variant, a dtype (tf32: fp32 weights, matrix products on TF32 tensor cores), the attention
+implementation the graphs run and, with a third field `inductor`, the pass compiled by inductor inside
+the graphs (the "compiled" backend on a GPU): the pass-cost curve as the engine times it (graphed on CUDA), then
 torch.profiler over ten passes at each size, its table sorted by GPU time appended to OUT/kernels.txt.
 Each measurement is appended to OUT/gpu_pass_profile.jsonl as it comes. On a CPU the passes run
 eagerly (a dry run).
@@ -69,7 +70,8 @@ def profile_size(timed, n: int, context: int, out: Path, name: str) -> float:  #
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config", help="a folder with the model's config.json and its tokenizer")
-    parser.add_argument("--variants", default="fp32:sdpa,fp32:eager,bf16:sdpa,bf16:eager", help="dtype:attention,...")
+    parser.add_argument("--variants", default="fp32:sdpa,fp32:eager,bf16:sdpa,bf16:eager",
+                        help="dtype:attention[:inductor],... (inductor: the pass compiled first, as the compiled backend)")
     parser.add_argument("--sizes", default="1,64", help="tree sizes profiled kernel by kernel")
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--out", default="gpu_pass_profile_out")
@@ -81,14 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(args.config)
     _add(out, "device", torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
     for variant in args.variants.split(","):
-        dtype, attention = variant.split(":")
+        dtype, attention, *compiled = variant.split(":")
         torch.manual_seed(0)
         torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
         started = time.perf_counter()
         with torch.device(device):
             model = AutoModelForCausalLM.from_config(config).to(DTYPES[dtype]).eval().requires_grad_(False)
         loaded = specdec.load_model(model, tokenizer=tokenizer)
-        graphed = GraphedTarget(verify_model(loaded), attention=attention)
+        graphed = GraphedTarget(verify_model(loaded), attention=attention, inductor=compiled == ["inductor"])
         timed = OneSequence(rows_of(graphed), graphed.config, graphed.device, graphed.max_length)
         costs, _ = _measure(timed, SIZES, 5, args.context)
         _add(out, f"{variant}.pass_ms", {n: round(s * 1e3, 3) for n, s in zip(costs.sizes, costs.seconds, strict=True)})
