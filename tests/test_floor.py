@@ -286,17 +286,29 @@ def test_a_gated_sampled_row_that_draws_a_tree_ends_with_an_error(default_model,
         engine.generate(bench_prompts["summarization"], Drawing(PLDConfig()), config)
 
 
-def test_a_lone_row_under_a_floor_cuts_only_trees_its_proposer_did_not_size(default_model, plain_runs, bench_prompts):
-    """`Engine.generate` under a floor plans pld's trees with the machine's cost curve (the batch's node budget,
-    as for a lone row of a batch) and keeps LogitSpec's cost-sized ones whole, as it does every tree without a
-    floor; the text is plain decoding's either way."""
+def test_a_lone_row_under_a_floor_plans_only_trees_its_proposer_did_not_size(default_model, plain_runs, bench_prompts):
+    """Under a floor (priced by tree size alone, where drafts pay) a lone row's pld trees are cut by the batch's
+    plan with the machine's cost curve, as a lone row of any batch is; LogitSpec's, sized by the same costs, are
+    verified as proposed; the text is plain decoding's either way."""
     config, prompt = GenerationConfig(max_new_tokens=32), bench_prompts["summarization"]
-    floored, bare = Engine(default_model, floor=Floor()), Engine(default_model)
+    engine = Engine(default_model, floor=Floor(price=lambda nodes, seconds: 1.0 + 0.01 * nodes))
     assert not parse_method("logitspec:adaptive=false").build(default_model).sized_by_costs  # the paper's tree
     for method, sized in (("pld", False), ("logitspec", True)):
-        proposer = parse_method(method).build(default_model)
+        proposer, proposed = parse_method(method).build(default_model), []
         assert proposer.sized_by_costs is sized
-        assert floored.generate(prompt, proposer, config).token_ids == plain_runs.tokens("summarization", 32)
-        assert (floored._solo.costs is None) is sized, method
-    bare.generate(prompt, parse_method("pld").build(default_model), config)
-    assert bare._solo.costs is None
+        proposer.propose = _recording(proposer.propose, proposed)
+        out = engine.generate(prompt, proposer, config)
+        assert out.token_ids == plain_runs.tokens("summarization", 32)
+        verified, sizes = [step.tree_size for step in out.stats.steps], [tree.num_nodes for tree in proposed]
+        assert len(verified) == len(sizes) and max(sizes) > 1
+        assert (verified == sizes) is sized, (method, verified, sizes)
+
+
+def _recording(propose, trees: list):  # noqa: ANN001, ANN202 - a proposer's propose, wrapped
+    """`propose` that also appends each tree it returns to `trees`."""
+
+    def recorded(ctx):  # noqa: ANN001, ANN202
+        trees.append(propose(ctx))
+        return trees[-1]
+
+    return recorded

@@ -299,7 +299,13 @@ class Batch:
         self.target.capture = tuple(row.proposer.feature_layers) if wanted else ()
 
     def _budget(self, trees: list[DraftTree]) -> list[DraftTree]:
-        """Cut the trees to the pass width that maximises the batch's expected tokens per second."""
+        """Cut the trees to the pass width that maximises the batch's expected tokens per second. A lone row
+        under the floor whose proposer sized its tree by these costs itself (`Proposer.sized_by_costs`) keeps
+        it: that planner knows its sources, the batch's plan only depth and rank (docs/results/2026-12-solo-plan)."""
+        lone = self.rows[0] if len(self.rows) == 1 else None
+        # getattr: a proposer written to the protocol before it named `sized_by_costs` is planned as pld's is
+        if lone is not None and lone.floor is not None and getattr(lone.proposer, "sized_by_costs", False):
+            return trees
         probs = [row.rates.node_probs(tree) for row, tree in zip(self.rows, trees, strict=True)]
         fixed = [not row.proposer.prunable for row in self.rows]
         for b, row in enumerate(self.rows):

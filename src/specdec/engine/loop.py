@@ -78,13 +78,11 @@ class Engine:
         on_text: Callable[[str], None] | None = None,
     ) -> GenerationOutput:
         """Decode one prompt to its end: a batch of one row. Under a floor (what the API, CLI, server and bench
-        decode with) the trees of a proposer that does not size them by this machine's pass costs itself
-        (`Proposer.sized_by_costs`: pld, say) are cut to the width the row's own acceptance pays for, as a lone
-        row of a batch is (`specdec.engine.planner`); other trees, and every tree without a floor (what the
-        tests of a method's own trees see), are verified whole, as the proposer sized them."""
-        # getattr: a proposer written to the protocol before it named `sized_by_costs` is cut like pld's
-        planned = self.floor is not None and not getattr(proposer, "sized_by_costs", False)
-        costs = self.pass_costs() if planned else None
+        decode with) it plans with this machine's pass costs as any batch does: a lone row's trees are cut to
+        the width its own acceptance pays for unless its proposer sized them by those costs itself
+        (`Batch._budget`). Without a floor (what the tests of a method's own trees see) every tree is verified
+        as its proposer sized it."""
+        costs = self.pass_costs() if self.floor is not None else None
         if self._solo is None or self._solo.active:  # a call interrupted mid-way leaves rows behind
             self._solo = self.batch(costs=None, max_batch=1)
         self._solo.costs = costs  # set per call: the batch, its cache and a GPU's graphs on it stay
