@@ -7,11 +7,14 @@
 #   benchmarks/gpu_check.sh random           # there, carrying .gpu/whl .gpu/tok .gpu/part1: random 7B/1.5B shapes
 #   benchmarks/gpu_check.sh bundled          # there, at once after (the first half waits in its temp folder),
 #                                            # carrying .gpu/whl .gpu/part2: the bundled model, fp32
+#   benchmarks/gpu_check.sh profile          # there, carrying .gpu/whl .gpu/tok (and .gpu/part1 to stash it for
+#                                            # `bundled` next): benchmarks/gpu_pass_profile.py on the bundled
+#                                            # model's shape, random weights (VARIANTS, SIZES to choose)
 #
 # .gpu/ is git-ignored through .git/info/exclude; the trained heads (58 MB) must be out of the working
 # tree while a half travels. Results: $OUT/gpu_check.jsonl (one measurement a line) and the log.
 set -uo pipefail
-part=${1:?usage: gpu_check.sh prepare|random|bundled}
+part=${1:?usage: gpu_check.sh prepare|random|bundled|profile}
 here=$(cd "$(dirname "$0")/.." && pwd)
 stage=${TMPDIR:-/tmp}/specdec-gpu-check  # survives between two calls while the machine stays warm
 out=${OUT:-$here/gpu_check_out}
@@ -29,6 +32,9 @@ print(os.path.join(os.path.dirname(s.origin), '$gguf_name'))")
     "$py" -c "from transformers import AutoTokenizer; import sys; \
 AutoTokenizer.from_pretrained(sys.argv[1], gguf_file=sys.argv[2]).save_pretrained(sys.argv[3])" \
         "$(dirname "$gguf")" "$(basename "$gguf")" "$here/.gpu/tok"
+    "$py" -c "from transformers import AutoConfig; import sys; \
+AutoConfig.from_pretrained(sys.argv[1], gguf_file=sys.argv[2]).save_pretrained(sys.argv[3])" \
+        "$(dirname "$gguf")" "$(basename "$gguf")" "$here/.gpu/tok"  # the shape `profile` builds
     half=$(( ($(stat -c %s "$gguf") + 1) / 2 ))
     head -c "$half" "$gguf" > "$here/.gpu/part1/$gguf_name.1"
     tail -c +$((half + 1)) "$gguf" > "$here/.gpu/part2/$gguf_name.2"
@@ -47,6 +53,12 @@ case "$part" in
         cp "$here/.gpu/part1/$gguf_name.1" "$stage/"
         python3 "$here/benchmarks/gpu_check.py" random ${SHAPES:-1.5b 7b} --tokenizer "$here/.gpu/tok" --out "$out" \
             --budget-s "${BUDGET_S:-240}" 2>&1 | tee "$out/random.log"
+        ;;
+    profile)
+        [ -d "$here/.gpu/part1" ] && cp "$here/.gpu/part1/$gguf_name.1" "$stage/"
+        python3 "$here/benchmarks/gpu_pass_profile.py" "$here/.gpu/tok" --out "$out" \
+            --variants "${VARIANTS:-fp32:eager,bf16:sdpa,bf16:sdpa:inductor}" --sizes "${SIZES:-1,64}" 2>&1 \
+            | tee "$out/profile.log"
         ;;
     bundled)
         cat "$stage/$gguf_name.1" "$here/.gpu/part2/$gguf_name.2" > "$stage/$gguf_name" || exit 1
