@@ -7,6 +7,11 @@ Held-out first turns (Spec-Bench questions 11-13 of every category), 128 new tok
 with max_batch 1; a loaded model and an engine per arm (no state shared), without the engine's floor unless
 `floor` is given (then its timing-driven choices differ arm to arm); arms interleaved per prompt, order rotating,
 two rounds. Prints tokens/s against `plain`, tokens a step and tree nodes a step after each round.
+
+Since `Batch._budget` keeps a lone gated row's tree whole where its proposer sized it by the costs
+(`Proposer.sized_by_costs`, docs/results/2026-12-solo-plan), the "cut" arm with `floor` cuts only the trees of
+proposers that size nothing themselves (pld, recycle, session); the runs recorded in the results folders ran
+before that.
 """
 
 import collections
