@@ -72,8 +72,9 @@ class Proposer(Protocol):
     plain step's pass under the floor then captures none, `Batch._capture_for_next`), proposing the root
     alone where the last step's are missing.
     `sized_by_costs`: whether the proposer sizes its trees by this machine's pass costs itself (LogitSpec's
-    planner, the heads' paying count, a draft model's adaptive length); a lone row (`Engine.generate` under a
-    floor) then verifies them whole, else cuts them to the width the row's acceptance pays for.
+    planner, the heads' paying count, a draft model's adaptive length); a row alone in its pass under the floor
+    (`Engine.generate`, a lone request in the server) then keeps them whole, else they are cut to the width the
+    row's acceptance pays for (`Batch._budget`).
     """
 
     prunable: bool

@@ -82,10 +82,8 @@ class Engine:
         the width its own acceptance pays for unless its proposer sized them by those costs itself
         (`Batch._budget`). Without a floor (what the tests of a method's own trees see) every tree is verified
         as its proposer sized it."""
-        costs = self.pass_costs() if self.floor is not None else None
         if self._solo is None or self._solo.active:  # a call interrupted mid-way leaves rows behind
-            self._solo = self.batch(costs=None, max_batch=1)
-        self._solo.costs = costs  # set per call: the batch, its cache and a GPU's graphs on it stay
+            self._solo = self.batch(costs=self.pass_costs() if self.floor is not None else None, max_batch=1)
         row = self._solo.add(prompt_ids, proposer, config, on_text)
         self._solo.run()
         if row.error is not None:
