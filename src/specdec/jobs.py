@@ -23,7 +23,6 @@ from typing import Any, TextIO
 from tqdm.auto import tqdm
 
 from specdec.engine.batch import Row
-from specdec.engine.costs import load_or_measure
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine, generate_batch
 from specdec.prompts import Messages, encode_prompt
@@ -113,7 +112,7 @@ def generate_file(
             out.flush()
             written += 1
 
-    costs = load_or_measure(engine.loaded)
+    costs = engine.pass_costs()
     try:
         generate_batch(
             engine, prompts, lambda: method.build(engine.loaded), [r.config for r in requests],

@@ -302,9 +302,7 @@ class Batch:
         """Cut the trees to the pass width that maximises the batch's expected tokens per second. A lone row
         under the floor whose proposer sized its tree by these costs itself (`Proposer.sized_by_costs`) keeps
         it: that planner knows its sources, the batch's plan only depth and rank (docs/results/2026-12-solo-plan)."""
-        lone = self.rows[0] if len(self.rows) == 1 else None
-        # getattr: a proposer written to the protocol before it named `sized_by_costs` is planned as pld's is
-        if lone is not None and lone.floor is not None and getattr(lone.proposer, "sized_by_costs", False):
+        if self._keeps_trees(self.rows[0]):
             return trees
         probs = [row.rates.node_probs(tree) for row, tree in zip(self.rows, trees, strict=True)]
         fixed = [not row.proposer.prunable for row in self.rows]
@@ -320,6 +318,12 @@ class Batch:
             self._narrow.planned(len(self.rows), width, max(tree.num_nodes for tree in trees))
         return [tree if keep else cut(tree, width) for tree, keep in zip(trees, fixed, strict=True)]
 
+    def _keeps_trees(self, row: Row) -> bool:
+        """Whether the plan leaves `row`'s trees as proposed: a row alone in the pass, under the floor, whose
+        proposer sized them by the costs itself (`Proposer.sized_by_costs`)."""
+        # getattr: a proposer written to the protocol before it named `sized_by_costs` is planned as pld's is
+        return len(self.rows) == 1 and row.floor is not None and getattr(row.proposer, "sized_by_costs", False)
+
     def _advance(self, row: Row, result: VerifyResult, verify_s: float) -> bool:
         """Observe, emit and record one step of a row; True when the row is done."""
         if row.error is not None:
@@ -329,7 +333,7 @@ class Batch:
         except Exception as err:  # noqa: BLE001
             row.error = err
             return True
-        if self.costs is not None:
+        if self.costs is not None and not self._keeps_trees(row):  # rates only where the plan reads them
             row.rates.observe(result.tree, result.path)
         row.stats.num_forward_passes += 1
         row.stats.steps.append(StepStats(result.tree.num_nodes, result.num_accepted, row.draft_s, verify_s))

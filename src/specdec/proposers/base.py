@@ -28,7 +28,7 @@ class ProposerBase:
     # its trees never carry draft_probs: a sampled output is then plain sampling's whatever was drafted
     # (`engine.uniforms`), so the floor may gate its sampled rows by timing too (`engine.floor`)
     deterministic_drafts: bool = False
-    # its trees are already sized by this machine's pass costs: a lone row verifies them whole (`Engine.generate`)
+    # its trees are already sized by this machine's pass costs: a lone gated row keeps them (`Batch._budget`)
     sized_by_costs: bool = False
 
     def node_sources(self) -> list[str] | None:

@@ -78,6 +78,7 @@ class ChainDrafter(Protocol):
     module does not import `draft`, which builds it."""
 
     length: DraftLength
+    sized_by_costs: bool  # its chain's length follows the passes' measured costs
 
     def begin(self, prompt_ids: list[int]) -> None: ...
     def propose(self, ctx: ProposalContext) -> DraftTree: ...
@@ -118,7 +119,7 @@ class UniversalDraftProposer(ProposerBase):
     @property
     def sized_by_costs(self) -> bool:
         """As its drafter: an adaptive draft model's chain follows the passes' measured costs."""
-        return bool(getattr(self.inner, "sized_by_costs", False))
+        return self.inner.sized_by_costs
 
     def propose(self, ctx: ProposalContext) -> DraftTree:
         root = ctx.token_ids[-1]
