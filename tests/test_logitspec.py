@@ -7,6 +7,8 @@ test_retrieval.py, beside the fixtures they share.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from helpers import has_path, walk
@@ -84,7 +86,7 @@ def test_periodic_continuation_is_an_overlapping_copy(tokens, extra, length, dat
 def test_floor_is_pld_chain_as_a_root_branch_when_it_pays():
     #          0  1  2  3  4  5  6  7  8  9 10 11 12
     context = [1, 2, 9, 9, 9, 5, 1, 2, 8, 6, 4, 1, 2]  # pld (earliest "1 2") drafts 9 9 9 ...; latest: 8 6 4
-    proposer = LogitSpecProposer(LogitSpecConfig(k=4), CPU_COSTS)
+    proposer = LogitSpecProposer(LogitSpecConfig(k=4, floor=True), CPU_COSTS)
     proposer.begin(context[:-1])
     tree = proposer.propose(ctx_for(context, torch.zeros(16)))
     chain = pld_chain(context)
@@ -98,10 +100,10 @@ def test_floor_is_pld_chain_as_a_root_branch_when_it_pays():
 
 def test_floor_is_declined_where_a_chain_does_not_pay_and_comes_back():
     context = [1, 2, 9, 9, 9, 5, 1, 2, 8, 6, 4, 1, 2]
-    dear = LogitSpecProposer(LogitSpecConfig(k=4), DEAR)
+    dear = LogitSpecProposer(LogitSpecConfig(k=4, floor=True), DEAR)
     dear.begin(context[:-1])
     assert dear.propose(ctx_for(context, torch.zeros(16))).num_nodes == 1 and dear.floor_held is False
-    proposer = LogitSpecProposer(LogitSpecConfig(k=0), CPU_COSTS)
+    proposer = LogitSpecProposer(LogitSpecConfig(k=0, floor=True), CPU_COSTS)
     proposer.begin(context[:-1])
     for _ in range(300):  # the target never agrees with the chain: its expected tokens fall, it stops paying
         tree = proposer.propose(ctx_for(context, torch.zeros(16)))
@@ -125,6 +127,35 @@ def test_floor_off_and_no_match():
     fresh.begin(list(range(10)))
     fresh.propose(ctx_for([*range(10), 11], torch.zeros(16)))
     assert fresh.floor_held is None  # nothing retrieved for the root: no floor to hold
+
+
+def test_a_gated_step_verifies_only_a_looked_up_chain_that_pays():
+    """A step the floor keeps plain (depth 0) drafts nothing unless it may look up (`lookup_depth`): then
+    prompt lookup's chain where it matched two tokens or more and pays (whole with `floor`, else the best
+    prefix), learned from like the floor's chain; never a candidate or another source's node."""
+    context = [1, 2, 9, 9, 9, 5, 1, 2, 8, 6, 4, 1, 2]
+    chain = pld_chain(context)
+    gated = dataclasses.replace(ctx_for(context, torch.zeros(16)), max_depth=0)
+    for floor in (True, False):
+        proposer = LogitSpecProposer(LogitSpecConfig(k=4, floor=floor), CPU_COSTS)
+        proposer.begin(context[:-1])
+        assert proposer.propose(gated).num_nodes == 1  # no lookup asked: the root alone
+        tree = proposer.propose(dataclasses.replace(gated, lookup_depth=8))
+        kept = tree.token_list[1:]
+        assert tree.parent_list == list(range(-1, len(kept))) and 0 < len(kept) <= len(chain)
+        assert kept == chain[: len(kept)]
+        if floor:
+            assert len(kept) == min(8, len(chain))
+        before = proposer.stats.rate(("pld", 2, 0, 1))
+        proposer.observe(VerifyResult([chain[0], 15], [0, 1], torch.zeros(tree.num_nodes, 16), tree))
+        assert proposer.stats.rate(("pld", 2, 0, 1)) > before
+    dear = LogitSpecProposer(LogitSpecConfig(k=4), DEAR)
+    dear.begin(context[:-1])
+    assert dear.propose(dataclasses.replace(gated, lookup_depth=8)).num_nodes == 1  # it does not pay
+    fresh = LogitSpecProposer(LogitSpecConfig(k=4), CPU_COSTS)
+    fresh.begin(list(range(10)))
+    no_match = ProposalContext([*range(10), 11], torch.zeros(16), 1, SamplingParams(), 0, lookup_depth=8)
+    assert fresh.propose(no_match).num_nodes == 1
 
 
 def test_chain_pays_and_best_prefix_with_a_floor():
@@ -244,7 +275,7 @@ def test_priors_are_uninformative():
 
 def test_source_stats_count_offered_and_accepted():
     context = [1, 2, 9, 9, 9, 5, 1, 2, 8, 6, 4, 1, 2]
-    proposer = LogitSpecProposer(LogitSpecConfig(k=4), CPU_COSTS)
+    proposer = LogitSpecProposer(LogitSpecConfig(k=4, floor=True), CPU_COSTS)
     proposer.begin(context[:-1])
     tree = proposer.propose(ctx_for(context, torch.zeros(16)))
     path = [0, 1, 2]  # the floor's first two nodes accepted

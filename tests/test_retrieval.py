@@ -314,7 +314,7 @@ METHODS = (
     "pld",
     "logitspec",
     "logitspec:adaptive=false,budget=24",
-    "logitspec:third=true,floor=false",
+    "logitspec:third=true,floor=true",
 )
 
 
@@ -322,7 +322,7 @@ METHODS = (
 def test_the_pld_floor_holds_on_real_prompts(engine, default_model, prompts, plain_greedy):
     """Greedy identity of every method is tests/test_lossless.py's; here LogitSpec's floor, step by step."""
     config = GenerationConfig(max_new_tokens=NEW_TOKENS)
-    proposer = FloorCheck(build("logitspec", default_model), default_model.eos_token_ids)  # state carries over
+    proposer = FloorCheck(build("logitspec:floor=true", default_model), default_model.eos_token_ids)  # state carries over
     for name, ids in prompts.items():
         assert engine.generate(ids, proposer, config).token_ids == plain_greedy[name], name
     assert proposer.num_held > 0 and proposer.num_drafted > 0  # the floor was tested, and held, on real prompts

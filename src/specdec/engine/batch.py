@@ -258,15 +258,17 @@ class Batch:
         for row in self.rows:
             t0 = time.perf_counter()
             depth = self.engine.max_depth(row.tokens, row.emitter)
+            gated = len(self.rows) == 1 and row.floor is not None
             if len(self.rows) > 1:  # the batch's plan prices drafts: a narrow one skips greedy rows' proposals
                 row.drafting = self._proposing or not row.config.sampling.greedy
             else:
                 row.drafting = row.floor is None or row.floor.drafts()
-            depth = depth if row.drafting else 0  # a plain step: the proposer keeps its state, drafts nothing
+            # a plain step: the proposer keeps its state, drafts nothing beyond what a lookup alone finds
+            depth, lookup = (depth, 0) if row.drafting else (0, depth if gated else 0)
             # a node's price as this row's own steps paid it (solo steps: a batch's plan prices its rows)
             price = row.floor.node_price() if row.floor is not None and len(self.rows) == 1 else None
             ctx = ProposalContext(
-                row.tokens, row.logits, len(row.prompt_ids), row.config.sampling, depth, row.features, price
+                row.tokens, row.logits, len(row.prompt_ids), row.config.sampling, depth, row.features, price, lookup
             )
             row.features = None
             try:

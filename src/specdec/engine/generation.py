@@ -55,6 +55,9 @@ class ProposalContext:
     # an extra draft node's cost as a share of a plain step, from this row's own steps
     # (`specdec.engine.node_price`); None: the cost curve's probe alone prices nodes
     node_price: float | None = None
+    # on a step the floor keeps plain (max_depth 0): the depth a draft found by a lookup alone may still fill
+    # (prompt lookup's n-gram match, a plain step's cost beyond it); 0: none
+    lookup_depth: int = 0
 
 
 class Proposer(Protocol):

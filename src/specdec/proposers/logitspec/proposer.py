@@ -21,13 +21,24 @@ Two ways to size the tree:
   that maximise expected tokens per second under the forward-pass cost curve
   measured on this machine (`specdec.engine.costs.CostModel`).
 
-Prompt lookup is the floor (`floor=true`): whenever the root has a retrieval,
-the tree holds exactly the chain `pld` (default config) would verify this step,
-unless that chain does not pay on this machine: (1 + its expected accepted
-tokens) / cost(chain) <= 1 / cost(root alone), the expected tokens coming from
-the acceptance such chains have had so far (`plan.chain_pays`; `pld` itself
-never asks, it always drafts). Everything else joins only by expected gain. A
-declined floor still competes node by node like any other branch.
+Prompt lookup's chain as a floor is an option (`floor=true`, off by default):
+whenever the root has a retrieval, the tree then holds exactly the chain `pld`
+(default config) would verify this step, unless that chain does not pay on this
+machine: (1 + its expected accepted tokens) / cost(chain) <= 1 / cost(root
+alone), the expected tokens coming from the acceptance such chains have had so
+far (`plan.chain_pays`; `pld` itself never asks, it always drafts). Everything
+else joins only by expected gain; a declined floor still competes node by node.
+Off, the root's own retrieval (the same kind of match) is planned node by node
+like every branch: a chain kept whole drafted its unlikely tail too, and on
+held-out Spec-Bench turns the default ran faster without it
+(docs/benchmarks.md, "LogitSpec without a forced chain").
+
+Under the engine's floor (`specdec.engine.floor`) a step kept plain still looks
+up (`ProposalContext.lookup_depth`): prompt lookup's chain, where the context's
+end matched two tokens or more and the chain pays on its learned rates, is
+verified; no candidate, recycled or stored node is (their work is what the
+floor saves). Text that turns predictable is then drafted before the floor's
+next try of drafting.
 
 No prior is fitted on any data (Spec-Bench included): chained rates start at
 Beta(1, 1), "which of n guesses is right" symmetric; all are learned online and
@@ -62,6 +73,7 @@ vocabulary and no per-node tensor operations.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Literal
 
 from specdec.datastore import Datastore
@@ -77,11 +89,12 @@ from specdec.proposers.logitspec.learn import (
     Step,
     chain_probs,
     count_sources,
+    learn_chain,
     learn_step,
     rank_bucket,
     uninformative_prior,
 )
-from specdec.proposers.logitspec.plan import ROOT, NodePool, chain_pays
+from specdec.proposers.logitspec.plan import ROOT, NodePool, best_prefix, chain_pays
 from specdec.proposers.logitspec.retrieval import (
     Retrieval,
     Third,
@@ -120,7 +133,8 @@ class LogitSpecConfig:
     prefer: which earlier occurrence a match continues from, "latest" or "earliest";
     adaptive: size the tree by measured cost and online acceptance (else the paper's policy);
     min_gain: a tree must beat the root alone by this expected factor (adaptive, no floor);
-    floor: keep prompt lookup's chain whenever it pays (adaptive only);
+    floor: keep prompt lookup's chain whole whenever it pays (adaptive only; off: the root's retrieval is planned
+      node by node);
     third: next-next-next guesses where the index has seen the pair (adaptive only);
     recycle: Token Recycling's successor table as a source (adaptive only: the paper's tree ignores it);
     session: earlier requests on the same loaded model as a source (adaptive only);
@@ -139,7 +153,7 @@ class LogitSpecConfig:
     prefer: Annotated[Literal[PREFER_CHOICES], option(request=True)] = "latest"
     adaptive: Annotated[bool, option(request=True)] = True
     min_gain: Annotated[float, option(ge=0.0, request_max=10.0)] = 0.1
-    floor: Annotated[bool, option(request=True)] = True
+    floor: Annotated[bool, option(request=True)] = False
     third: Annotated[bool, option(request=True)] = False
     recycle: Annotated[bool, option(request=True)] = True
     session: Annotated[bool, option(request=True)] = False
@@ -249,7 +263,7 @@ class LogitSpecProposer(ProposerBase):
         self._first_step = False
         self._last, self.floor_held, self.last_pool = None, None, None
         if ctx.max_depth <= 0 or config.budget == 1:
-            return DraftTree.chain(tokens[-1])
+            return self._looked_up(ctx) if ctx.lookup_depth > 0 and config.adaptive else DraftTree.chain(tokens[-1])
         if not config.adaptive:
             retrieval = paper_retrieve(self.index, tokens, ctx.last_logits, config.k, config.max_continuation)
             tree, sources = paper_pool(tokens[-1], retrieval, config.budget, ctx.max_depth).whole()
@@ -282,6 +296,27 @@ class LogitSpecProposer(ProposerBase):
         tree, step.sources = pool.tree(chosen)
         self._last, self.last_pool = step, pool
         return tree
+
+    def _looked_up(self, ctx: ProposalContext) -> DraftTree:
+        """A step the floor keeps plain: prompt lookup's chain where the context's end matched at least
+        `STRONG_MATCH` tokens and the chain pays on its learned rates (whole with `floor`, else its best
+        prefix), else the root alone. The lookup is the step's only work beyond a plain step's (no candidates,
+        no other sources)."""
+        config, root = self.config, ctx.token_ids[-1]
+        chain, ngram = self.pld.draft(dataclasses.replace(ctx, max_depth=ctx.lookup_depth))
+        chain = chain[: config.budget - 1]
+        if ngram < STRONG_MATCH or not chain:
+            return DraftTree.chain(root)
+        costs = self.priced.at(ctx.node_price)
+        probs = self._chain(("pld", ngram, self._heat), len(chain), min_prob=0.0 if config.floor else MIN_NODE_PROB)
+        if config.floor and not chain_pays(probs, costs):
+            return DraftTree.chain(root)
+        kept = chain if config.floor else chain[: best_prefix(probs, costs, config.budget, config.min_gain)[0]]
+        if not kept:
+            return DraftTree.chain(root)
+        # the whole chain is learned from (what it would have matched), the kept part verified
+        self._last = Step(None, chain, ngram, self._heat, sources=["", *["pld"] * len(kept)])
+        return DraftTree.chain(root, kept)
 
     def _add_floor(self, pool: NodePool, step: Step, costs: list[float]) -> list[int]:
         """Prompt lookup's chain: kept whole when it pays (its node ids returned), else a branch like others."""
@@ -389,6 +424,10 @@ class LogitSpecProposer(ProposerBase):
         step, self._last = self._last, None
         heat, self._heat = self._heat, min(result.num_accepted, MAX_HEAT)
         if step is None:  # asked for no draft (the floor's plain step): no work beyond a plain step's
+            return
+        if step.retrieval is None and self.config.adaptive:  # a plain step's looked-up chain (`_looked_up`)
+            count_sources(self.source_stats, step.sources, result.path)
+            learn_chain(self.stats, ("pld", step.floor_ngram, heat), step.floor_chain, result.tokens)
             return
         if self.sources.recycle is not None:
             self.sources.recycle.update(result.tree.tokens, result.target_logits)
