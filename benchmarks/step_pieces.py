@@ -6,6 +6,8 @@ SmolLM2-135M on the default path (the exact fused 4-bit pass where the machine h
 Spec-Bench questions 11-12 of every category (held out from what is reported), 128 new tokens, greedy,
 `ROUNDS` rounds (default 2) after a warm-up. Each piece is the engine's own method, timed in place; ms per
 decode step. `SRC` picks the checkout, so two of them alternate (A, B, A, B) in one sitting.
+Rounds after the first answer the same prompts again: LogitSpec's recycle table, kept across requests, then
+holds their own successors (more tokens a step than on new text: docs/results/2026-12-logitspec-planned-floor).
 """
 
 import collections

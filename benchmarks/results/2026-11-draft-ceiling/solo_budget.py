@@ -11,7 +11,8 @@ two rounds. Prints tokens/s against `plain`, tokens a step and tree nodes a step
 Since `Batch._budget` keeps a lone gated row's tree whole where its proposer sized it by the costs
 (`Proposer.sized_by_costs`, docs/results/2026-12-solo-plan), the "cut" arm with `floor` cuts only the trees of
 proposers that size nothing themselves (pld, recycle, session); the runs recorded in the results folders ran
-before that.
+before that. Its second round answers the same prompts again, which LogitSpec's recycle table (kept across
+requests) remembers: compare arms after the first round (docs/results/2026-12-logitspec-planned-floor).
 """
 
 import collections

@@ -26,6 +26,11 @@ drafting, which caused it. A try of plain steps while drafting leads is therefor
 `SETTLE` + 1 steps, judged and priced at its last, and the first comes `PLAIN_TRY_GAP` steps after
 drafting takes the lead (the tries then take the share of the steps one-step tries did).
 
+A plain step need not be blind: it tells the proposer how deep a lookup alone may draft
+(`ProposalContext.lookup_depth`), and LogitSpec then verifies prompt lookup's chain where the context's end
+matched and the chain pays, nothing else. Such a step counts as a plain one (the plain mode is "plain
+steps and their lookups"); a node is priced against settled plain steps of the root alone.
+
 What a method learned carries to its next request: `Floor` keeps each proposer type's
 rates, and a new row starts from them.
 
@@ -36,7 +41,8 @@ Invariants:
   `engine.uniforms`, whatever was drafted); any other sampled row always drafts, so a seeded
   output never depends on timing (a tree drawn with draft probabilities takes the row's
   random draws). Greedy and sampled rows of a method learn their rates apart;
-- a gated step is an ordinary step with a one-node tree: exactness is the verifier's;
+- a gated step is an ordinary step whose tree is the root alone or a looked-up chain: exactness is the
+  verifier's;
 - only a pass with one decoding row is gated: with several rows in a pass, the batch's node
   budget (`specdec.engine.planner`) spends the rows;
 - a gated row's pass captures the target's features only where its next step may draft
@@ -113,6 +119,9 @@ class FloorState:
     run_tokens: int = 0  # what the drafting try under way has emitted ...
     run_seconds: float = 0.0  # ... and taken
     prices: NodePrice = field(default_factory=NodePrice)  # drafting steps' seconds against their node counts
+    # settled plain steps of the root alone: what a node is priced against (a plain step may verify a
+    # looked-up chain, `ProposalContext.lookup_depth`: it counts towards the plain rate, not this)
+    single: _Rate = field(default_factory=_Rate)
 
     def drafts(self) -> bool:
         """Whether the next step drafts."""
@@ -137,7 +146,7 @@ class FloorState:
 
     def node_price(self) -> float | None:
         """What an extra draft node adds to a step, as a share of a settled plain step (`node_price`)."""
-        return self.prices.price(self.plain.seconds / self.plain.steps if self.plain.steps else None)
+        return self.prices.price(self.single.seconds / self.single.steps if self.single.steps else None)
 
     def observe(self, drafted: bool, tokens: int, seconds: float, nodes: int = 1) -> None:
         """One finished step: which mode ran, the tokens it emitted, the seconds it took, its tree's nodes."""
@@ -145,6 +154,7 @@ class FloorState:
             self.prices.add(nodes, seconds)
         self.drafting.age()  # by row steps, not by the mode's own: a mode tried after a long gap is
         self.plain.age()  # judged on what its try shows now, not on what it showed long ago
+        self.single.age()
         self.plain_run = 0 if drafted else self.plain_run + 1
         self.draft_run = self.draft_run + 1 if drafted else 0
         if drafted:
@@ -160,6 +170,8 @@ class FloorState:
                 tokens, seconds = self.run_tokens, self.run_seconds
         elif self.plain_run > SETTLE:
             self.plain.add(tokens, seconds)
+            if nodes == 1:
+                self.single.add(tokens, seconds)
         else:  # a step that pays for the drafting step before it: its excess is drafting's (a saving at most
             # halves drafting's seconds, so its rate stays finite)
             charged = self.drafting.seconds + self.plain.excess(tokens, seconds)
