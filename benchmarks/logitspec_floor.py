@@ -4,6 +4,8 @@ the tree accepted.
 
     .venv/bin/python benchmarks/logitspec_floor.py QUESTIONS.jsonl summarization,rag,math_reasoning [METHOD]
 
+METHOD defaults to `logitspec:floor=true` (the floor is an option, off by default).
+
 Reads the proposer's last-step record (`_last.floor_chain`, `floor_held`): a diagnostic tied to
 LogitSpec's internals, to be updated with them.
 """
@@ -23,7 +25,7 @@ loaded = load_model(dtype="bf16")
 engine = Engine(loaded)
 qs = [json.loads(line) for line in open(sys.argv[1])]
 cats = sys.argv[2].split(",")
-method = sys.argv[3] if len(sys.argv) > 3 else "logitspec"
+method = sys.argv[3] if len(sys.argv) > 3 else "logitspec:floor=true"  # the floor it reads is an option
 p = parse_method_spec(method).config.build(dataclasses.replace(loaded, state_scope="x"))
 log = []
 
