@@ -130,25 +130,26 @@ def test_floor_off_and_no_match():
 
 
 def test_a_gated_step_verifies_only_a_looked_up_chain_that_pays():
-    """A step the floor keeps plain (depth 0) drafts nothing unless it may look up (`lookup_depth`): then
-    prompt lookup's chain where it matched two tokens or more and pays (whole with `floor`, else the best
-    prefix), learned from like the floor's chain; never a candidate or another source's node."""
-    context = [1, 2, 9, 9, 9, 5, 1, 2, 8, 6, 4, 1, 2]
-    chain = pld_chain(context)
+    """A step the floor keeps plain (depth 0) drafts nothing unless it may look up (`lookup_depth`): then the
+    root's own retrieval where it matched two tokens or more, cut to the prefix that pays (with `floor`:
+    prompt lookup's chain, whole), learned from like a drafting step's; never a candidate or another source's node."""
+    context = [1, 2, 9, 9, 9, 5, 1, 2, 8, 6, 4, 1, 2]  # "1 2": earliest 9 9 9 (pld), latest 8 6 4 (the root's)
     gated = dataclasses.replace(ctx_for(context, torch.zeros(16)), max_depth=0)
-    for floor in (True, False):
+    for floor, source, chain in ((True, "pld", pld_chain(context)),
+                                 (False, "root", continue_match(indexed(context), (), 8)[0])):  # fmt: skip
         proposer = LogitSpecProposer(LogitSpecConfig(k=4, floor=floor), CPU_COSTS)
         proposer.begin(context[:-1])
         assert proposer.propose(gated).num_nodes == 1  # no lookup asked: the root alone
         tree = proposer.propose(dataclasses.replace(gated, lookup_depth=8))
         kept = tree.token_list[1:]
         assert tree.parent_list == list(range(-1, len(kept))) and 0 < len(kept) <= len(chain)
-        assert kept == chain[: len(kept)]
+        assert kept == chain[: len(kept)] and chain[0] == (9 if floor else 8)
         if floor:
             assert len(kept) == min(8, len(chain))
-        before = proposer.stats.rate(("pld", 2, 0, 1))
+        before = proposer.stats.rate((source, 2, 0, 1))
         proposer.observe(VerifyResult([chain[0], 15], [0, 1], torch.zeros(tree.num_nodes, 16), tree))
-        assert proposer.stats.rate(("pld", 2, 0, 1)) > before
+        assert proposer.stats.rate((source, 2, 0, 1)) > before
+        assert proposer.source_stats[source]["accepted"] == 1
     dear = LogitSpecProposer(LogitSpecConfig(k=4), DEAR)
     dear.begin(context[:-1])
     assert dear.propose(dataclasses.replace(gated, lookup_depth=8)).num_nodes == 1  # it does not pay

@@ -27,8 +27,8 @@ drafting, which caused it. A try of plain steps while drafting leads is therefor
 drafting takes the lead (the tries then take the share of the steps one-step tries did).
 
 A plain step need not be blind: it tells the proposer how deep a lookup alone may draft
-(`ProposalContext.lookup_depth`), and LogitSpec then verifies prompt lookup's chain where the context's end
-matched and the chain pays, nothing else. Such a step counts as a plain one (the plain mode is "plain
+(`ProposalContext.lookup_depth`), and LogitSpec then verifies the continuation of the context's end where it
+matched earlier and pays, nothing else. Such a step counts as a plain one (the plain mode is "plain
 steps and their lookups"); a node is priced against settled plain steps of the root alone.
 
 What a method learned carries to its next request: `Floor` keeps each proposer type's

@@ -34,10 +34,10 @@ held-out Spec-Bench turns the default ran faster without it
 (docs/benchmarks.md, "LogitSpec without a forced chain").
 
 Under the engine's floor (`specdec.engine.floor`) a step kept plain still looks
-up (`ProposalContext.lookup_depth`): prompt lookup's chain, where the context's
-end matched two tokens or more and the chain pays on its learned rates, is
-verified; no candidate, recycled or stored node is (their work is what the
-floor saves). Text that turns predictable is then drafted before the floor's
+up (`ProposalContext.lookup_depth`): the root's own retrieval (with `floor`,
+prompt lookup's chain), where the context's end matched two tokens or more, is
+verified as far as it pays on its learned rates; no candidate, recycled or
+stored node is (their work is what the floor saves). Text that turns predictable is then drafted before the floor's
 next try of drafting.
 
 No prior is fitted on any data (Spec-Bench included): chained rates start at
@@ -98,6 +98,7 @@ from specdec.proposers.logitspec.plan import ROOT, NodePool, best_prefix, chain_
 from specdec.proposers.logitspec.retrieval import (
     Retrieval,
     Third,
+    continue_match,
     paper_pool,
     paper_retrieve,
     retrieve,
@@ -111,7 +112,7 @@ from specdec.proposers.logitspec.sources import (
     store_branches,
 )
 from specdec.proposers.ngram_index import NGramIndex
-from specdec.proposers.pld import PREFER_CHOICES, PLDConfig, PLDProposer, synced_index
+from specdec.proposers.pld import PREFER_CHOICES, PLDConfig, PLDProposer, cut_after_eos, synced_index
 from specdec.proposers.schema import Preparation, method_config, option
 from specdec.tree import DraftTree
 
@@ -298,24 +299,29 @@ class LogitSpecProposer(ProposerBase):
         return tree
 
     def _looked_up(self, ctx: ProposalContext) -> DraftTree:
-        """A step the floor keeps plain: prompt lookup's chain where the context's end matched at least
-        `STRONG_MATCH` tokens and the chain pays on its learned rates (whole with `floor`, else its best
-        prefix), else the root alone. The lookup is the step's only work beyond a plain step's (no candidates,
-        no other sources)."""
+        """A step the floor keeps plain: the root's own retrieval (a drafting step's root branch: the longest
+        match's latest continuation) where the context's end matched at least `STRONG_MATCH` tokens, cut to
+        its best-paying prefix on the root branch's learned rates; with `floor`, prompt lookup's chain, whole
+        where it pays. Else the root alone. The lookup is the step's only work beyond a plain step's."""
         config, root = self.config, ctx.token_ids[-1]
-        chain, ngram = self.pld.draft(dataclasses.replace(ctx, max_depth=ctx.lookup_depth))
+        if config.floor:
+            chain, ngram = self.pld.draft(dataclasses.replace(ctx, max_depth=ctx.lookup_depth))
+            source = "pld"
+        else:
+            chain, ngram = continue_match(self.index, (), min(config.max_continuation, ctx.lookup_depth))
+            chain, source = cut_after_eos(chain, self.eos_token_ids), "root"
         chain = chain[: config.budget - 1]
         if ngram < STRONG_MATCH or not chain:
             return DraftTree.chain(root)
-        costs = self.priced.at(ctx.node_price)
-        probs = self._chain(("pld", ngram, self._heat), len(chain), min_prob=0.0 if config.floor else MIN_NODE_PROB)
+        key, costs = (source, ngram, self._heat), self.priced.at(ctx.node_price)
+        probs = self._chain(key, len(chain), min_prob=0.0 if config.floor else MIN_NODE_PROB)
         if config.floor and not chain_pays(probs, costs):
             return DraftTree.chain(root)
         kept = chain if config.floor else chain[: best_prefix(probs, costs, config.budget, config.min_gain)[0]]
         if not kept:
             return DraftTree.chain(root)
         # the whole chain is learned from (what it would have matched), the kept part verified
-        self._last = Step(None, chain, ngram, self._heat, sources=["", *["pld"] * len(kept)])
+        self._last = Step(None, [], 0, self._heat, chains=[(key, chain)], sources=["", *[source] * len(kept)])
         return DraftTree.chain(root, kept)
 
     def _add_floor(self, pool: NodePool, step: Step, costs: list[float]) -> list[int]:
@@ -427,7 +433,8 @@ class LogitSpecProposer(ProposerBase):
             return
         if step.retrieval is None and self.config.adaptive:  # a plain step's looked-up chain (`_looked_up`)
             count_sources(self.source_stats, step.sources, result.path)
-            learn_chain(self.stats, ("pld", step.floor_ngram, heat), step.floor_chain, result.tokens)
+            for prefix, chain in step.chains:
+                learn_chain(self.stats, prefix, chain, result.tokens)
             return
         if self.sources.recycle is not None:
             self.sources.recycle.update(result.tree.tokens, result.target_logits)
