@@ -6,7 +6,8 @@ with rotating order, a loaded model + engine (floor on, as the API runs) per arm
 
 An arm is a method string ("+" for "," between its options), then optional tags: "#cut" (the lone row's trees
 cut by the batch's plan: `sized_by_costs` false), "#nolookup" (no `lookup_depth` on the floor's plain steps),
-"@nofloor" (an engine without the floor), "@A" (the floor's try schedule restarted per request).
+"#rootlookup" (the root's own retrieval on the floor's plain steps, before it became the default), "@nofloor" (an
+engine without the floor), "@A" (the floor's try schedule restarted per request).
 TEMP=0.7 samples (seed 0).
 """
 import collections, sys, os
@@ -51,6 +52,39 @@ def build(a):
     if "nolookup" in tag:
         base = prop.__class__
         attrs["propose"] = lambda self, ctx: base.propose(self, _dc.replace(ctx, lookup_depth=0))
+    if "rootlookup" in tag:
+        from specdec.proposers.logitspec import proposer as LP
+        from specdec.proposers.logitspec.retrieval import continue_match
+        from specdec.proposers.logitspec.learn import Step, learn_chain, count_sources
+        from specdec.proposers.logitspec.plan import best_prefix
+        from specdec.proposers.pld import cut_after_eos
+        from specdec.tree import DraftTree
+        base = prop.__class__
+        def _looked_up(self, ctx):
+            config, root = self.config, ctx.token_ids[-1]
+            chain, m = continue_match(self.index, (), min(config.max_continuation, ctx.lookup_depth))
+            chain = cut_after_eos(chain, self.eos_token_ids)[: config.budget - 1]
+            if m < LP.STRONG_MATCH or not chain:
+                return DraftTree.chain(root)
+            costs = self.priced.at(ctx.node_price)
+            probs = self._chain(("root", m, self._heat), len(chain))
+            kept = chain[: best_prefix(probs, costs, config.budget, config.min_gain)[0]]
+            if not kept:
+                return DraftTree.chain(root)
+            self._last = Step(None, [], 0, self._heat, chains=[(("root", m, self._heat), chain)], sources=["", *["root"] * len(kept)])
+            return DraftTree.chain(root, kept)
+        def observe(self, result):
+            step = self._last
+            if step is not None and step.retrieval is None and step.chains:
+                self._last = None
+                heat, self._heat = self._heat, min(result.num_accepted, LP.MAX_HEAT)
+                count_sources(self.source_stats, step.sources, result.path)
+                for prefix, chain in step.chains:
+                    learn_chain(self.stats, prefix, chain, result.tokens)
+                return
+            return base.observe(self, result)
+        attrs["_looked_up"] = _looked_up
+        attrs["observe"] = observe
     if attrs:
         prop.__class__ = type("Var", (prop.__class__,), attrs)
     return prop
