@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -56,6 +57,7 @@ from specdec.proposers.base import ProposerBase
 from specdec.proposers.eagle.head import ARCHITECTURE, Eagle3Head, load_head
 from specdec.proposers.eagle.retrieval import Node, Retrieval
 from specdec.proposers.eagle.sampled import HeadSteps, SampledPlan, draft_generator, draft_rows, grow_sampled
+from specdec.proposers.plain_lookup import PlainLookup
 from specdec.proposers.schema import method_config, option
 from specdec.proposers.tree_budget import as_tree, likeliest, paying_count, top_log_probs
 from specdec.tree import DraftTree
@@ -104,7 +106,7 @@ class EagleConfig:
 
     def build(self, loaded: LoadedModel) -> EagleProposer:
         costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
-        return EagleProposer(self, self.load(loaded), costs)
+        return EagleProposer(self, self.load(loaded), costs, loaded.eos_token_ids)
 
 
 class EagleProposer(ProposerBase):
@@ -112,7 +114,9 @@ class EagleProposer(ProposerBase):
     draft_source = "head"
     features_optional = True  # the floor's plain steps may capture nothing: the head skips those positions
 
-    def __init__(self, config: EagleConfig, head: Eagle3Head, costs: CostModel | None = None) -> None:
+    def __init__(
+        self, config: EagleConfig, head: Eagle3Head, costs: CostModel | None = None, eos_token_ids: Sequence[int] = ()
+    ) -> None:
         self.config = config
         self.multi_draft = config.accept
         self.head = head
@@ -120,6 +124,7 @@ class EagleProposer(ProposerBase):
         self._draft_ids = head.draft_ids  # [V_d] target ids, made once (not per step)
         self.costs = costs.table(config.budget) if costs is not None else []
         self.priced = PricedCosts(self.costs)  # greedy trees at the node price the engine's steps paid
+        self.lookup = PlainLookup(self.costs, eos_token_ids)  # what the floor's plain steps verify
         self._min_score = math.log(config.min_prob) if config.min_prob > 0 else -math.inf
         self.retrieval = Retrieval() if config.retrieval else None
         sources = ("eagle", "retrieval", "both")
@@ -136,6 +141,7 @@ class EagleProposer(ProposerBase):
         return not self._drew
 
     def begin(self, prompt_ids: list[int]) -> None:
+        self.lookup.begin(prompt_ids)
         if self.retrieval is not None:
             self.retrieval.begin(prompt_ids)
         self.keys: torch.Tensor | None = None  # [1, kv, entries, d] the head's entries, committed positions
@@ -159,7 +165,7 @@ class EagleProposer(ProposerBase):
             self.pending.append((committed - ctx.features.shape[0], ctx.features))
         depth = min(self.config.depth, ctx.max_depth)
         if depth <= 0:  # nothing to draft: the features wait, and the next drafting step feeds them in one call
-            return DraftTree.chain(root)
+            return self.lookup.propose(ctx)  # the floor's plain step: a looked-up chain at most (`plain_lookup`)
         start, last = self.pending[-1] if self.pending else (0, None)
         if last is None or start + last.shape[0] != committed:
             return DraftTree.chain(root)  # the last pass captured nothing (a plain step under the floor)
@@ -173,15 +179,17 @@ class EagleProposer(ProposerBase):
         return self._tree(root, nodes, ctx.node_price)
 
     def node_sources(self) -> list[str] | None:
-        """With retrieval: "head" for the head's nodes (those retrieval found too included), else "retrieval"."""
-        if self.retrieval is None:
-            return None
+        """A plain step's looked-up chain: "lookup". With retrieval: "head" for the head's nodes (those retrieval
+        found too included), else "retrieval"."""
+        looked_up = self.lookup.node_sources()
+        if looked_up is not None or self.retrieval is None:
+            return looked_up
         return ["", *("retrieval" if node.source == "retrieval" else "head" for node in self._kept)]
 
     def observe(self, result: VerifyResult) -> None:
         """Count and learn per source (with retrieval); the committed tokens' features reach `propose`
-        through the context."""
-        if self.retrieval is None:
+        through the context). A plain step's looked-up chain teaches the lookup alone."""
+        if self.lookup.observe(result) or self.retrieval is None:
             return
         kept = self._kept[: result.tree.num_nodes - 1]  # a batch may have cut the tree
         accepted = set(result.path)

@@ -48,7 +48,7 @@ class HydraConfig(MedusaConfig):
 
     def build(self, loaded: LoadedModel) -> HydraProposer:
         costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
-        return HydraProposer(self, self.load(loaded), costs)
+        return HydraProposer(self, self.load(loaded), costs, loaded.eos_token_ids)
 
 
 class HydraProposer(MedusaProposer):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -39,6 +40,7 @@ from specdec.models import LoadedModel
 from specdec.proposers.base import ProposerBase
 from specdec.proposers.eagle.retrieval import Node
 from specdec.proposers.medusa.head import ARCHITECTURE, MedusaHeads, load_medusa
+from specdec.proposers.plain_lookup import PlainLookup
 from specdec.proposers.schema import method_config, option
 from specdec.proposers.tree_budget import as_tree, likeliest, paying_count, top_log_probs
 from specdec.tree import DraftTree
@@ -77,7 +79,7 @@ class MedusaConfig:
 
     def build(self, loaded: LoadedModel) -> MedusaProposer:
         costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
-        return MedusaProposer(self, self.load(loaded), costs)
+        return MedusaProposer(self, self.load(loaded), costs, loaded.eos_token_ids)
 
 
 class MedusaProposer(ProposerBase):
@@ -87,12 +89,15 @@ class MedusaProposer(ProposerBase):
     name = "medusa"
     features_optional = True  # the floor's plain steps may capture nothing: the step after one drafts nothing
 
-    def __init__(self, config: MedusaConfig, heads: MedusaHeads, costs: CostModel | None = None) -> None:
+    def __init__(
+        self, config: MedusaConfig, heads: MedusaHeads, costs: CostModel | None = None, eos_token_ids: Sequence[int] = ()
+    ) -> None:
         self.config = config
         self.heads = heads
         self.feature_layers = (heads.layer_id,)
         self.costs = costs.table(config.budget) if costs is not None else []
         self.priced = PricedCosts(self.costs)  # at the node price the engine's steps paid (`node_price`)
+        self.lookup = PlainLookup(self.costs, eos_token_ids)  # what the floor's plain steps verify
         self._min_score = math.log(config.min_prob) if config.min_prob > 0 else -math.inf
 
     @property
@@ -100,8 +105,17 @@ class MedusaProposer(ProposerBase):
         """Adaptive: its trees hold only the nodes this machine's pass costs pay for."""
         return bool(self.costs)
 
+    def begin(self, prompt_ids: list[int]) -> None:
+        self.lookup.begin(prompt_ids)
+
+    def node_sources(self) -> list[str] | None:
+        """"lookup" for a plain step's looked-up chain; else None (`draft_source` for every node)."""
+        return self.lookup.node_sources()
+
     @torch.inference_mode()
     def propose(self, ctx: ProposalContext) -> DraftTree:
+        if ctx.max_depth <= 0:  # the floor's plain step: a looked-up chain at most (`plain_lookup`)
+            return self.lookup.propose(ctx)
         root = ctx.token_ids[-1]
         depth = min(self.heads.num_heads, ctx.max_depth)
         # no state where the pass before captured nothing (`features_optional`): then nothing is drafted
@@ -131,4 +145,6 @@ class MedusaProposer(ProposerBase):
         return nodes
 
     def observe(self, result: VerifyResult) -> None:
-        """Nothing to learn: the next state reaches `propose` through the context."""
+        """The lookup's rates learn from its chains; the heads learn nothing (the next state reaches `propose`
+        through the context)."""
+        self.lookup.observe(result)
