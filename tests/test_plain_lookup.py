@@ -2,8 +2,9 @@
 
 A step the floor keeps plain verifies, where it may look up (`lookup_depth`), the continuation of the
 context's latest earlier match of two tokens or more, cut to the prefix that pays; the rates learn from it;
-nothing else is drafted. On the bundled model, Medusa, Hydra and EAGLE under a floor that keeps every step
-plain still produce plain decoding's text, and their plain steps verify looked-up chains of copied text.
+nothing else is drafted. On the bundled model, Medusa, Hydra, EAGLE, lookahead and Token Recycling under a
+floor that keeps every step plain still produce plain decoding's text, and their plain steps verify looked-up
+chains of copied text.
 """
 
 from __future__ import annotations
@@ -64,10 +65,14 @@ def always_plain() -> Floor:
     return Floor(price=lambda nodes, seconds: 2.0 * nodes - 1.0)
 
 
-@pytest.mark.parametrize("method", ["medusa", pytest.param("hydra", marks=pytest.mark.slow), "eagle"])
-def test_a_heads_plain_steps_verify_looked_up_chains(default_model, plain_runs, bench_prompts, method):
-    """Summarization copies its article: the plain steps of a head the floor keeps plain verify looked-up
-    chains whose tokens are accepted, and the text stays plain decoding's."""
+LOOKING_UP = ("medusa", "eagle", "lookahead", "recycle", "hydra")  # a proposer of each kind in the fast tier
+
+
+@pytest.mark.parametrize("method", [m if m in LOOKING_UP[:3] else pytest.param(m, marks=pytest.mark.slow) for m in LOOKING_UP])
+def test_plain_steps_verify_looked_up_chains(default_model, plain_runs, bench_prompts, method):
+    """Summarization copies its article: the plain steps of a method the floor keeps plain verify looked-up
+    chains whose tokens are accepted, and the text stays plain decoding's (lookahead's Jacobi window and the
+    recycle table go on through them)."""
     engine = Engine(default_model, floor=always_plain())
     proposer = parse_method(method).build(default_model)
     out = engine.generate(bench_prompts["summarization"], proposer, GenerationConfig(max_new_tokens=64))

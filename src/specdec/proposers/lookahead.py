@@ -45,6 +45,7 @@ from specdec.engine.generation import ProposalContext
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
 from specdec.proposers.base import ProposerBase
+from specdec.proposers.plain_lookup import PlainLookup
 from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
 
@@ -65,15 +66,16 @@ class LookaheadConfig:
             raise ValueError(f"max_nodes ({self.max_nodes}) must hold the root and the window ({self.window})")
 
     def build(self, loaded: LoadedModel) -> LookaheadProposer:
-        return LookaheadProposer(self)
+        return LookaheadProposer(self, PlainLookup.for_loaded(loaded))
 
 
 class LookaheadProposer(ProposerBase):
     draft_source = "lookahead"
     # The Jacobi window's nodes are read back by position in `observe`: a batch must not cut the tree.
 
-    def __init__(self, config: LookaheadConfig) -> None:
+    def __init__(self, config: LookaheadConfig, lookup: PlainLookup | None = None) -> None:
         self.config = config
+        self.lookup = lookup  # what the floor's plain steps verify (`plain_lookup`)
         self.pool: dict[int, deque[tuple[int, ...]]] = {}
         self.levels: deque[dict[int, int]] = deque(maxlen=config.ngram - 1)  # position -> token, oldest first
         self.window: list[int] = []  # current Jacobi guess for the positions after the root
@@ -81,6 +83,8 @@ class LookaheadProposer(ProposerBase):
         self._chain_nodes: list[int] = []  # tree node of root, g_1, ..., g_W
 
     def begin(self, prompt_ids: list[int]) -> None:
+        if self.lookup is not None:
+            self.lookup.begin(prompt_ids)
         self.pool.clear()
         self.levels.clear()
         # First guess: the prompt's last W tokens (the paper starts from tokens of the prompt).
@@ -96,7 +100,13 @@ class LookaheadProposer(ProposerBase):
         branches = [chain] + [list(cont[:depth]) for cont in list(self.pool.get(root, ()))[: self.config.guesses]]
         tree = DraftTree.from_branches(root, branches, max_nodes=self.config.max_nodes)
         self._chain_nodes = self._walk(tree, chain)
+        if depth == 0 and self.lookup is not None:  # the floor's plain step: its chain is the root alone, node 0
+            return self.lookup.propose(ctx)  # of the looked-up chain too, so `observe` reads the root's row
         return tree
+
+    def node_sources(self) -> list[str] | None:
+        """"lookup" for a plain step's looked-up chain; else None (`draft_source` for every node)."""
+        return self.lookup.node_sources() if self.lookup is not None else None
 
     @staticmethod
     def _walk(tree: DraftTree, chain: list[int]) -> list[int]:
@@ -107,6 +117,8 @@ class LookaheadProposer(ProposerBase):
         return nodes
 
     def observe(self, result: VerifyResult) -> None:
+        if self.lookup is not None:
+            self.lookup.observe(result)
         tree, start = result.tree, self.root_position
         chain = [tree.token_list[n] for n in self._chain_nodes]  # root, g_1..g_m
         rows = _rows(result.target_logits, self._chain_nodes)  # [m + 1, V]: row j predicts position start + j + 1

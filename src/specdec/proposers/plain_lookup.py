@@ -4,7 +4,7 @@ Why: on a fast pass a head's drafts can cost more than they return, and the engi
 keeps the row's steps plain (`specdec.engine.floor`). Such a step need not be blind: where the
 context's end matched earlier text, the continuation of that match is a free guess, and on copied
 text (summaries, retrieval, code edits) a good one. LogitSpec verifies its own retrieval there;
-Medusa, Hydra and EAGLE verify this one: the continuation of the latest earlier match of the
+Medusa, Hydra, EAGLE, lookahead and Token Recycling verify this one: the continuation of the latest earlier match of the
 context's longest suffix (at least `STRONG_MATCH` tokens), cut to its best-paying prefix on the
 acceptance rates such chains earned in this proposer's earlier steps and on the proposer's own
 cost table at the node price the engine's steps paid (`ProposalContext.node_price`).
@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specdec.engine.costs import AcceptanceStats
+from specdec.engine.costs import AcceptanceStats, load_or_measure
 from specdec.engine.generation import ProposalContext
 from specdec.engine.node_price import PricedCosts
 from specdec.engine.verify import VerifyResult
+from specdec.models import LoadedModel
 from specdec.proposers.logitspec.learn import MAX_HEAT, PRIOR_WEIGHT, chain_probs, learn_chain
 from specdec.proposers.logitspec.plan import best_prefix
 from specdec.proposers.logitspec.retrieval import continue_match
@@ -52,6 +53,11 @@ class PlainLookup:
         self._verified = 0  # nodes below the root of the tree last proposed (0: not the lookup's)
         self.offered = 0  # looked-up tokens verified ...
         self.accepted = 0  # ... and accepted, over the proposer's life
+
+    @classmethod
+    def for_loaded(cls, loaded: LoadedModel) -> PlainLookup:
+        """A lookup priced on the loaded model's measured pass costs (a proposer without a cost table of its own)."""
+        return cls(load_or_measure(loaded).table(MAX_CHAIN + 1), loaded.eos_token_ids)
 
     def begin(self, prompt_ids: list[int]) -> None:
         """A new prompt: index it afresh (the rates carry over)."""

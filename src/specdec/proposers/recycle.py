@@ -57,6 +57,7 @@ from specdec.engine.generation import ProposalContext
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
 from specdec.proposers.base import ProposerBase
+from specdec.proposers.plain_lookup import PlainLookup
 from specdec.proposers.schema import method_config, option
 from specdec.tree import DraftTree
 
@@ -223,7 +224,8 @@ class RecycleConfig:
     max_depth: Annotated[int, option(ge=1, request_max=8)] = 6
 
     def build(self, loaded: LoadedModel) -> RecycleProposer:
-        return RecycleProposer(self, RecycleTable.for_loaded(loaded, self.k), loaded.eos_token_ids)
+        table = RecycleTable.for_loaded(loaded, self.k)
+        return RecycleProposer(self, table, loaded.eos_token_ids, PlainLookup.for_loaded(loaded))
 
 
 class RecycleProposer(ProposerBase):
@@ -231,8 +233,15 @@ class RecycleProposer(ProposerBase):
     draft_source = "recycle"
     prunable = True  # a batch may cut the tree to its budget
 
-    def __init__(self, config: RecycleConfig, table: RecycleTable, eos_token_ids: Iterable[int] = ()) -> None:
+    def __init__(
+        self,
+        config: RecycleConfig,
+        table: RecycleTable,
+        eos_token_ids: Iterable[int] = (),
+        lookup: PlainLookup | None = None,
+    ) -> None:
         self.config = config
+        self.lookup = lookup  # what the floor's plain steps verify (`plain_lookup`)
         self.table = table
         self.eos_token_ids = frozenset(eos_token_ids)
         self.shape = static_shape(config.k, config.budget, config.max_depth)
@@ -240,15 +249,25 @@ class RecycleProposer(ProposerBase):
 
     def begin(self, prompt_ids: list[int]) -> None:
         self._first_step = True
+        if self.lookup is not None:
+            self.lookup.begin(prompt_ids)
 
     def propose(self, ctx: ProposalContext) -> DraftTree:
         tokens = ctx.token_ids
         if self._first_step and len(tokens) >= 2:  # the prefill's logits follow the prompt's last token
             self.table.update(torch.tensor(tokens[-2:-1]), ctx.last_logits[None])
         self._first_step = False
+        if ctx.max_depth <= 0 and self.lookup is not None:  # the floor's plain step: a looked-up chain at most
+            return self.lookup.propose(ctx)
         shape = depth_prefix(self.shape, min(self.config.max_depth, ctx.max_depth))
         nodes, parents = self.table.expand(tokens[-1], shape, self.eos_token_ids)
         return DraftTree.of_lists(nodes, parents)
 
+    def node_sources(self) -> list[str] | None:
+        """"lookup" for a plain step's looked-up chain; else None (`draft_source` for every node)."""
+        return self.lookup.node_sources() if self.lookup is not None else None
+
     def observe(self, result: VerifyResult) -> None:
-        self.table.update(result.tree.tokens, result.target_logits)
+        if self.lookup is not None:
+            self.lookup.observe(result)
+        self.table.update(result.tree.tokens, result.target_logits)  # any tree's rows: a looked-up one's too
