@@ -71,6 +71,7 @@ class LookaheadConfig:
 
 class LookaheadProposer(ProposerBase):
     draft_source = "lookahead"
+    deterministic_drafts = True  # draft_probs None: gated by the floor when sampling too
     # The Jacobi window's nodes are read back by position in `observe`: a batch must not cut the tree.
 
     def __init__(self, config: LookaheadConfig, lookup: PlainLookup | None = None) -> None:

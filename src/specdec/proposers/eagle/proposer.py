@@ -152,6 +152,12 @@ class EagleProposer(ProposerBase):
         self.generator: torch.Generator | None = None  # sampled trees' draws, seeded per request
 
     @property
+    def deterministic_drafts(self) -> bool:
+        """Its trees carry no draft probabilities where it never draws them (`sampled=false`, or with retrieval):
+        the floor may then gate its sampled rows too."""
+        return not self.config.sampled or self.retrieval is not None
+
+    @property
     def sized_by_costs(self) -> bool:
         """Adaptive: its trees hold only the nodes this machine's pass costs pay for."""
         return bool(self.costs)
