@@ -4,9 +4,11 @@ with rotating order, a loaded model + engine (floor on, as the API runs) per arm
 
     .venv/bin/python docs/results/2026-12-logitspec-planned-floor/ab.py FIRST LAST ARM,ARM,...
 
-An arm is a method string ("+" for "," between its options), then optional tags: "#cut" (the lone row's trees
+An arm is a method string ("+" for "," between its options), then optional tags: "#keep" (one proposer for
+every prompt, as the bench runner keeps it; else one a prompt, as the API builds it), "#cut" (the lone row's trees
 cut by the batch's plan: `sized_by_costs` false), "#nolookup" (no `lookup_depth` on the floor's plain steps),
-"#rootlookup" (the root's own retrieval on the floor's plain steps, before it became the default), "@nofloor" (an
+"#rootlookup" (the root's own retrieval on the floor's plain steps, before it became the default), "%NAME=VALUE/..."
+(`specdec.proposers.plain_lookup`'s constants, e.g. "medusa%MIN_GAIN=0.0", set around that arm's lookups), "@nofloor" (an
 engine without the floor), "@A" (the floor's try schedule restarted per request).
 TEMP=0.7 samples (seed 0).
 """
@@ -42,9 +44,27 @@ for q in load_questions():
     if first <= seen[q.category] <= last:
         qs.append(q)
 prompts = [(q.category, encode_prompt(models["plain"].tokenizer, q.turns[0], chat=True)) for q in qs]
+kept = {}
 def build(a):
+    if a in kept:
+        return kept[a]
     name, _, tag = a.split("@")[0].partition("#")
+    name, _, knobs = name.partition("%")
     prop = parse_method(name.replace("+", ",")).build(models[a])
+    if knobs:  # "%NAME=VALUE/NAME=VALUE": plain_lookup's constants, set around this arm's lookups only
+        from specdec.proposers import plain_lookup as PL
+        values = {k: type(getattr(PL, k))(v) for k, v in (kv.split("=") for kv in knobs.split("/"))}
+        inner = prop.lookup.propose
+        def propose(ctx, inner=inner, values=values):
+            saved = {k: getattr(PL, k) for k in values}
+            for k, v in values.items():
+                setattr(PL, k, v)
+            try:
+                return inner(ctx)
+            finally:
+                for k, v in saved.items():
+                    setattr(PL, k, v)
+        prop.lookup.propose = propose
     import dataclasses as _dc
     attrs = {}
     if "cut" in tag:
@@ -87,6 +107,8 @@ def build(a):
         attrs["observe"] = observe
     if attrs:
         prop.__class__ = type("Var", (prop.__class__,), attrs)
+    if "keep" in tag:  # one proposer for every prompt (what it learned carries), as the bench runner keeps it
+        kept[a] = prop
     return prop
 def cfg(n):
     if temp > 0:
