@@ -8,7 +8,8 @@ An arm is a method string ("+" for "," between its options), then optional tags:
 every prompt, as the bench runner keeps it; else one a prompt, as the API builds it), "#cut" (the lone row's trees
 cut by the batch's plan: `sized_by_costs` false), "#nolookup" (no `lookup_depth` on the floor's plain steps),
 "#rootlookup" (the root's own retrieval on the floor's plain steps, before it became the default), "%NAME=VALUE/..."
-(`specdec.proposers.plain_lookup`'s constants, e.g. "medusa%MIN_GAIN=0.0", set around that arm's lookups), "@nofloor" (an
+(`specdec.proposers.plain_lookup`'s constants, e.g. "medusa%MIN_GAIN=0.0", set around that arm's lookups), "&NAME=VALUE/..."
+(`specdec.proposers.logitspec.proposer`'s, around LogitSpec's plain steps' lookups), "@nofloor" (an
 engine without the floor), "@A" (the floor's try schedule restarted per request).
 TEMP=0.7 samples (seed 0).
 """
@@ -50,11 +51,15 @@ def build(a):
         return kept[a]
     name, _, tag = a.split("@")[0].partition("#")
     name, _, knobs = name.partition("%")
+    name, _, own = name.partition("&")
     prop = parse_method(name.replace("+", ",")).build(models[a])
-    if knobs:  # "%NAME=VALUE/NAME=VALUE": plain_lookup's constants, set around this arm's lookups only
+    if knobs or own:  # "%NAME=VALUE/...": plain_lookup's constants around this arm's lookups only; "&...":
+        # logitspec.proposer's around its plain steps' lookups (`_looked_up`)
         from specdec.proposers import plain_lookup as PL
+        from specdec.proposers.logitspec import proposer as LSP
+        PL, knobs, owner, attr = (PL, knobs, prop.lookup, "propose") if knobs else (LSP, own, prop, "_looked_up")
         values = {k: type(getattr(PL, k))(v) for k, v in (kv.split("=") for kv in knobs.split("/"))}
-        inner = prop.lookup.propose
+        inner = getattr(owner, attr)
         def propose(ctx, inner=inner, values=values):
             saved = {k: getattr(PL, k) for k in values}
             for k, v in values.items():
@@ -64,7 +69,7 @@ def build(a):
             finally:
                 for k, v in saved.items():
                     setattr(PL, k, v)
-        prop.lookup.propose = propose
+        setattr(owner, attr, propose)
     import dataclasses as _dc
     attrs = {}
     if "cut" in tag:
