@@ -97,12 +97,13 @@ class LookaheadProposer(ProposerBase):
         root = ctx.token_ids[-1]
         self.root_position = len(ctx.token_ids) - 1
         depth = max(ctx.max_depth, 0)
+        if depth == 0 and self.lookup is not None:  # the floor's plain step: the window's chain is the root alone,
+            self._chain_nodes = [0]  # node 0 of the looked-up chain too, so `observe` reads the root's row
+            return self.lookup.propose(ctx)
         chain = self.window[:depth]
         branches = [chain] + [list(cont[:depth]) for cont in list(self.pool.get(root, ()))[: self.config.guesses]]
         tree = DraftTree.from_branches(root, branches, max_nodes=self.config.max_nodes)
         self._chain_nodes = self._walk(tree, chain)
-        if depth == 0 and self.lookup is not None:  # the floor's plain step: its chain is the root alone, node 0
-            return self.lookup.propose(ctx)  # of the looked-up chain too, so `observe` reads the root's row
         return tree
 
     def node_sources(self) -> list[str] | None:
