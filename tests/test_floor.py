@@ -265,9 +265,9 @@ def test_sampled_rows_are_gated_only_where_drafts_cannot_change_the_output(defau
     gated = engine.generate(prompt, parse_method("pld").build(default_model), config)
     assert gated.token_ids == plain.token_ids
     assert sum(step.tree_size > 1 for step in gated.stats.steps) <= WARMUP + 3
-    assert parse_method("eagle:sampled=false").build(default_model).deterministic_drafts
+    assert parse_method("eagle").build(default_model).deterministic_drafts  # the top-k tree by default
     assert parse_method("lookahead").build(default_model).deterministic_drafts
-    drawing = parse_method("eagle").build(default_model)
+    drawing = parse_method("eagle:sampled=true").build(default_model)
     assert not drawing.deterministic_drafts
     out = engine.generate(prompt, drawing, config)
     assert sum(step.tree_size > 1 for step in out.stats.steps) > WARMUP

@@ -235,9 +235,9 @@ CASES = (
     Case("hybrid:when=weak", hybrid(when="weak"), greedy(*SOME, "rag"), 40, fast=True,
          ran=hybrid_draft_accepted_sometimes),
     Case("hybrid:when=always", hybrid(when="always"), greedy(*SOME, "rag"), 40, ran=hybrid_draft_accepted_sometimes),
-    # the EAGLE-3 head shipped for the default model (with sampled=false its drafts carry no
-    # probabilities: seeded sampling is plain sampling's very tokens; drawn trees, the default at
-    # temperature > 0, are checked by distribution in test_eagle_sampled.py)
+    # the EAGLE-3 head shipped for the default model (its top-k drafts carry no probabilities: seeded
+    # sampling is plain sampling's very tokens; drawn trees, `sampled=true`, are checked by distribution
+    # in test_eagle_sampled.py)
     Case("eagle", method("eagle"), greedy(*ALL), fast=True, ran=mat_above_one),
     Case("eagle:adaptive=false,budget=24,topk=4", method("eagle:adaptive=false,budget=24,topk=4"), greedy(*SOME),
          ran=mat_above_one),

@@ -20,10 +20,12 @@ plain step's pass may capture nothing (`features_optional`): those positions get
 entry, the head attends over the ones it has, and a step right after such a pass
 proposes the root alone.
 
-At temperature > 0 with `sampled=true` (the default; without retrieval) the tree
-is drawn from the head's own distribution instead and verified by rejection
-sampling (`specdec.proposers.eagle.sampled`, where the losslessness argument is);
-with retrieval, or `sampled=false`, the top-k tree is verified as guesses. Retrieved
+At temperature > 0 the top-k tree is verified as guesses by default, so the engine's
+floor may keep a sampled row's steps plain where drafting loses (`deterministic_drafts`).
+With `sampled=true` (without retrieval) the tree is drawn from the head's own
+distribution instead and verified by rejection sampling (`specdec.proposers.eagle.sampled`,
+where the losslessness argument is); such rows always draft, since their draws are the
+row's random numbers and a seeded output must not depend on timing. Retrieved
 branches stay guesses: mixing them into a drawn tree would need point-mass rows
 and a count of drawn siblings fixed before the retrieved ones are merged, and
 retrieval's merging (a retrieved token equal to a drawn sibling becomes one
@@ -92,9 +94,9 @@ class EagleConfig:
     budget: Annotated[int, option(ge=2, le=256, request_max=64)] = 48
     adaptive: Annotated[bool, option(request=True)] = True
     retrieval: Annotated[bool, option(request=True)] = False
-    # on by default: on held-out Spec-Bench questions at temperature 1, drawn trees ran faster than the
-    # top-k tree (docs/benchmarks.md), though the cost rule's proxy still sizes them small
-    sampled: Annotated[bool, option(request=True)] = True
+    # off by default: drawn trees are never gated by the engine's floor, and on held-out Spec-Bench questions
+    # at temperature > 0 the gated top-k tree ran faster (docs/benchmarks.md)
+    sampled: Annotated[bool, option(request=True)] = False
     # drawn siblings (sampled=true, temperature > 0): SpecInfer's one-by-one rule or SpecTr's k-sequential
     accept: Annotated[Literal[MULTI_DRAFT_RULES], option(request=True)] = "specinfer"
     costs_dir: str = ""
