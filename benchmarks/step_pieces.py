@@ -5,7 +5,8 @@
 SmolLM2-135M on the default path (the exact fused 4-bit pass where the machine has it), the first turns of
 Spec-Bench questions 11-12 of every category (held out from what is reported), 128 new tokens, greedy,
 `ROUNDS` rounds (default 2) after a warm-up. Each piece is the engine's own method, timed in place; ms per
-decode step. `SRC` picks the checkout, so two of them alternate (A, B, A, B) in one sitting.
+decode step. `SRC` picks the checkout, so two of them alternate (A, B, A, B) in one sitting. `FLOOR=1` runs
+the engine with its floor, as the API does (a method's steps are then plain where its drafting loses).
 Rounds after the first answer the same prompts again: LogitSpec's recycle table, kept across requests, then
 holds their own successors (more tokens a step than on new text: docs/results/2026-12-logitspec-planned-floor).
 """
@@ -21,6 +22,7 @@ from specdec.data import load_questions  # noqa: E402
 from specdec.engine import batch as L  # noqa: E402
 from specdec.engine import generation as G  # noqa: E402
 from specdec.engine import verify as V  # noqa: E402
+from specdec.engine.floor import Floor  # noqa: E402
 from specdec.engine.generation import GenerationConfig  # noqa: E402
 from specdec.engine.loop import Engine  # noqa: E402
 from specdec.models import load_model  # noqa: E402
@@ -66,7 +68,7 @@ def time_pieces() -> None:
 
 def main(methods: list[str]) -> None:
     loaded = load_model("smollm2-135m")
-    engine = Engine(loaded)
+    engine = Engine(loaded, floor=Floor() if os.environ.get("FLOOR") == "1" else None)
     prompts = held_out_prompts(loaded)
     time_pieces()
     for method in methods:
