@@ -306,6 +306,10 @@ class Batch:
         it: that planner knows its sources, the batch's plan only depth and rank (docs/results/2026-12-solo-plan)."""
         if self._keeps_trees(self.rows[0]):
             return trees
+        if all(tree.num_nodes == 1 for tree in trees):  # nothing to cut (the plan's width would be 1)
+            if self._proposing:
+                self._narrow.planned(len(self.rows), 1, 1)
+            return trees
         probs = [row.rates.node_probs(tree) for row, tree in zip(self.rows, trees, strict=True)]
         fixed = [not row.proposer.prunable for row in self.rows]
         for b, row in enumerate(self.rows):
@@ -335,7 +339,8 @@ class Batch:
         except Exception as err:  # noqa: BLE001
             row.error = err
             return True
-        if self.costs is not None and not self._keeps_trees(row):  # rates only where the plan reads them
+        # rates only where the plan reads them, and a root alone offered no node to learn from
+        if self.costs is not None and result.tree.num_nodes > 1 and not self._keeps_trees(row):
             row.rates.observe(result.tree, result.path)
         row.stats.num_forward_passes += 1
         row.stats.steps.append(StepStats(result.tree.num_nodes, result.num_accepted, row.draft_s, verify_s))
