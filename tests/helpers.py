@@ -405,3 +405,14 @@ def write_gguf(path: Path, tensors: dict, architecture: str = "qwen2") -> None:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def run_policy(state, steps: int, drafted_tokens: int, drafted_s: float) -> list[bool]:  # noqa: ANN001 - a FloorState
+    """The modes a floor's `state` picks over `steps` steps: a drafting step emits `drafted_tokens` in
+    `drafted_s`, a plain step one token in 1 s (a fixed price: nothing depends on the machine's load)."""
+    modes = []
+    for _ in range(steps):
+        drafting = state.drafts()
+        modes.append(drafting)
+        state.observe(drafting, drafted_tokens if drafting else 1, drafted_s if drafting else 1.0)
+    return modes

@@ -15,7 +15,7 @@ import math
 
 import pytest
 import torch
-from helpers import build_proposer
+from helpers import build_proposer, run_policy
 
 from specdec.engine.floor import (
     DRAFT_RUN,
@@ -35,17 +35,6 @@ from specdec.proposers.hybrid import HybridConfig, HybridProposer
 from specdec.proposers.pld import PLDConfig, PLDProposer
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
-
-
-def run_policy(state: FloorState, steps: int, drafted_tokens: int, drafted_s: float) -> list[bool]:
-    """The modes `state` picks over `steps` steps: a drafting step emits `drafted_tokens` in `drafted_s`,
-    a plain step one token in 1 s."""
-    modes = []
-    for _ in range(steps):
-        drafting = state.drafts()
-        modes.append(drafting)
-        state.observe(drafting, drafted_tokens if drafting else 1, drafted_s if drafting else 1.0)
-    return modes
 
 
 def tries(modes: list[bool], drafting: bool) -> list[tuple[int, int]]:

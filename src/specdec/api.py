@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specdec.engine.floor import Floor
+from specdec.engine.floor_store import remembered_floor
 from specdec.engine.generation import GenerationConfig, GenerationOutput
 from specdec.engine.loop import Engine, generate_batch
 from specdec.models import LoadedModel
@@ -42,7 +42,7 @@ def generate(
     A list of prompts (plain strings, or chats as lists of messages) gives a list of outputs, decoded
     `max_batch` at a time; `on_text` streams single prompts only.
     """
-    engine = model if isinstance(model, Engine) else Engine(model, floor=Floor())
+    engine = model if isinstance(model, Engine) else Engine(model, floor=remembered_floor(model))
     config = make_config(method, method_options) if method_options else parse_method(method)
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     settings = GenerationConfig(max_new_tokens=max_new_tokens, sampling=sampling, stop=tuple(stop))

@@ -90,7 +90,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     from specdec.backends.registry import describe_path, load_model, path_line
-    from specdec.engine.floor import Floor
+    from specdec.engine.floor_store import remembered_floor
     from specdec.engine.generation import GenerationConfig
     from specdec.engine.loop import Engine
     from specdec.prompts import encode_prompt
@@ -108,7 +108,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     if not prompt.strip():
         raise ValueError("the prompt is empty")
     loaded = load_model(model_spec(args))
-    engine = Engine(loaded, floor=Floor())
+    engine = Engine(loaded, floor=remembered_floor(loaded))
     prompt_ids = encode_prompt(loaded.tokenizer, prompt, chat=args.chat)
     on_text = None if args.json else _print_flush
     out = engine.generate(prompt_ids, method.build(loaded), settings, on_text=on_text)
@@ -129,12 +129,13 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 def _generate_batch(args: argparse.Namespace, settings, method) -> int:
     from specdec.backends.registry import load_model
-    from specdec.engine.floor import Floor
+    from specdec.engine.floor_store import remembered_floor
     from specdec.engine.loop import Engine
     from specdec.jobs import generate_file, read_requests
 
     requests = read_requests(args.batch, settings, chat=args.chat)  # every line checked before loading
-    engine = Engine(load_model(model_spec(args)), floor=Floor())
+    loaded = load_model(model_spec(args))
+    engine = Engine(loaded, floor=remembered_floor(loaded))
     failed = generate_file(engine, requests, method, args.max_batch, sys.stdout)
     if failed:
         print(f"{failed} of {len(requests)} requests failed (see their 'error')", file=sys.stderr)

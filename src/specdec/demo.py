@@ -14,7 +14,7 @@ from specdec.backends.registry import load_model, path_line, verifies_exactly
 from specdec.choices import BACKENDS, ModelSpec
 from specdec.data import DataError, load_questions
 from specdec.drafters.shipped import find_shipped_head
-from specdec.engine.floor import Floor
+from specdec.engine.floor_store import remembered_floor
 from specdec.engine.generation import GenerationConfig, GenerationOutput
 from specdec.engine.loop import Engine
 from specdec.prompts import encode_prompt
@@ -45,7 +45,7 @@ def run_demo(spec: ModelSpec | None = None, max_new_tokens: int = 128) -> None:
     spec = spec or ModelSpec()
     loaded = load_model(spec)
     backend = BACKENDS[spec.backend]
-    engine = Engine(loaded, floor=Floor())
+    engine = Engine(loaded, floor=remembered_floor(loaded))
     prompt = demo_prompt()
     prompt_ids = encode_prompt(loaded.tokenizer, prompt, chat=True)
     settings = GenerationConfig(max_new_tokens=max_new_tokens)

@@ -32,7 +32,8 @@ matched earlier and pays, nothing else. Such a step counts as a plain one (the p
 steps and their lookups"); a node is priced against settled plain steps of the root alone.
 
 What a method learned carries to its next request: `Floor` keeps each proposer type's
-rates, and a new row starts from them.
+rates, and a new row starts from them; with a store (`specdec.engine.floor_store`) also to the next
+process (the API's calls, the CLI's runs), which starts from them a little warier (`resumed`).
 
 Invariants:
 - only rows whose output no tree can change are gated: greedy rows, and sampled rows of a
@@ -53,9 +54,11 @@ Invariants:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from specdec.engine.node_price import NodePrice
 
@@ -210,24 +213,51 @@ class FloorState:
         return draft_rate > MARGIN * plain_rate
 
 
+def resumed(state: FloorState) -> FloorState:
+    """A state learned in an earlier process, to start a row of this one: its rates and leader as they
+    were, no run under way, and the losing mode tried within `EXPLORE[1]` steps (the machine's load, or
+    the text, may have changed since)."""
+    return dataclasses.replace(state, gap=min(state.gap, EXPLORE[1]), since=0, plain_run=SETTLE + 1, draft_run=0,
+                               run_tokens=0, run_seconds=0.0)
+
+
+class Store(Protocol):
+    """Where a floor keeps what it learned between processes (`specdec.engine.floor_store.FloorStore`)."""
+
+    def read(self) -> dict[tuple[str, bool], FloorState]: ...
+
+    def write(self, learned: dict[tuple[str, bool], FloorState]) -> None: ...
+
+
 class Floor:
     """The engine's floor: per-row states, and what each proposer type learned in earlier rows.
 
     price(nodes, seconds) -> the seconds a step is charged: by default the seconds it took; a
     fixed function of the tree size makes the choice independent of the machine's load
-    (tests).
+    (tests). store: where the learned states outlive the process (read once here, written as rows
+    finish); None keeps them in this object only.
     """
 
-    def __init__(self, price: Callable[[int, float], float] | None = None) -> None:
+    def __init__(self, price: Callable[[int, float], float] | None = None, store: Store | None = None) -> None:
         self.price = price or (lambda nodes, seconds: seconds)
-        self._learned: dict[tuple[type, bool], FloorState] = {}
+        self.store = store
+        # by the proposer's class name and sampling kind: a name, so that a store can hold it
+        self._learned: dict[tuple[str, bool], FloorState] = {} if store is None else store.read()
 
     def start(self, proposer: object, greedy: bool = True) -> FloorState:
         """A new row's state: its proposer type's rates so far, greedy or sampled apart (a copy), or a fresh one."""
-        learned = self._learned.get((type(proposer), greedy))
+        learned = self._learned.get((proposer_name(proposer), greedy))
         return FloorState() if learned is None else copy.deepcopy(learned)
 
     def finish(self, proposer: object, state: FloorState, greedy: bool = True) -> None:
         """Keep a finished row's rates for the next row of its proposer type (and sampling kind)."""
         if state.drafting.value is not None:
-            self._learned[type(proposer), greedy] = state
+            self._learned[proposer_name(proposer), greedy] = state
+            if self.store is not None:
+                self.store.write(self._learned)
+
+
+def proposer_name(proposer: object) -> str:
+    """What a proposer's learned state is kept under: its class's module and name."""
+    kind = type(proposer)
+    return f"{kind.__module__}.{kind.__qualname__}"

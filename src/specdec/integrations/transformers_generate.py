@@ -52,7 +52,7 @@ from transformers.generation.logits_process import (
 )
 
 from specdec.engine.batch import Batch, Row
-from specdec.engine.floor import Floor
+from specdec.engine.floor_store import remembered_floor
 from specdec.engine.generation import GenerationConfig, GenerationStats
 from specdec.engine.loop import Engine
 from specdec.models import ModelLoadError, load_model
@@ -139,7 +139,7 @@ class SpecdecDecoder:
             return self._engine
         tokenizer = tokenizer or self.tokenizer or _tokenizer_of(model)
         loaded = load_model(model, tokenizer=tokenizer, pack=self.pack, exact=self.exact)
-        self._engine = Engine(loaded, attention=self.attention, floor=Floor() if self.floor else None)
+        self._engine = Engine(loaded, attention=self.attention, floor=remembered_floor(loaded) if self.floor else None)
         return self._engine
 
     def __call__(

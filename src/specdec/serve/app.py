@@ -78,7 +78,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from specdec.backends.registry import path_line
 from specdec.engine.costs import load_or_measure
-from specdec.engine.floor import Floor
+from specdec.engine.floor_store import remembered_floor
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
 from specdec.models import LoadedModel
@@ -134,7 +134,7 @@ class Service:
         # decided before anything measures or runs the model: cost curves time the pass that will run
         loaded, self.exact_note = settle_exact(loaded, config.model.exact)
         self.loaded = loaded
-        self.engine = Engine(loaded, floor=Floor())
+        self.engine = Engine(loaded, floor=remembered_floor(loaded))
         self.metrics = ServerMetrics()
         self.methods = config.method_settings()
         self.pool = ProposerPool(loaded, config.pool_capacity)
