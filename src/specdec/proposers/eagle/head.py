@@ -40,7 +40,7 @@ from transformers.models.llama.modeling_llama import (
     rotate_half,
 )
 
-from specdec.backends.registry import head_logits
+from specdec.backends.registry import block_linear, head_logits
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 WEIGHTS_FILE = "model.safetensors"
@@ -140,9 +140,24 @@ class Eagle3Head(torch.nn.Module):
         self.t2d.zero_()
         self.t2d[ids] = True
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """What the head computes in: its weights' dtype (its norms keep it on 8-bit blocks, `on_blocks`)."""
+        return self.norm.weight.dtype
+
+    def on_blocks(self) -> Eagle3Head:
+        """Every product (fc, the layer's projections and MLP, the draft vocabulary's head) on 8-bit blocks
+        where the backend's kernel runs (`registry.block_linear`), for drafting only: the drafts change a
+        little, never the output (verification decides)."""
+        for module in list(self.modules()):
+            for name, child in list(module.named_children()):
+                if isinstance(child, torch.nn.Linear):
+                    setattr(module, name, block_linear(child))
+        return self
+
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """Target features [..., 3H_t] -> the head's hidden input [..., H]."""
-        return self.fc(features.to(self.fc.weight.dtype))
+        return self.fc(features.to(self.dtype))
 
     def qkv(
         self, hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, queries: int | None = None
@@ -175,7 +190,8 @@ class Eagle3Head(torch.nn.Module):
         p = a + layer.mlp(layer.post_attention_layernorm(a))
         normed = self.norm(p)
         flat = normed.reshape(-1, normed.shape[-1])
-        logits = head_logits(self.lm_head.weight, flat).view(*p.shape[:2], -1)  # W @ h.T for few rows
+        lm = self.lm_head  # a Linear's few rows as W @ h.T (`head_logits`); blocks multiply as they are
+        logits = (head_logits(lm.weight, flat) if isinstance(lm, torch.nn.Linear) else lm(flat)).view(*p.shape[:2], -1)
         return logits, p
 
     def state(self) -> dict[str, torch.Tensor]:

@@ -84,6 +84,8 @@ class EagleConfig:
     retrieval: add prompt lookup's and LogitSpec's retrieved continuations as branches of the tree;
     sampled: at temperature > 0 (without retrieval) draw the tree from the head's distribution and
       verify it by rejection sampling (`sampled`); else the top-k tree, verified as guesses;
+    blocks: the head's products on 8-bit blocks where the backend's kernel runs (a CPU): cheaper drafts,
+      never a different output;
     costs_dir: cache folder of measured cost curves ("" = ~/.cache/specdec/costs).
     """
 
@@ -99,12 +101,17 @@ class EagleConfig:
     sampled: Annotated[bool, option(request=True)] = False
     # drawn siblings (sampled=true, temperature > 0): SpecInfer's one-by-one rule or SpecTr's k-sequential
     accept: Annotated[Literal[MULTI_DRAFT_RULES], option(request=True)] = "specinfer"
+    blocks: bool = True
     costs_dir: str = ""
 
     def load(self, loaded: LoadedModel) -> Eagle3Head:
         folder = Path(self.head).expanduser() if self.head else find_head(loaded)
-        key = ("eagle3-head", str(folder.resolve()))
-        return loaded.state.shared(key, lambda: load_head(folder, loaded.model))
+        key = ("eagle3-head", str(folder.resolve()), self.blocks)
+        return loaded.state.shared(key, lambda: self._drafting(load_head(folder, loaded.model)))
+
+    def _drafting(self, head: Eagle3Head) -> Eagle3Head:
+        """The head as it drafts: on 8-bit blocks when `blocks` asks for it."""
+        return head.on_blocks() if self.blocks else head
 
     def build(self, loaded: LoadedModel) -> EagleProposer:
         costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
