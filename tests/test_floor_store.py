@@ -7,6 +7,7 @@ own, `conftest`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -116,14 +117,21 @@ def test_an_unwritable_store_costs_only_the_learning(tmp_path) -> None:
 
 def test_the_api_carries_the_floor_to_its_next_call(default_model, bench_prompts) -> None:
     """Each `specdec.generate` call on a loaded model builds an engine; the second starts from the first's
-    floor (kept beside the cost curve), and its text is the first's: the floor changes no output."""
-    prompt = default_model.tokenizer.decode(bench_prompts["summarization"])  # the chat-templated text
-    store = remembered_floor(default_model).store
+    floor (kept beside the cost curve), and its text is the first's: the floor changes no output. The model
+    goes by a name of its own here, so no other test (on another worker) writes its file meanwhile."""
+    from helpers import fixed_attention_plan, save_fixed_costs
+
+    from specdec.backends.torch import attention
+
+    loaded = save_fixed_costs(dataclasses.replace(default_model, name="smollm2-135m-floor-store-test"))
+    attention.save_plan(loaded, fixed_attention_plan())
+    prompt = loaded.tokenizer.decode(bench_prompts["summarization"])  # the chat-templated text
+    store = remembered_floor(loaded).store
     store.path.unlink(missing_ok=True)
-    first = specdec.generate(default_model, prompt, "pld", max_new_tokens=24)
+    first = specdec.generate(loaded, prompt, "pld", max_new_tokens=24)
     kept = store.read()
     assert (proposer_name(PLDProposer.__new__(PLDProposer)), True) in kept
     assert store.path.parent.name == "costs" and store.path.name.endswith(".floor.json")
-    second = specdec.generate(default_model, prompt, "pld", max_new_tokens=24)
+    second = specdec.generate(loaded, prompt, "pld", max_new_tokens=24)
     assert second.token_ids == first.token_ids
-    assert second.token_ids == specdec.generate(default_model, prompt, "plain", max_new_tokens=24).token_ids
+    assert second.token_ids == specdec.generate(loaded, prompt, "plain", max_new_tokens=24).token_ids
