@@ -17,7 +17,7 @@ from helpers import run_policy
 import specdec
 from specdec.engine.floor import EXPLORE, SETTLE, Floor, FloorState, proposer_name, resumed
 from specdec.engine.floor_store import FloorStore, remembered_floor
-from specdec.proposers.pld import PLDProposer
+from specdec.proposers import parse_method
 
 KEY = {"model": "m", "machine": "here"}
 
@@ -130,7 +130,7 @@ def test_the_api_carries_the_floor_to_its_next_call(default_model, bench_prompts
     store.path.unlink(missing_ok=True)
     first = specdec.generate(loaded, prompt, "pld", max_new_tokens=24)
     kept = store.read()
-    assert (proposer_name(PLDProposer.__new__(PLDProposer)), True) in kept
+    assert (proposer_name(parse_method("pld").build(loaded)), True) in kept
     assert store.path.parent.name == "costs" and store.path.name.endswith(".floor.json")
     second = specdec.generate(loaded, prompt, "pld", max_new_tokens=24)
     assert second.token_ids == first.token_ids

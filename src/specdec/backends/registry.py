@@ -60,7 +60,7 @@ __all__ = [
     "sequence_runner", "verify_model", "pack_draft", "separable_head", "block_head_rows", "describe_path",
     "path_line",
     # torch helpers for drafting, and the cost curves' cache (`timing_cache`), as they are
-    "head_logits", "top_tokens", "argmax_rows", "greedy_walk", "contended", "cost_file", "cost_key", "write_json_atomic",
+    "head_logits", "on_blocks", "top_tokens", "argmax_rows", "greedy_walk", "contended", "cost_file", "cost_key", "write_json_atomic",
 ]
 
 Timed = TargetModel | OneSequence  # prefill, forward_tree, trim on a sequence of its own (`timing_target`)
@@ -187,6 +187,16 @@ def block_linear(linear: torch.nn.Linear) -> torch.nn.Module:
     the bytes and costs more to start than to multiply. Its output is x's dtype (fp32 or bf16)."""
     fits = linear.weight.device.type == "cpu" and linear.in_features % q4_kernel.BLOCK == 0
     return q4_kernel.Q8Linear.from_linear(linear) if fits and q4_kernel.load_extension() else linear
+
+
+def on_blocks(module: torch.nn.Module) -> torch.nn.Module:
+    """Every `Linear` inside `module` replaced by its `block_linear` (in place); returns `module`. For a
+    drafting head's products (Medusa's, Hydra's, EAGLE's): the drafts change a little, never the output."""
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(parent, name, block_linear(child))
+    return module
 
 
 def separable_head(model: torch.nn.Module) -> torch.nn.Module | None:

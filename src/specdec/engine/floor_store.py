@@ -67,13 +67,13 @@ def remembered_floor(loaded: LoadedModel, folder: str | Path | None = None) -> F
 
 
 def _checked(default: object, value: object) -> object:
-    """`value` read as `default`'s kind: a dataclass field by field, a leader as None or a bool, any other
-    field as a finite number >= 0; ValueError otherwise."""
+    """`value` read as `default`'s kind: a dataclass field by field, the one field whose default is None (the
+    leader) as None or a bool, any other field as a finite number >= 0; ValueError otherwise."""
     if dataclasses.is_dataclass(default):
         if not isinstance(value, dict) or set(value) != {f.name for f in dataclasses.fields(default)}:
             raise ValueError(f"expected the fields of {type(default).__name__}")
         return type(default)(**{name: _checked(getattr(default, name), value[name]) for name in value})
-    if default is None or isinstance(default, bool):
+    if default is None:
         return None if value is None else _flag(value)
     if (
         isinstance(value, bool)

@@ -40,7 +40,7 @@ from transformers.models.llama.modeling_llama import (
     rotate_half,
 )
 
-from specdec.backends.registry import block_linear, head_logits
+from specdec.backends.registry import head_logits, on_blocks
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 WEIGHTS_FILE = "model.safetensors"
@@ -149,11 +149,7 @@ class Eagle3Head(torch.nn.Module):
         """Every product (fc, the layer's projections and MLP, the draft vocabulary's head) on 8-bit blocks
         where the backend's kernel runs (`registry.block_linear`), for drafting only: the drafts change a
         little, never the output (verification decides)."""
-        for module in list(self.modules()):
-            for name, child in list(module.named_children()):
-                if isinstance(child, torch.nn.Linear):
-                    setattr(module, name, block_linear(child))
-        return self
+        return on_blocks(self)
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """Target features [..., 3H_t] -> the head's hidden input [..., H]."""

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from specdec.backends.registry import block_linear, head_logits
+from specdec.backends.registry import head_logits, on_blocks
 from specdec.proposers.eagle import WEIGHTS_FILE, HeadError, read_head_folder, trained_for
 
 ARCHITECTURE = "MedusaModel"
@@ -79,11 +79,7 @@ class MedusaHeads(torch.nn.Module):
     def on_blocks(self) -> MedusaHeads:
         """Every product on 8-bit blocks where the backend's kernel runs (`registry.block_linear`), for
         drafting only: the drafts change a little, never the output (verification decides)."""
-        for module in list(self.modules()):
-            for name, child in list(module.named_children()):
-                if isinstance(child, torch.nn.Linear):
-                    setattr(module, name, block_linear(child))
-        return self
+        return on_blocks(self)
 
     def logits(self, hidden: torch.Tensor) -> list[torch.Tensor]:
         """hidden [..., H] -> per head, logits over the draft vocabulary [..., V_d]."""
