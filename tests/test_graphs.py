@@ -14,12 +14,21 @@ import torch
 from helpers import assert_logits_close, random_tree, tiny_llama
 
 from specdec.backends.registry import verify_model
-from specdec.backends.torch.graphs import MAX_NODES, GraphedPass, GraphedTarget, bucket, graph_attention
+from specdec.backends.torch.graphs import (
+    MAX_NODES,
+    GraphedPass,
+    GraphedTarget,
+    bucket,
+    capacity_mask,
+    graph_attention,
+    padded_ancestry,
+)
 from specdec.backends.torch.rows import BatchedTarget
 from specdec.backends.torch.target import TargetModel
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
 from specdec.proposers import parse_method
+from specdec.tree import DraftTree
 
 PROMPTS = ([3, 14, 15, 92, 65, 35, 89, 79], [2, 71, 82], list(range(5, 240)))  # the last nears the cache's 256
 
@@ -50,6 +59,20 @@ def test_graphs_run_eager_attention_in_fp32_and_sdpa_in_half_precision():
     assert graph_attention(torch.bfloat16) == graph_attention(torch.float16) == "sdpa"
     assert GraphedTarget(tiny_llama()).graphed.attention == "eager"  # tiny_llama is fp32
     assert GraphedTarget(tiny_llama(), attention="sdpa").graphed.attention == "sdpa"
+
+
+def test_the_mask_made_in_the_graph_is_the_host_built_one():
+    """`capacity_mask` (made from the trees' ancestry inside a graph) equals the additive mask the host
+    builds for the same padded rows over the same capacity: committed slots, own lines, padding sees itself,
+    and nothing past a row's tree."""
+    rows = BatchedTarget(TargetModel(tiny_llama()))
+    trees = [random_tree(n, 512, seed=n) for n in (5, 1, 13)] + [DraftTree.chain(0)]  # a padded row last
+    width, keys, starts = 16, 64, [7, 0, 40, 0]
+    want = rows._mask(trees, width, keys, starts)
+    got = capacity_mask(padded_ancestry(trees, width), torch.tensor(starts), torch.arange(keys), torch.float32)
+    assert got.shape == want.shape == (4, 1, width, keys)
+    assert torch.equal(got, want)
+    assert not torch.equal(got, rows._mask(trees, width, keys, [7, 0, 41, 0]))  # a row's start matters
 
 
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])

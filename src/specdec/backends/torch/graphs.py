@@ -11,8 +11,12 @@ largest tree has T nodes runs padded to its bucket (B', T') (powers of two up
 to `MAX_ROWS` x `MAX_NODES`; larger passes run eagerly). Every row attends over
 the batched cache's whole capacity, with the additive mask hiding what it must
 not see, so the key count is the buffer's, not the context's. The pass's
-tokens, positions, mask and write offsets are copied into the graph's own
-input tensors before each replay; the logits come out of its own output tensor.
+tokens, positions, trees' ancestry [B', T', T'] and write offsets are copied
+into the graph's own input tensors before each replay; the additive mask over
+the cache's capacity [B', 1, T', K] is made from them inside the graph
+(`capacity_mask`), so the host neither builds nor copies it every step (at 8
+rows of 16 nodes over 4096 slots it is 2 MiB in fp32). The logits come out of
+the graph's own output tensor.
 With `inductor` (the "compiled" backend on a GPU) the pass is compiled first, its
 sizes dynamic, so a graph replays inductor's fused kernels instead of ~40 small
 ones a layer.
@@ -56,6 +60,32 @@ def graph_attention(dtype: torch.dtype) -> str:
     return "eager" if dtype == torch.float32 else "sdpa"
 
 
+def capacity_mask(ancestry: torch.Tensor, starts: torch.Tensor, window: torch.Tensor, dtype: torch.dtype
+                  ) -> torch.Tensor:
+    """The additive mask [B, 1, T, K] of a padded pass over the cache's K slots, from ancestry [B, T, T] (bool:
+    node j is node i or its ancestor; a padding node is its own only), starts [B] (each row's committed
+    length: its nodes sit at slots start .. start + T - 1) and window [K] (0 .. K - 1): a node sees its row's
+    committed slots and its own line. Fixed-shape tensor ops only, so a CUDA graph records them."""
+    nodes = ancestry.shape[-1]
+    offset = window[None, None, :] - starts[:, None, None]  # [B, 1, K]: a slot's place in the row's tree
+    in_tree = (offset >= 0) & (offset < nodes)
+    index = offset.clamp(0, nodes - 1).expand(-1, nodes, -1)
+    allowed = (offset < 0) | (ancestry.gather(2, index) & in_tree)  # [B, T, K]
+    blocked = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=allowed.device)
+    zero = torch.zeros((), dtype=dtype, device=allowed.device)
+    return torch.where(allowed, zero, blocked)[:, None]
+
+
+def padded_ancestry(trees: Sequence, width: int) -> torch.Tensor:
+    """[B, width, width] bool: each tree's `ancestor_mask` in its top-left corner, a padding node its own
+    ancestor only (`capacity_mask`'s input, made on the CPU: B x width^2 bytes)."""
+    ancestry = torch.eye(width, dtype=torch.bool).repeat(len(trees), 1, 1)
+    for b, tree in enumerate(trees):
+        n = tree.num_nodes
+        ancestry[b, :n, :n] = tree.ancestor_mask
+    return ancestry
+
+
 def bucket(count: int) -> int:
     """The smallest power of two >= count."""
     if count < 1:
@@ -67,7 +97,7 @@ def bucket(count: int) -> int:
 class _Graph:
     """One captured pass: its input tensors, its outputs and the graph that reads and writes them."""
 
-    inputs: dict[str, torch.Tensor]  # tokens, positions, mask, starts
+    inputs: dict[str, torch.Tensor]  # tokens, positions, ancestry, starts, window
     logits: torch.Tensor
     features: torch.Tensor | None
     graph: torch.cuda.CUDAGraph | None
@@ -121,10 +151,11 @@ class GraphedPass:
         capture: Sequence[int],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logits [B', T', V], features or None) of one padded pass; the outputs are the graph's own
-        tensors, overwritten by its next replay. inputs: tokens [B', T'], positions [B', T'], mask
-        [B', 1, T', K] (K: the cache's capacity) and starts [B'] (where each row's entries go)."""
+        tensors, overwritten by its next replay. inputs: tokens [B', T'], positions [B', T'], ancestry
+        [B', T', T'] (`padded_ancestry`) and starts [B'] (where each row's entries go); the pass attends over
+        the cache's whole capacity."""
         layer = cache.layers[0]
-        key = (*inputs["mask"].shape, tuple(capture), layer._keys.data_ptr())
+        key = (*inputs["tokens"].shape, layer.capacity, tuple(capture), layer._keys.data_ptr())
         graph = self._graphs.get(key)
         if graph is None:
             if self._graphs and next(iter(self._graphs))[-1] != key[-1]:
@@ -154,8 +185,9 @@ class GraphedPass:
         layout.starts = inputs["starts"]
         layout.window = inputs["window"]
         try:
+            mask = capacity_mask(inputs["ancestry"], inputs["starts"], inputs["window"], self.single.dtype)
             model_inputs = dict(input_ids=inputs["tokens"], position_ids=inputs["positions"],
-                                attention_mask=inputs["mask"], past_key_values=cache, use_cache=True)
+                                attention_mask=mask, past_key_values=cache, use_cache=True)
             with self.single.attention_as(self.attention):
                 return self._pass(model_inputs, inputs, capture)
         finally:
@@ -168,7 +200,8 @@ class GraphedPass:
         specializes sizes of 1). A compilation that fails is reported once; the pass then runs eagerly."""
         if self._compiled is not None:
             for tensor, dims in ((inputs["tokens"], (0, 1)), (inputs["positions"], (0, 1)),
-                                 (inputs["mask"], (0, 2, 3)), (inputs["starts"], (0,)), (inputs["window"], (0,))):
+                                 (model_inputs["attention_mask"], (0, 2, 3)), (inputs["starts"], (0,)),
+                                 (inputs["window"], (0,))):
                 for dim in dims:
                     torch._dynamo.maybe_mark_dynamic(tensor, dim)
             try:
@@ -185,7 +218,7 @@ class GraphedPass:
         """Run the pass; on CUDA, also record it as the graph of its bucket (None where it runs eagerly)."""
         device = self.single.device
         static = {name: tensor.to(device) for name, tensor in inputs.items()}
-        static["window"] = torch.arange(inputs["mask"].shape[-1], device=device)
+        static["window"] = torch.arange(cache.layers[0].capacity, device=device)
         if self.mode != "cuda-graphs":
             logits, features = self._forward(static, cache, layout, capture)
             return _Graph(static, logits, features, None)

@@ -37,7 +37,7 @@ from specdec.backends.contract import PromptFill
 from specdec.backends.torch.attention_plan import MATERIALIZED_CHUNK
 from specdec.backends.torch.batch_cache import BatchedLayer, BatchLayout, batched_cache, keep_paths
 from specdec.backends.torch.fused import KeySequences
-from specdec.backends.torch.graphs import GraphedPass
+from specdec.backends.torch.graphs import GraphedPass, padded_ancestry
 from specdec.backends.torch.kv_cache import preallocated_cache
 from specdec.backends.torch.prompt_cache import DEFAULT_MAX_BYTES, Prefilled, PromptCache
 from specdec.backends.torch.target import TargetModel
@@ -210,12 +210,10 @@ class BatchedTarget:
         rows, width = self.graphed.shape(live, max(tree.num_nodes for tree in trees))
         for layer in self._layers:
             layer.ensure(rows, self.layout.context + width)
-        keys = self._layers[0].capacity
         padded = [*trees, *[DraftTree.chain(0)] * (rows - live)]
         starts = torch.tensor([*self.lengths, *[0] * (rows - live)], dtype=torch.int64)
         tokens, positions = _padded_tokens(padded, width, starts)
-        inputs = dict(tokens=tokens, positions=positions, mask=self._mask(padded, width, keys, starts.tolist()),
-                      starts=starts)
+        inputs = dict(tokens=tokens, positions=positions, ancestry=padded_ancestry(padded, width), starts=starts)
         try:
             logits, features = self.graphed.run(inputs, self.cache, self.layout, self.capture)
         finally:
