@@ -10,6 +10,7 @@ curve (1..128 nodes after 512 tokens) eager and as CUDA graphs (`specdec.backend
 pld and logitspec decode rates, each step split into proposing and verifying, beside transformers'
 eager `generate` and its static-cache `generate` (compiled by transformers on CUDA), in the same run; for
 the shapes in --inductor-for, the same curve and plain/logitspec with the pass compiled by inductor
+(--inductor: sizes symbolic, "dynamic", and one compilation a bucket, "static": 1 and 64 nodes, plain only)
 inside the graphs (the "compiled" backend on a GPU). Random weights: MAT means nothing there, the step's
 cost does.
 `bundled`: every method that needs no trained head or datastore, greedy, token for token against plain
@@ -163,9 +164,10 @@ def _hf_generate(model, ids: torch.Tensor, static: bool) -> float:  # noqa: ANN0
 
 
 def check_random(shape: str, tokenizer, device: torch.device, report: Report, deadline: float,  # noqa: ANN001
-                 static: bool, inductor: bool) -> None:
+                 static: bool, inductor: tuple[str, ...]) -> None:
     """static: also time transformers' static-cache generate (compiling it takes a minute or more on CUDA);
-    inductor: also our pass compiled by inductor inside the graphs (the "compiled" backend; as long)."""
+    inductor: also our pass compiled by inductor inside the graphs, sizes "dynamic" (the "compiled" backend)
+    and/or "static" (one compilation a bucket); each as long, skipped past the deadline."""
     model = random_model(shape, tokenizer, device)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     bandwidth = copy_bandwidth(device)
@@ -184,16 +186,21 @@ def check_random(shape: str, tokenizer, device: torch.device, report: Report, de
     runs = {}
     for method in ("plain", "pld", "logitspec"):
         runs[method] = _decode(engine, ids, method)
-    if inductor:  # the "compiled" backend's pass: inductor's kernels in the graphs
-        fused = GraphedTarget(verify_model(loaded), inductor=True)
+    for compiled in inductor:  # the "compiled" backend's pass: inductor's kernels in the graphs
+        if time.time() > deadline:
+            report.add(f"{shape}.pass_ms_graphs_inductor_{compiled}", "skipped: out of time")
+            continue
+        # "static" compiles once a bucket (tens of seconds each): two sizes, and plain's one bucket
+        sizes, methods = (SIZES, ("plain", "logitspec")) if compiled == "dynamic" else ((1, 64), ("plain",))
+        fused = GraphedTarget(verify_model(loaded), inductor=compiled)
         timed = OneSequence(rows_of(fused), fused.config, fused.device, fused.max_length)
-        report.add(f"{shape}.pass_ms_graphs_inductor", _ms(_measure(timed, SIZES, 5, CONTEXT)[0]))
-        report.add(f"{shape}.pass_mode_inductor", fused.graphed.mode)
+        report.add(f"{shape}.pass_ms_graphs_inductor_{compiled}", _ms(_measure(timed, sizes, 5, CONTEXT)[0]))
+        report.add(f"{shape}.pass_mode_inductor_{compiled}", fused.graphed.mode)
         timed.close()
         fused_engine = Engine(loaded)
         fused_engine.target = fused
-        for method in ("plain", "logitspec"):
-            runs[f"{method}_inductor"] = _decode(fused_engine, ids, method)
+        for method in methods:
+            runs[f"{method}_inductor_{compiled}"] = _decode(fused_engine, ids, method)
     reference = runs["plain"]["ids"]
     same = {m: run.pop("ids") == reference for m, run in runs.items()}
     report.add(f"{shape}.decode", {**runs, "same_tokens_as_plain": same})
@@ -369,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=300, help="skip the slow extras past this")
     parser.add_argument("--static-for", default="1.5b,tiny", help="shapes whose static-cache generate is timed")
     parser.add_argument("--inductor-for", default="1.5b,tiny", help="shapes whose inductor-compiled pass is timed")
+    parser.add_argument("--inductor", default="static,dynamic", help="how it is compiled: static (a compilation "
+                        "a bucket), dynamic (one, sizes symbolic), or both, in that order")
     parser.add_argument("--prompts", type=int, default=18, help="Spec-Bench turns (bundled)")
     parser.add_argument("--profile", action="store_true", help="host profiles of plain and logitspec (bundled)")
     parser.add_argument("--bf16-speed", action=argparse.BooleanOptionalAction, default=True,
@@ -385,8 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
         for shape in args.what:
             try:
-                check_random(shape, tokenizer, device, report, deadline, shape in args.static_for.split(","),
-                             shape in args.inductor_for.split(","))
+                inductor = tuple(args.inductor.split(",")) if shape in args.inductor_for.split(",") else ()
+                check_random(shape, tokenizer, device, report, deadline, shape in args.static_for.split(","), inductor)
             except Exception as error:  # noqa: BLE001 - the next shape still runs
                 report.add(f"{shape}.error", f"{type(error).__name__}: {error}"[:500])
             gc.collect()

@@ -57,7 +57,7 @@ case "$part" in
     profile)
         [ -d "$here/.gpu/part1" ] && cp "$here/.gpu/part1/$gguf_name.1" "$stage/"
         python3 "$here/benchmarks/gpu_pass_profile.py" "$here/.gpu/tok" --out "$out" \
-            --variants "${VARIANTS:-fp32:eager,bf16:sdpa,bf16:sdpa:inductor}" --sizes "${SIZES:-1,64}" 2>&1 \
+            --variants "${VARIANTS:-fp32:eager,bf16:sdpa,bf16:sdpa:inductor,bf16:sdpa:inductor-static}" --sizes "${SIZES:-1,64}" 2>&1 \
             | tee "$out/profile.log"
         ;;
     bundled)

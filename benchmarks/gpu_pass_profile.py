@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config", help="a folder with the model's config.json and its tokenizer")
     parser.add_argument("--variants", default="fp32:sdpa,fp32:eager,bf16:sdpa,bf16:eager",
-                        help="dtype:attention[:inductor],... (inductor: the pass compiled first, as the compiled backend)")
+                        help="dtype:attention[:inductor|:inductor-static],... (the pass compiled first, as the compiled "
+                             "backend: sizes dynamic, or one compilation a bucket)")
     parser.add_argument("--sizes", default="1,64", help="tree sizes profiled kernel by kernel")
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--out", default="gpu_pass_profile_out")
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         with torch.device(device):
             model = AutoModelForCausalLM.from_config(config).to(DTYPES[dtype]).eval().requires_grad_(False)
         loaded = specdec.load_model(model, tokenizer=tokenizer)
-        graphed = GraphedTarget(verify_model(loaded), attention=attention, inductor=compiled == ["inductor"])
+        inductor = {"inductor": "dynamic", "inductor-static": "static"}[compiled[0]] if compiled else None
+        graphed = GraphedTarget(verify_model(loaded), attention=attention, inductor=inductor)
         timed = OneSequence(rows_of(graphed), graphed.config, graphed.device, graphed.max_length)
         costs, _ = _measure(timed, SIZES, 5, args.context)
         _add(out, f"{variant}.pass_ms", {n: round(s * 1e3, 3) for n, s in zip(costs.sizes, costs.seconds, strict=True)})

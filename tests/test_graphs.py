@@ -120,15 +120,16 @@ def test_greedy_text_through_the_padded_pass_equals_plain(default_model, engine,
 
 
 @pytest.mark.slow
-def test_the_inductor_pass_gives_the_padded_pass_logits():
-    """The "compiled" backend's GPU pass, compiled by inductor with dynamic sizes (on the CPU here, so
-    without graphs): trees of several buckets and one or two rows give the ordinary pass's logits up to
-    the fused loops' summation order. Compiling takes ~25 s on 2 cores."""
+@pytest.mark.parametrize(("inductor", "mode"), [("dynamic", "eager+inductor"), ("static", "eager+inductor-static")])
+def test_the_inductor_pass_gives_the_padded_pass_logits(inductor, mode):
+    """The "compiled" backend's GPU pass, compiled by inductor with dynamic sizes or once a bucket (on the
+    CPU here, so without graphs): trees of several buckets and one or two rows give the ordinary pass's
+    logits up to the fused loops' summation order. Compiling takes ~25 s on 2 cores."""
     model = tiny_llama()
     plain = BatchedTarget(TargetModel(model))
-    target = GraphedTarget(model, inductor=True)
+    target = GraphedTarget(model, inductor=inductor)
     fused = BatchedTarget(target, graphed=target.graphed)
-    assert target.graphed.mode == "eager+inductor"
+    assert target.graphed.mode == mode
     for prompt in PROMPTS[:2]:
         for rows in (plain, fused):
             rows.add(prompt)
@@ -139,4 +140,9 @@ def test_the_inductor_pass_gives_the_padded_pass_logits():
         paths = [tree.ancestor_lines[-1] for tree in trees]
         for rows in (plain, fused):
             rows.commit(paths)
-    assert target.graphed.compile_failure is None and target.graphed.mode == "eager+inductor"
+    assert target.graphed.compile_failure is None and target.graphed.mode == mode
+
+
+def test_an_unknown_inductor_mode_is_refused():
+    with pytest.raises(ValueError, match="inductor must be one of"):
+        GraphedTarget(tiny_llama(), inductor="fast")

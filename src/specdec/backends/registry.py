@@ -87,7 +87,7 @@ def _torch(loaded: LoadedModel, attention: str | AttentionPlan) -> Target:
 
 def _compiled(loaded: LoadedModel, attention: str | AttentionPlan) -> Target:
     if loaded.device.type == "cuda":  # inductor's fused kernels, replayed as CUDA graphs
-        return GraphedTarget(verify_model(loaded), inductor=True)
+        return GraphedTarget(verify_model(loaded), inductor="dynamic")
     return CompiledTarget(verify_model(loaded))
 
 

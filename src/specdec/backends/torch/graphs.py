@@ -49,6 +49,7 @@ from specdec.models.base import one_line
 
 MAX_NODES = 128  # the largest tree a graph verifies; the paper's trees fit
 MAX_ROWS = 16
+INDUCTOR = (None, "dynamic", "static")  # how the pass is compiled before its capture, if at all
 WARMUP = 2  # eager runs before a capture (cuBLAS and allocator state settle; the writes are the pass's own)
 
 
@@ -106,15 +107,20 @@ class _Graph:
 class GraphedPass:
     """The batched cache's verification pass at bucketed static shapes, replayed as CUDA graphs on a GPU."""
 
-    def __init__(self, single: TargetModel, use_graphs: bool | None = None, inductor: bool = False,
+    def __init__(self, single: TargetModel, use_graphs: bool | None = None, inductor: str | None = None,
                  attention: str | None = None) -> None:
         """use_graphs: None: where the model is on CUDA; False: the padded pass eagerly (what the CPU runs).
         inductor: the pass's kernels fused by inductor first (`torch.compile`; what the "compiled" backend asks
-        on a GPU), then captured: fewer, larger kernels in each graph. attention: the implementation the
+        on a GPU), then captured: fewer, larger kernels in each graph; "dynamic": one compilation whose rows,
+        nodes and keys are symbolic, "static": one per bucket, its kernels specialised to its sizes (more
+        compiling, kernels tuned to known sizes); None: not compiled. attention: the implementation the
         passes run (None: `graph_attention` of the model's dtype)."""
+        if inductor not in INDUCTOR:
+            raise ValueError(f"inductor must be one of {INDUCTOR}, got {inductor!r}")
         self.single = single
         self.attention = attention or graph_attention(single.dtype)
-        self._compiled = torch.compile(single.forward_pass) if inductor else None
+        self.inductor = inductor
+        self._compiled = None if inductor is None else torch.compile(single.forward_pass, dynamic=inductor == "dynamic")
         self.compile_failure: str | None = None
         cuda = single.device.type == "cuda"
         if use_graphs and not cuda:
@@ -131,7 +137,9 @@ class GraphedPass:
         """What runs the passes: "cuda-graphs" or "eager" (no CUDA, turned off, or a capture failed), with
         "+inductor" while the compiled pass runs."""
         runs = "cuda-graphs" if self.use_graphs and self.failure is None else "eager"
-        return runs + ("+inductor" if self._compiled is not None else "")
+        if self._compiled is None:
+            return runs
+        return runs + ("+inductor" if self.inductor == "dynamic" else "+inductor-static")
 
     @staticmethod
     def fits(rows: int, nodes: int) -> bool:
@@ -197,13 +205,15 @@ class GraphedPass:
               ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`TargetModel.forward_pass`, compiled where asked: its rows, nodes and keys marked dynamic, so one
         graph of kernels serves every bucket (a bucket of one row or one node gets its own: dynamo
-        specializes sizes of 1). A compilation that fails is reported once; the pass then runs eagerly."""
-        if self._compiled is not None:
+        specializes sizes of 1), or each bucket its own ("static"). A compilation that fails is reported
+        once; the pass then runs eagerly."""
+        if self._compiled is not None and self.inductor == "dynamic":
             for tensor, dims in ((inputs["tokens"], (0, 1)), (inputs["positions"], (0, 1)),
                                  (model_inputs["attention_mask"], (0, 2, 3)), (inputs["starts"], (0,)),
                                  (inputs["window"], (0,))):
                 for dim in dims:
                     torch._dynamo.maybe_mark_dynamic(tensor, dim)
+        if self._compiled is not None:
             try:
                 with graph_limit():
                     return self._compiled(model_inputs, False, capture)
@@ -249,7 +259,7 @@ class GraphedTarget(TargetModel):
     """A `TargetModel` whose batch rows (`registry.rows_of`) verify on `GraphedPass`; prefill and passes
     without a bucket stay eager."""
 
-    def __init__(self, model: torch.nn.Module, use_graphs: bool | None = None, inductor: bool = False,
+    def __init__(self, model: torch.nn.Module, use_graphs: bool | None = None, inductor: str | None = None,
                  attention: str | None = None) -> None:
         super().__init__(model)
         self.graphed = GraphedPass(self, use_graphs, inductor, attention)
