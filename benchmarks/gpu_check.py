@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 import specdec
-from specdec.backends.registry import rows_of, timing_target, verify_model
+from specdec.backends.registry import draft_runner, rows_of, sequence_runner, timing_target, verify_model
 from specdec.backends.torch.graphs import GraphedTarget
 from specdec.backends.torch.rows import BatchedTarget, OneSequence
 from specdec.backends.torch.target import TargetModel
@@ -246,6 +246,28 @@ def graph_error(loaded, prompt_ids: list[int]) -> float:  # noqa: ANN001 - Loade
     return worst
 
 
+def draft_pass_ms(loaded, prompt_ids: list[int], passes: int = 64) -> dict[str, float]:  # noqa: ANN001
+    """ms a one-token draft pass, the model drafting for itself: on the runner a draft gets on this device
+    (`registry.draft_runner`: graphed on CUDA) and on the eager one-sequence runner, after the prompt and a
+    few warm-up passes (the graphs' captures)."""
+    module = verify_model(loaded)
+    device = next(module.parameters()).device
+    found = {}
+    for name, runner in (("draft_runner", draft_runner(module)), ("eager", sequence_runner(module))):
+        runner.reset()
+        runner.append(prompt_ids, last_only=True)
+        for token in prompt_ids[:8]:
+            runner.append([token])
+        torch.cuda.synchronize() if device.type == "cuda" else None
+        start = time.perf_counter()
+        for token in (prompt_ids * (1 + passes // len(prompt_ids)))[:passes]:
+            runner.append([token])
+        torch.cuda.synchronize() if device.type == "cuda" else None
+        found[name] = round(1e3 * (time.perf_counter() - start) / passes, 3)
+    found["draft_runner_kind"] = type(draft_runner(module)).__name__
+    return found
+
+
 def check_bundled(source: str, device: str, report: Report, max_prompts: int, profile: bool, bf16: bool) -> None:
     loaded = specdec.load_model(source, dtype="fp32", device=device)
     engine = Engine(loaded)
@@ -255,6 +277,7 @@ def check_bundled(source: str, device: str, report: Report, max_prompts: int, pr
     report.add("bundled.graph_vs_eager_max_abs_diff", graph_error(loaded, encode_prompt(loaded.tokenizer, PROMPT,
                                                                                         chat=chat)))
     report.add("bundled.lossless_fp32", lossless(engine, source, chat))
+    report.add("bundled.draft_pass_ms", draft_pass_ms(loaded, encode_prompt(loaded.tokenizer, PROMPT, chat=chat)))
     turns = [encode_prompt(loaded.tokenizer, t, chat=chat) for t in spec_bench_first_turns()][:max_prompts]
     floored = Engine(loaded, floor=Floor())  # what the API, CLI and server decode with, on the same graphs
     floored.target = engine.target

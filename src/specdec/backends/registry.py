@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from transformers import PreTrainedModel
 
 from specdec.backends.compiled import CompiledTarget
 from specdec.backends.contract import Rows, Target
@@ -30,6 +31,7 @@ from specdec.backends.llamacpp import LlamaCppModel, LlamaCppTarget
 from specdec.backends.timing_cache import contended, cost_file, cost_key, write_json_atomic
 from specdec.backends.torch import explain as torch_explain
 from specdec.backends.torch.attention import AttentionPlan, resolve_plan
+from specdec.backends.torch.draft_runner import GraphedSequence
 from specdec.backends.torch.graphs import GraphedTarget
 from specdec.backends.torch.invariant import verifiable
 from specdec.backends.torch.packed import (
@@ -172,6 +174,20 @@ def sequence_runner(module: torch.nn.Module, attention: AttentionPlan | None = N
     `trim`, `reset`): a draft's runner, or a target timed or read apart from any engine. `attention`:
     the plan its passes run on, None for the model's own."""
     return TargetModel(module, attention=attention)
+
+
+def draft_runner(module: torch.nn.Module, attention: AttentionPlan | None = None) -> TargetModel | GraphedSequence:
+    """A draft's own sequence: on CUDA (the model's plan unchanged) its passes replay as CUDA graphs
+    (`torch.draft_runner`: an eager draft pass is launch-bound there), else `sequence_runner`'s."""
+    if runs_graphed(module) and attention is None:
+        return GraphedSequence(module)
+    return sequence_runner(module, attention)
+
+
+def runs_graphed(module: torch.nn.Module) -> bool:
+    """Whether `draft_runner` replays `module`'s passes as graphs: a transformers model (every position's
+    logits, not a last-row view such as layerskip's) with its weights on CUDA."""
+    return isinstance(module, PreTrainedModel) and next(module.parameters()).device.type == "cuda"
 
 
 def pack_draft(module: torch.nn.Module, loaded: LoadedModel) -> torch.nn.Module:

@@ -9,7 +9,8 @@ exactly as the target's.
 
 Invariants:
 - the draft keeps its own KV cache (a `TargetModel` wrapper around the draft
-  model) holding a prefix of the context; each step it is rolled back (`trim`)
+  model; on CUDA a `GraphedSequence`, whose passes replay as CUDA graphs:
+  `registry.draft_runner`) holding a prefix of the context; each step it is rolled back (`trim`)
   to the longest prefix shared with the accepted context, then the missing
   tokens are fed, so the draft never re-reads what it has already seen and
   never keeps KV of rejected drafts. The target's cache is never touched;
@@ -65,8 +66,9 @@ import torch
 
 from specdec.backends.registry import (
     AttentionPlan,
+    draft_runner,
     pack_draft,
-    sequence_runner,
+    runs_graphed,
     verifies_on_int4,
     verify_model,
 )
@@ -235,8 +237,10 @@ class DraftConfig:
         vocab_size = vocab_size or loaded.model.config.vocab_size
         jump = RetrievalJump(self.jump, self.jump_length, loaded.eos_token_ids) if self.jump else None
         settings = self.chain_settings(prepared.cost_ratio)
-        # a view on the invariant plan runs its own head over the last row (the fused pass's `last_only`)
-        module = prepared.module if prepared.attention is not None else LastLogitsOnly(prepared.module)
+        # a view on the invariant plan runs its own head over the last row (the fused pass's `last_only`); a
+        # graphed draft (CUDA) verifies chains of any bucket, so its module returns every row
+        whole = prepared.attention is not None or runs_graphed(prepared.module)
+        module = prepared.module if whole else LastLogitsOnly(prepared.module)
         return DraftProposer(module, settings, vocab_size, jump, self.fill, prepared.attention)
 
 
@@ -264,7 +268,7 @@ class DraftProposer(ProposerBase):
         fill: int = 0,
         attention: AttentionPlan | None = None,
     ) -> None:
-        self.runner = sequence_runner(draft_model, attention)  # the draft's own KV cache
+        self.runner = draft_runner(draft_model, attention)  # the draft's own KV cache (graphed on CUDA)
         self.jump = jump
         self.fill = fill
         self._leaves: list[tuple[float, int, int]] = []  # greedy fill candidates: (gain, parent node, token)

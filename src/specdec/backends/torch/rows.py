@@ -256,6 +256,15 @@ class BatchedTarget:
         mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, blocked)
         return mask[:, None].to(self.device)
 
+    def truncate(self, row: int, length: int) -> None:
+        """Keep row `row`'s first `length` committed tokens. The entries past them stay in place, where no
+        pass reads them: each pass attends to its row's committed slots and its own tree, written over them."""
+        if self._pending:
+            raise RuntimeError("commit the running pass before truncating a row")
+        if not 0 <= length <= self.lengths[row]:
+            raise ValueError(f"cannot truncate a row of {self.lengths[row]} tokens to {length}")
+        self.lengths[row] = length
+
     def rollback(self) -> None:
         """Drop the running pass's trees: every row keeps its committed tokens only."""
         self._pending = []

@@ -1,0 +1,85 @@
+"""A draft model's own sequence whose passes replay as CUDA graphs (`GraphedSequence`).
+
+Why: a draft model drafts a chain one token at a time, so each drafted token is a
+pass of its own. On a GPU an eager pass is launch-bound: a small model's costs
+about what a large one's does (docs/results/2026-11-gpu-h200), so an eager draft
+of a few tokens cost more than the target's graphed verification it was meant to
+save. Here the draft's appends run on the target's machinery for graphs: a one-row
+batch (`rows.BatchedTarget`) whose passes are padded to a bucket and replayed
+(`graphs.GraphedPass`).
+
+What it offers is `TargetModel`'s runner interface as a draft proposer uses it
+(`reset`, `append`, `trim`, `num_cached`, `model`, `device`, `runs_fused`), so the
+proposer does not know which one it drives (`registry.draft_runner` chooses by
+device).
+
+Invariants:
+- the row holds exactly the appended tokens, in order; `trim` keeps a prefix, and
+  the entries past it stay where no pass reads them (every pass masks its row's
+  slots past its committed length, and writes its own there);
+- the first append of a sequence is its prompt: it is prefilled eagerly, and only
+  its last position's logits come back (a draft reads no other; a prompt's every
+  row over a large vocabulary would be most of the GPU's memory traffic). Later
+  appends return every fed position's logits; one longer than a bucket
+  (`graphs.MAX_NODES`) runs eagerly;
+- the module must return every position's logits (not a last-row view), since a
+  graphed pass serves chains of any bucket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from specdec.backends.torch.graphs import GraphedTarget
+from specdec.backends.torch.rows import BatchedTarget
+from specdec.tree import DraftTree
+
+
+class GraphedSequence:
+    """One sequence of `model` with a draft's runner interface, its appends verified as graphed chains."""
+
+    runs_fused = False  # transformers' modules run the pass (a fused pass's prompt chunks do not apply)
+
+    def __init__(self, model: torch.nn.Module, use_graphs: bool | None = None) -> None:
+        """use_graphs: None: CUDA graphs where the model is on CUDA; False: the same padded passes eagerly
+        (what the CPU tests run)."""
+        target = GraphedTarget(model, use_graphs=use_graphs)
+        self.rows = BatchedTarget(target, graphed=target.graphed, prompt_bytes=0)
+        self.model = model
+        self.device = target.device
+        self.config = target.config
+
+    @property
+    def graphed(self):  # noqa: ANN201 - graphs.GraphedPass: its `mode`, replays and eager passes
+        return self.rows.graphed
+
+    @property
+    def num_cached(self) -> int:
+        return self.rows.lengths[0] if self.rows.lengths else 0
+
+    def reset(self) -> None:
+        """Forget the sequence; the buffers (and the graphs captured on them) stay for the next one."""
+        self.rows.release()
+
+    @torch.inference_mode()
+    def append(self, token_ids: Sequence[int] | torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """Feed tokens after the sequence and keep them all; their logits [T, V] (the last position's,
+        [1, V], with last_only, or for a sequence's first append: its prompt)."""
+        ids = torch.as_tensor(token_ids).tolist()
+        if not ids:
+            raise ValueError("cannot append an empty token sequence")
+        if not self.rows.lengths:
+            return self.rows.add(ids)[1][None]
+        tree = DraftTree.chain(ids[0], ids[1:])
+        logits = self.rows.verify_trees([tree])[0][0]
+        self.rows.commit([list(range(len(ids)))])
+        return logits[-1:] if last_only else logits
+
+    def trim(self, length: int) -> None:
+        """Keep the sequence's first `length` tokens (none: the next append is a prompt again)."""
+        if length == 0:
+            self.rows.release()
+        elif length != self.num_cached:
+            self.rows.truncate(0, length)

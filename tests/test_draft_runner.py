@@ -1,0 +1,59 @@
+"""A draft's graphed sequence (`specdec.backends.torch.draft_runner`): what a draft model runs on a GPU.
+
+On the CPU its passes run eagerly, padded to their buckets exactly as a GPU's graphs replay them: its
+appends, trims and resets give the logits of the one-sequence runner a draft runs on here, and a draft
+on it keeps plain decoding's text while accepting what a self-draft accepts.
+"""
+
+from __future__ import annotations
+
+from helpers import assert_logits_close, tiny_llama
+
+from specdec.backends.registry import draft_runner, runs_graphed, sequence_runner, verify_model
+from specdec.backends.torch.draft_runner import GraphedSequence
+from specdec.backends.torch.target import TargetModel
+from specdec.engine.generation import GenerationConfig
+from specdec.proposers.draft import DraftConfig
+from specdec.proposers.layerskip import SkipLayerModel
+from specdec.proposers.plain import PlainProposer
+
+
+def test_the_graphed_sequence_gives_the_runners_logits():
+    """Prompt, one token, a chain, a trim, a catch-up longer than any bucket, a reset: the same logits and
+    lengths as `TargetModel`'s runner."""
+    model = tiny_llama()
+    graphed, runner = GraphedSequence(model, use_graphs=False), sequence_runner(model)
+    runner.reset()
+    long = [(7 * i) % 500 + 1 for i in range(150)]
+    for ids, last_only, trim in (
+        (list(range(3, 23)), True, None), ([5], False, None), ([6, 7, 8], False, None), ([9, 10], False, 21),
+        (long, True, None), ([11, 12, 13], True, 0), ([14, 15], False, None),
+    ):  # fmt: skip
+        if trim is not None:
+            graphed.trim(trim), runner.trim(trim)
+        got, want = graphed.append(ids, last_only=last_only), runner.append(ids, last_only=last_only)
+        assert got.shape == want.shape == ((1 if last_only else len(ids)), 512)
+        assert_logits_close(got, want)
+        assert graphed.num_cached == runner.num_cached
+    assert graphed.graphed.mode == "eager" and graphed.graphed.eager_passes > 0  # the padded pass ran
+
+
+def test_a_draft_on_the_graphed_sequence_keeps_plain_text(default_model, engine):
+    """The model drafting for itself on the graphed sequence: plain decoding's greedy tokens, and nearly
+    every draft accepted (a draft sequence that lost its place, or fed wrong positions, would not be)."""
+    prompt = default_model.tokenizer("Count from one to twenty: one, two, three,").input_ids
+    config = GenerationConfig(max_new_tokens=32)
+    want = engine.generate(prompt, PlainProposer(), config).token_ids
+    proposer = DraftConfig(k=4, adaptive=False).build_with(default_model, default_model.model)
+    proposer.runner = GraphedSequence(verify_model(default_model), use_graphs=False)
+    out = engine.generate(prompt, proposer, config)
+    assert out.token_ids == want
+    assert out.stats.acceptance_rate > 0.9
+    assert proposer.runner.graphed.eager_passes > 0
+
+
+def test_drafts_run_graphed_on_cuda_only():
+    model = tiny_llama()
+    assert not runs_graphed(model)  # on the CPU
+    assert isinstance(draft_runner(model), TargetModel)
+    assert not runs_graphed(SkipLayerModel(model, (0,)))  # a last-row view never runs graphed
