@@ -418,6 +418,19 @@ def test_greedy_emits_the_argmax_of_every_path_row() -> None:
         _assert_consistent(tree, result)
 
 
+def test_greedy_on_one_transfer_walks_as_the_cpu_path() -> None:
+    """The accelerator's walk (one argmax over every row, one transfer), run on CPU tensors: the same path and
+    tokens as the CPU's row-by-row walk, bf16 ties included."""
+    data = torch.Generator().manual_seed(2)
+    for case in range(200):
+        tree, logits = _random_case(data, 12, 6, with_draft_probs=False)
+        if case % 2:
+            logits = logits.bfloat16()
+        assert accept_greedy(tree, logits, one_transfer=True) == accept_greedy(tree, logits, one_transfer=False)
+    ties = torch.tensor([[0.0, 3.0, 3.0, 1.0], [2.0, 0.0, 2.0, 0.0]]).bfloat16()
+    assert accept_greedy(DraftTree.chain(0, [1]), ties, one_transfer=True).tokens == [1, 0]
+
+
 def test_greedy_dispatch_needs_no_generator() -> None:
     tree, logits = DraftTree.chain(7, [1, 2]), _logits_with_argmax([1, 4, 0])
     assert accept(tree, logits, SamplingParams(), None) == accept_greedy(tree, logits)

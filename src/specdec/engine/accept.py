@@ -183,11 +183,12 @@ def _is_chain(tree: DraftTree) -> bool:
 
 
 # ------------------------------------------------------------------------ rules
-def accept_greedy(tree: DraftTree, target_logits: torch.Tensor) -> Acceptance:
+def accept_greedy(tree: DraftTree, target_logits: torch.Tensor, one_transfer: bool | None = None) -> Acceptance:
     """Temperature 0: follow the target's argmax through the tree.
 
-    target_logits: [N, V], row i scores the child of node i. On an accelerator: one
-    argmax over all rows, one host transfer, then a Python walk over the children.
+    target_logits: [N, V], row i scores the child of node i. On an accelerator (or with
+    one_transfer, which the tests set on CPU tensors): one argmax over all rows, one host
+    transfer (the step's one sync), then a Python walk over the children.
     On CPU, torch's argmax over a 49152-wide row is not vectorised, and the walk only
     needs the rows on the accepted path; so there each of those rows is reduced on its
     own: the cost follows the tokens emitted, not the tree's size. specdec's kernel
@@ -197,7 +198,9 @@ def accept_greedy(tree: DraftTree, target_logits: torch.Tensor) -> Acceptance:
     """
     _check_rows(tree, target_logits, "target_logits")
     tokens = tree.token_list
-    if target_logits.device.type == "cpu":
+    if one_transfer is None:
+        one_transfer = target_logits.device.type != "cpu"
+    if not one_transfer:
         rows = target_logits.detach()
         walked = greedy_walk(rows, tokens, tree.parent_list)  # the walk below, in one kernel call
         if walked is not None:
