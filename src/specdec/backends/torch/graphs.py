@@ -18,8 +18,8 @@ the cache's capacity [B', 1, T', K] is made from them inside the graph
 rows of 16 nodes over 4096 slots it is 2 MiB in fp32). The logits come out of
 the graph's own output tensor.
 With `inductor` (the "compiled" backend on a GPU) the pass is compiled first, its
-sizes dynamic, so a graph replays inductor's fused kernels instead of ~40 small
-ones a layer.
+sizes dynamic (or once a bucket: "static"), so a graph replays inductor's fused
+kernels instead of ~40 small ones a layer.
 
 Invariants:
 - a real node's logits are the unpadded pass's (up to the summation order of
@@ -135,7 +135,7 @@ class GraphedPass:
     @property
     def mode(self) -> str:
         """What runs the passes: "cuda-graphs" or "eager" (no CUDA, turned off, or a capture failed), with
-        "+inductor" while the compiled pass runs."""
+        "+inductor" ("+inductor-static") while the compiled pass runs."""
         runs = "cuda-graphs" if self.use_graphs and self.failure is None else "eager"
         if self._compiled is None:
             return runs
