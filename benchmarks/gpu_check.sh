@@ -9,7 +9,7 @@
 #                                            # carrying .gpu/whl .gpu/part2: the bundled model, fp32
 #   benchmarks/gpu_check.sh profile          # there, carrying .gpu/whl .gpu/tok (and .gpu/part1 to stash it for
 #                                            # `bundled` next): benchmarks/gpu_pass_profile.py on the bundled
-#                                            # model's shape, random weights (VARIANTS, SIZES to choose)
+#                                            # model's shape or SHAPE=7b's, random weights (VARIANTS, SIZES to choose)
 #
 # .gpu/ is git-ignored through .git/info/exclude; the trained heads (58 MB) must be out of the working
 # tree while a half travels. Results: $OUT/gpu_check.jsonl (one measurement a line) and the log.
@@ -56,7 +56,7 @@ case "$part" in
         ;;
     profile)
         [ -d "$here/.gpu/part1" ] && cp "$here/.gpu/part1/$gguf_name.1" "$stage/"
-        python3 "$here/benchmarks/gpu_pass_profile.py" "$here/.gpu/tok" --out "$out" \
+        python3 "$here/benchmarks/gpu_pass_profile.py" "$here/.gpu/tok" --out "$out" ${SHAPE:+--shape "$SHAPE"} \
             --variants "${VARIANTS:-fp32:eager,bf16:sdpa,bf16:sdpa:inductor,bf16:sdpa:inductor-static}" --sizes "${SIZES:-1,64}" 2>&1 \
             | tee "$out/profile.log"
         ;;

@@ -7,6 +7,10 @@ on its weights' values, so a random model of the bundled model's shape (its conf
 call, without the 98 MB GGUF.
 
     python benchmarks/gpu_pass_profile.py CONFIG_DIR --variants fp32:sdpa,fp32:eager,bf16:sdpa --sizes 1,64 --out DIR
+    python benchmarks/gpu_pass_profile.py CONFIG_DIR --shape 7b --variants bf16:sdpa,bf16:sdpa:inductor-static
+
+--shape takes gpu_check.py's sizes instead of the config's (a 7B-shaped model's one-node pass cost 2.2x its
+weight-read floor on the H200: where that goes, kernel by kernel).
 
 Per variant, a dtype (tf32: fp32 weights, matrix products on TF32 tensor cores), the attention
 implementation the graphs run and, with a third field `inductor`, the pass compiled by inductor inside
@@ -24,6 +28,7 @@ import time
 from pathlib import Path
 
 import torch
+from gpu_check import SHAPES  # beside this script (run as benchmarks/gpu_pass_profile.py)
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 import specdec
@@ -74,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="dtype:attention[:inductor|:inductor-static],... (the pass compiled first, as the compiled "
                              "backend: sizes dynamic, or one compilation a bucket)")
     parser.add_argument("--sizes", default="1,64", help="tree sizes profiled kernel by kernel")
+    parser.add_argument("--shape", choices=sorted(SHAPES), help="another shape's sizes (gpu_check.py's), e.g. 7b")
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--out", default="gpu_pass_profile_out")
     args = parser.parse_args(argv)
@@ -81,8 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     config = AutoConfig.from_pretrained(args.config)
+    if args.shape:  # the random model takes another shape's sizes (its vocabulary stays the tokenizer's)
+        config.update({**SHAPES[args.shape], "head_dim": SHAPES[args.shape]["hidden_size"]
+                       // SHAPES[args.shape]["num_attention_heads"]})
     tokenizer = AutoTokenizer.from_pretrained(args.config)
     _add(out, "device", torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
+    _add(out, "shape", args.shape or "the config's")
     for variant in args.variants.split(","):
         dtype, attention, *compiled = variant.split(":")
         torch.manual_seed(0)
