@@ -23,7 +23,10 @@ Invariants:
   appends return every fed position's logits; one longer than a bucket
   (`graphs.MAX_NODES`) runs eagerly;
 - the module must return every position's logits (not a last-row view), since a
-  graphed pass serves chains of any bucket.
+  graphed pass serves chains of any bucket;
+- `reset` keeps the buffers and the graphs captured on them, so a proposer reused
+  across requests (the server's pool) captures each bucket once; a proposer built
+  per request (with its draft model loaded per request) captures its buckets again.
 """
 
 from __future__ import annotations
