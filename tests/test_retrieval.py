@@ -20,9 +20,18 @@ from hypothesis import strategies as st
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
+from specdec.backends.registry import cost_key, padded_sizes
 from specdec.backends.timing_cache import contended
+from specdec.backends.torch.graphs import bucket_sizes
 from specdec.data import load_questions
-from specdec.engine.costs import AcceptanceStats, CostModel, load_or_measure
+from specdec.engine.costs import (
+    DEFAULT_SIZES,
+    AcceptanceStats,
+    CostModel,
+    load_costs,
+    load_or_measure,
+    save_costs,
+)
 from specdec.engine.generation import GenerationConfig, ProposalContext
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel, machine_fingerprint
@@ -212,6 +221,26 @@ def test_cost_model_and_stats():
     for _ in range(100):
         stats.update("x", 1.0, 0.0)
     assert stats.rate("x") < 0.01 and stats.snapshot()["x"][1] == 10.0
+
+
+def test_a_bucketed_cost_curve_is_a_staircase(tmp_path):
+    """Where passes are padded to buckets (a GPU's graphs), the curve is timed at the buckets and a size
+    between two costs the larger; past the last bucket it goes on linearly. Kept through its cache file."""
+    assert bucket_sizes(DEFAULT_SIZES) == (1, 2, 4, 8, 16, 32, 64)
+    assert bucket_sizes((3, 100, 129, 500)) == (4, 128)  # past the largest bucket a pass runs unpadded
+    stairs = CostModel((1, 2, 4, 8), (1.0, 1.2, 1.5, 2.0), steps=True)
+    assert [stairs.cost(n) for n in (1, 3, 4, 5, 8)] == [1.0, 1.5, 1.5, 2.0, 2.0]
+    assert stairs.cost(12) == pytest.approx(2.5)  # linear past the last bucket
+    assert CostModel(stairs.sizes, stairs.seconds).cost(5) == pytest.approx(1.625)  # unpadded: interpolated
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1)
+    loaded = LoadedModel(LlamaForCausalLM(config).eval(), tokenizer=None, name="tiny/llama")
+    key = cost_key(loaded, stairs.sizes, 16)
+    save_costs(tmp_path, key, stairs)
+    assert load_costs(tmp_path, key) == stairs and load_costs(tmp_path, key).steps
+    save_costs(tmp_path, key, CostModel((1, 2), (1.0, 2.0)))
+    assert load_costs(tmp_path, key).steps is False
+    assert padded_sizes(loaded, DEFAULT_SIZES) is None  # on the CPU a pass runs at its own size
 
 
 def test_costs_are_measured_once_and_cached(tmp_path):

@@ -19,7 +19,7 @@ measurement of that model shares one KV memory and its sequence ids.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -32,7 +32,7 @@ from specdec.backends.timing_cache import contended, cost_file, cost_key, write_
 from specdec.backends.torch import explain as torch_explain
 from specdec.backends.torch.attention import AttentionPlan, resolve_plan
 from specdec.backends.torch.draft_runner import GraphedSequence
-from specdec.backends.torch.graphs import GraphedTarget
+from specdec.backends.torch.graphs import GraphedTarget, bucket_sizes
 from specdec.backends.torch.invariant import verifiable
 from specdec.backends.torch.packed import (
     PackedLinear,
@@ -56,10 +56,10 @@ from specdec.tree import DraftTree
 __all__ = [
     "load_model",
     # verifiers
-    "AttentionPlan", "Timed", "llamacpp_model", "verifier", "rows_of", "timing_target",
+    "AttentionPlan", "Timed", "llamacpp_model", "verifier", "rows_of", "timing_target", "padded_sizes",
     # capabilities
     "verifies_exactly", "verifies_on_int4", "verifiable_tree", "scores_every_position",
-    "sequence_runner", "verify_model", "pack_draft", "separable_head", "block_head_rows", "describe_path",
+    "sequence_runner", "draft_runner", "runs_graphed", "verify_model", "pack_draft", "separable_head", "block_head_rows", "describe_path",
     "path_line",
     # torch helpers for drafting, and the cost curves' cache (`timing_cache`), as they are
     "head_logits", "on_blocks", "top_tokens", "argmax_rows", "greedy_walk", "contended", "cost_file", "cost_key", "write_json_atomic",
@@ -133,6 +133,15 @@ def timing_target(loaded: LoadedModel) -> Timed:
     else:
         return TargetModel(verify_model(loaded), attention=None)
     return OneSequence(rows_of(target), target.config, target.device, target.max_length)
+
+
+def padded_sizes(loaded: LoadedModel, sizes: Sequence[int]) -> tuple[int, ...] | None:
+    """Where every verification pass of `loaded` runs padded to a bucket (a GPU's graphs, `torch.graphs`):
+    the buckets `sizes` fall in, the tree sizes the cost curve is to be timed at (a pass between two costs
+    the larger); None where a pass runs at its own size."""
+    if loaded.device.type != "cuda" or _VERIFIERS[loaded.backend] not in (_torch, _compiled):
+        return None
+    return bucket_sizes(sizes)
 
 
 # ------------------------------------------------------------------ capabilities

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import json
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -39,6 +40,7 @@ from specdec.backends.registry import (
     contended,
     cost_file,
     cost_key,
+    padded_sizes,
     sequence_runner,
     timing_target,
     write_json_atomic,
@@ -53,10 +55,13 @@ COSTS_SUBDIR = "costs"
 
 @dataclass(frozen=True)
 class CostModel:
-    """Forward-pass seconds at a few tree sizes; piecewise-linear in between, linear beyond."""
+    """Forward-pass seconds at a few tree sizes; piecewise-linear in between, linear beyond. With `steps`
+    (a GPU's graphs pad every pass to a bucket, and the sizes timed are the buckets), a size between two
+    costs what the larger does."""
 
     sizes: tuple[int, ...]
     seconds: tuple[float, ...]
+    steps: bool = False
 
     def __post_init__(self) -> None:
         if not self.sizes or len(self.sizes) != len(self.seconds):
@@ -70,6 +75,8 @@ class CostModel:
         sizes, secs = self.sizes, self.seconds
         if len(sizes) == 1 or num_nodes <= sizes[0]:
             return secs[0]
+        if self.steps and num_nodes <= sizes[-1]:
+            return secs[bisect_left(sizes, num_nodes)]
         for i in range(1, len(sizes)):
             if num_nodes <= sizes[i]:
                 return _line(sizes[i - 1], secs[i - 1], sizes[i], secs[i], num_nodes)
@@ -161,6 +168,8 @@ def load_or_measure(
     this run only (CPU only; a GPU is not shared that way).
     """
     folder = costs_folder(costs_dir)
+    buckets = padded_sizes(loaded, sizes)
+    sizes = sizes if buckets is None else buckets
     key = cost_key(loaded, sizes, context_len)
     cached = None if remeasure else load_costs(folder, key)
     if cached is not None:
@@ -168,6 +177,7 @@ def load_or_measure(
     target = timing_target(loaded)
     try:
         costs, cpu_share = _measure(target, sizes, repeats, context_len)
+        costs = replace(costs, steps=buckets is not None)
     finally:  # a target on batch rows holds a sequence (llama.cpp: its id and KV cells) until closed
         if hasattr(target, "close"):
             target.close()
@@ -186,14 +196,15 @@ def load_costs(folder: Path, key: dict) -> CostModel | None:
     try:
         saved = json.loads(cost_file(folder, key).read_text())
         if saved.get("key") == key:
-            return CostModel(tuple(saved["sizes"]), tuple(saved["seconds"]))
+            return CostModel(tuple(saved["sizes"]), tuple(saved["seconds"]), bool(saved.get("steps", False)))
     except (OSError, ValueError, KeyError, TypeError):
         pass
     return None
 
 
 def save_costs(folder: Path, key: dict, costs: CostModel) -> None:
-    record = {"key": key, "sizes": list(costs.sizes), "seconds": list(costs.seconds), "measured_at": time.time()}
+    record = {"key": key, "sizes": list(costs.sizes), "seconds": list(costs.seconds), "steps": costs.steps,
+              "measured_at": time.time()}
     write_json_atomic(cost_file(folder, key), record)
 
 

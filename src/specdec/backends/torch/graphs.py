@@ -94,6 +94,12 @@ def bucket(count: int) -> int:
     return 1 << (count - 1).bit_length()
 
 
+def bucket_sizes(sizes: Sequence[int]) -> tuple[int, ...]:
+    """The buckets (up to `MAX_NODES`) that passes of `sizes` nodes are padded to, ascending: where a cost
+    curve of graphed passes is timed (a pass between two buckets costs the larger)."""
+    return tuple(sorted({bucket(n) for n in sizes if bucket(n) <= MAX_NODES}))
+
+
 @dataclass
 class _Graph:
     """One captured pass: its input tensors, its outputs and the graph that reads and writes them."""
