@@ -252,8 +252,9 @@ def draft_pass_ms(loaded, prompt_ids: list[int], passes: int = 64) -> dict[str, 
     few warm-up passes (the graphs' captures)."""
     module = verify_model(loaded)
     device = next(module.parameters()).device
-    found = {}
-    for name, runner in (("draft_runner", draft_runner(module)), ("eager", sequence_runner(module))):
+    graphed = draft_runner(module)
+    found = {"draft_runner_kind": type(graphed).__name__}
+    for name, runner in (("draft_runner", graphed), ("eager", sequence_runner(module))):
         runner.reset()
         runner.append(prompt_ids, last_only=True)
         for token in prompt_ids[:8]:
@@ -264,7 +265,6 @@ def draft_pass_ms(loaded, prompt_ids: list[int], passes: int = 64) -> dict[str, 
             runner.append([token])
         torch.cuda.synchronize() if device.type == "cuda" else None
         found[name] = round(1e3 * (time.perf_counter() - start) / passes, 3)
-    found["draft_runner_kind"] = type(draft_runner(module)).__name__
     return found
 
 

@@ -7,7 +7,7 @@ graph). Run from the repository root, alone on the machine:
 
 from __future__ import annotations
 
-import time
+import timeit
 from types import SimpleNamespace
 
 import torch
@@ -26,12 +26,8 @@ def tree(nodes: int) -> DraftTree:
 
 def clock(call, reps: int = 300) -> float:  # noqa: ANN001
     """Microseconds a call, after 30 warm-up calls."""
-    for _ in range(30):
-        call()
-    start = time.perf_counter()
-    for _ in range(reps):
-        call()
-    return (time.perf_counter() - start) / reps * 1e6
+    timeit.timeit(call, number=30)
+    return timeit.timeit(call, number=reps) / reps * 1e6
 
 
 def main() -> None:

@@ -168,8 +168,7 @@ def load_or_measure(
     this run only (CPU only; a GPU is not shared that way).
     """
     folder = costs_folder(costs_dir)
-    buckets = padded_sizes(loaded, sizes)
-    sizes = sizes if buckets is None else buckets
+    sizes, steps = curve_sizes(loaded, sizes)
     key = cost_key(loaded, sizes, context_len)
     cached = None if remeasure else load_costs(folder, key)
     if cached is not None:
@@ -177,7 +176,7 @@ def load_or_measure(
     target = timing_target(loaded)
     try:
         costs, cpu_share = _measure(target, sizes, repeats, context_len)
-        costs = replace(costs, steps=buckets is not None)
+        costs = replace(costs, steps=steps)
     finally:  # a target on batch rows holds a sequence (llama.cpp: its id and KV cells) until closed
         if hasattr(target, "close"):
             target.close()
@@ -185,6 +184,13 @@ def load_or_measure(
         return costs  # timed while other work held the cores: good for this run, not for every later one
     save_costs(folder, key, costs)
     return costs
+
+
+def curve_sizes(loaded: LoadedModel, sizes: Sequence[int] = DEFAULT_SIZES) -> tuple[tuple[int, ...], bool]:
+    """The tree sizes `loaded`'s cost curve is timed at, and whether it is a staircase (`CostModel.steps`):
+    where every pass runs padded to a bucket (a GPU's graphs), the buckets `sizes` fall in."""
+    buckets = padded_sizes(loaded, sizes)
+    return (tuple(sizes), False) if buckets is None else (buckets, True)
 
 
 def costs_folder(costs_dir: str | Path | None = None) -> Path:

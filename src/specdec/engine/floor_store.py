@@ -25,7 +25,7 @@ import math
 from pathlib import Path
 
 from specdec.backends.registry import cost_file, cost_key, write_json_atomic
-from specdec.engine.costs import DEFAULT_CONTEXT, DEFAULT_SIZES, costs_folder
+from specdec.engine.costs import DEFAULT_CONTEXT, costs_folder, curve_sizes
 from specdec.engine.floor import Floor, FloorState, resumed
 from specdec.models import LoadedModel
 
@@ -62,7 +62,7 @@ class FloorStore:
 def remembered_floor(loaded: LoadedModel, folder: str | Path | None = None) -> Floor:
     """A floor that starts from, and keeps, what earlier processes learned for `loaded` on this machine
     (beside its cost curve in `folder`, the cache's costs folder by default)."""
-    key = cost_key(loaded, DEFAULT_SIZES, DEFAULT_CONTEXT)
+    key = cost_key(loaded, curve_sizes(loaded)[0], DEFAULT_CONTEXT)
     return Floor(store=FloorStore(cost_file(costs_folder(folder), key).with_suffix(".floor.json"), key))
 
 

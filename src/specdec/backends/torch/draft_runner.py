@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specdec.backends.torch.graphs import GraphedTarget
+from specdec.backends.torch.graphs import GraphedPass, GraphedTarget
 from specdec.backends.torch.rows import BatchedTarget
 from specdec.tree import DraftTree
 
@@ -52,10 +52,10 @@ class GraphedSequence:
         self.rows = BatchedTarget(target, graphed=target.graphed, prompt_bytes=0)
         self.model = model
         self.device = target.device
-        self.config = target.config
 
     @property
-    def graphed(self):  # noqa: ANN201 - graphs.GraphedPass: its `mode`, replays and eager passes
+    def graphed(self) -> GraphedPass:
+        """The pass its appends run on: its `mode`, replays and eager passes."""
         return self.rows.graphed
 
     @property
@@ -70,7 +70,7 @@ class GraphedSequence:
     def append(self, token_ids: Sequence[int] | torch.Tensor, last_only: bool = False) -> torch.Tensor:
         """Feed tokens after the sequence and keep them all; their logits [T, V] (the last position's,
         [1, V], with last_only, or for a sequence's first append: its prompt)."""
-        ids = torch.as_tensor(token_ids).tolist()
+        ids = token_ids.tolist() if isinstance(token_ids, torch.Tensor) else list(token_ids)
         if not ids:
             raise ValueError("cannot append an empty token sequence")
         if not self.rows.lengths:

@@ -46,6 +46,7 @@ from specdec.backends.compiled import graph_limit
 from specdec.backends.torch.batch_cache import BatchLayout
 from specdec.backends.torch.target import TargetModel
 from specdec.models.base import one_line
+from specdec.tree import DraftTree
 
 MAX_NODES = 128  # the largest tree a graph verifies; the paper's trees fit
 MAX_ROWS = 16
@@ -77,7 +78,7 @@ def capacity_mask(ancestry: torch.Tensor, starts: torch.Tensor, window: torch.Te
     return torch.where(allowed, zero, blocked)[:, None]
 
 
-def padded_ancestry(trees: Sequence, width: int) -> torch.Tensor:
+def padded_ancestry(trees: Sequence[DraftTree], width: int) -> torch.Tensor:
     """[B, width, width] bool: each tree's `ancestor_mask` in its top-left corner, a padding node its own
     ancestor only (`capacity_mask`'s input, made on the CPU: B x width^2 bytes)."""
     ancestry = torch.eye(width, dtype=torch.bool).repeat(len(trees), 1, 1)
