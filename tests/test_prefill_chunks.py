@@ -49,13 +49,16 @@ def prompts(default_model):
 
 @pytest.mark.parametrize("method", ["plain", "logitspec"])
 def test_a_chunked_row_and_the_rows_it_joined_equal_their_prompts_alone(engine, default_model, prompts, method):
-    short, long, _ = prompts
-    running_config, joining_config = GenerationConfig(max_new_tokens=30), GenerationConfig(max_new_tokens=10)
-    expected_running = engine.generate(short, parse_method(method).build(default_model), running_config)
+    _, long, _ = prompts
+    # a request with a long answer: a short one (18 tokens to its end) finished during the fill when
+    # logitspec accepted well, and the check below needs the running row still decoding
+    story = encode_prompt(default_model.tokenizer, "Tell me a long story about a dragon.", chat=True)
+    running_config, joining_config = GenerationConfig(max_new_tokens=80), GenerationConfig(max_new_tokens=10)
+    expected_running = engine.generate(story, parse_method(method).build(default_model), running_config)
     expected_joining = engine.generate(long, parse_method(method).build(default_model), joining_config)
 
     batch = engine.batch(None, max_batch=2, prefill_chunk=CHUNK)
-    running = batch.add(short, parse_method(method).build(default_model), running_config)
+    running = batch.add(story, parse_method(method).build(default_model), running_config)
     batch.step()
     joining = batch.add(long, parse_method(method).build(default_model), joining_config)
     assert joining.fill is not None and joining in batch.waiting and not joining.tokens
@@ -64,11 +67,13 @@ def test_a_chunked_row_and_the_rows_it_joined_equal_their_prompts_alone(engine, 
         emitted = len(running.tokens)
         batch.step()
         steps_waiting += 1
+        assert not running.finished
         assert len(running.tokens) > emitted  # the running row decoded in the same step
     assert steps_waiting == math.ceil(len(long) / CHUNK)
     batch.run()
     assert joining.output.token_ids == expected_joining.token_ids
     assert running.output.token_ids == expected_running.token_ids
+    assert len(expected_running.token_ids) == 80  # it never came near its end while the other row waited
 
 
 def test_chunked_entries_equal_one_piece_entries(default_model, engine, prompts):
