@@ -56,7 +56,7 @@ from specdec.engine.accept import (
     draw_next,
     point_mass_rows,
 )
-from specdec.engine.uniforms import Chance, PositionUniforms, draw
+from specdec.engine.uniforms import Chance, PositionUniforms, draw, draw_rows
 from specdec.sampling import SamplingParams, logits_to_probs, make_generator
 from specdec.tree import DraftTree
 
@@ -429,6 +429,36 @@ def test_greedy_on_one_transfer_walks_as_the_cpu_path() -> None:
         assert accept_greedy(tree, logits, one_transfer=True) == accept_greedy(tree, logits, one_transfer=False)
     ties = torch.tensor([[0.0, 3.0, 3.0, 1.0], [2.0, 0.0, 2.0, 0.0]]).bfloat16()
     assert accept_greedy(DraftTree.chain(0, [1]), ties, one_transfer=True).tokens == [1, 0]
+
+
+@pytest.mark.parametrize("by_position", [True, False], ids=["position-uniforms", "node-uniforms"])
+def test_sampled_one_transfer_walks_as_the_cpu_path(by_position: bool) -> None:
+    """The accelerator's deterministic walk (every node drawn at once, one transfer), on CPU tensors: with the
+    same seed, the same path, tokens and uniforms spent as the CPU's row-by-row walk, so it inherits that
+    walk's exact distribution checks; top-k and top-p rows (zeros in the CDF) included."""
+    data = torch.Generator().manual_seed(3)
+    settings = [SamplingParams(temperature=0.8, seed=0), SamplingParams(temperature=1.3, top_k=3, top_p=0.9, seed=0)]
+    deep = 0
+    for case in range(200):
+        params = settings[case % 2]
+        tree, logits = _random_case(data, 12, 5, with_draft_probs=False)
+        results = []
+        for one_transfer in (True, False):
+            generator = torch.Generator().manual_seed(case)
+            positions = PositionUniforms(generator) if by_position else None
+            result = accept(tree, logits, params, generator, positions, one_transfer=one_transfer)
+            results.append((result, positions.position if positions else float(torch.rand(1, generator=generator))))
+        assert results[0] == results[1]
+        deep += results[0][0].num_accepted > 1
+    assert deep > 5  # some walks went past the first two drafts
+
+
+def test_draw_rows_draws_each_row_as_draw_does() -> None:
+    probs = torch.tensor([[0.2, 0.3, 0.5, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 0.0], [0.1, 0.1, 0.1, 0.1, 0.6]])
+    for u in (0.0, 0.19999, 0.2, 0.5, 0.99999, 1 - 2**-53):
+        uniforms = torch.full((3,), u, dtype=torch.float64)
+        assert draw_rows(probs, uniforms).tolist() == [draw(row, u) for row in probs]
+    assert draw_rows(probs, torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64)).tolist() == [2, 2, 4]  # overflow
 
 
 def test_greedy_dispatch_needs_no_generator() -> None:

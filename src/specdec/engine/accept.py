@@ -79,13 +79,14 @@ the later siblings rely on (the token leaving the node is distributed as r).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from specdec.backends.registry import argmax_rows, greedy_walk
 from specdec.engine.spectr import KSequential, expanded_twin, sibling_groups
-from specdec.engine.uniforms import Chance, PositionUniforms, draw
+from specdec.engine.uniforms import Chance, PositionUniforms, draw, draw_rows
 from specdec.sampling import SamplingParams, logits_to_probs
 from specdec.tree import DraftTree
 
@@ -245,21 +246,59 @@ def accept_deterministic(
     was emitted; None: one uniform per node.
     """
     _check_rows(tree, target_probs, "target_probs")
-    if positions is None:
-        return _deterministic_walk(tree, _TargetRows(target_probs), _chance(tree, generator, target_probs.device))
-    acceptance = _deterministic_walk(tree, _TargetRows(target_probs), Chance.by_output_position(positions))
-    positions.advance(len(acceptance.tokens))
+    drawn = _drawn_on_the_path(tree, _TargetRows(target_probs), generator, positions)
+    acceptance = _deterministic_walk(tree, drawn)
+    if positions is not None:
+        positions.advance(len(acceptance.tokens))
     return acceptance
 
 
-def _deterministic_walk(tree: DraftTree, rows: _TargetRows, chance: Chance) -> Acceptance:
+def _drawn_on_the_path(
+    tree: DraftTree,
+    rows: _TargetRows,
+    generator: torch.Generator | Chance | None,
+    positions: PositionUniforms | None,
+) -> Callable[[int, int], int]:
+    """(node, depth) -> the target's draw there, each row made and drawn when the walk reaches it (CPU)."""
+    chance = _chance(tree, generator, rows.device) if positions is None else Chance.by_output_position(positions)
+    return lambda node, depth: chance.draw(depth if chance.by_position else node, rows[node])
+
+
+def drawn_at_every_node(
+    tree: DraftTree,
+    target_logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    positions: PositionUniforms | None = None,
+) -> list[int]:
+    """[N] the target's draw at every node at once, with the uniform the walk would give it: one transfer.
+
+    The accelerator's deterministic walk: every row's probabilities, CDF and inverse-CDF draw
+    run as one batch on the device and only the N tokens come back, where the walk on the
+    path draws row by row and waits for each (a sync per emitted token). Node n draws with
+    its depth's output-position uniform (positions given) or the n-th of N uniforms from the
+    generator (the same values `Chance.per_node` takes), so the walk over these tokens emits
+    what the row-by-row walk emits. Rows off the path are computed for nothing: cheap on an
+    accelerator, ~N times the path's work on a CPU, which keeps the row-by-row walk.
+    """
+    device, num_nodes = target_logits.device, tree.num_nodes
+    if positions is None:
+        uniforms = torch.rand(num_nodes, generator=generator, device=device, dtype=torch.float64)
+    else:
+        at_depth = [positions.at(depth) for depth in range(tree.max_depth + 1)]
+        uniforms = torch.tensor(at_depth, dtype=torch.float64).to(device)[tree.depths.to(device)]
+    return draw_rows(logits_to_probs(target_logits, params), uniforms).tolist()  # the only sync
+
+
+def _deterministic_walk(tree: DraftTree, drawn: Callable[[int, int], int]) -> Acceptance:
+    """Follow the child whose token is the target's draw at each node; drawn(node, depth) gives that draw."""
     tokens, children = tree.token_list, tree.children
     node, path, emitted = 0, [0], []
     while True:
-        drawn = chance.draw(len(emitted) if chance.by_position else node, rows[node])
-        emitted.append(drawn)
+        want = drawn(node, len(emitted))
+        emitted.append(want)
         for child in children[node]:
-            if tokens[child] == drawn:
+            if tokens[child] == want:
                 break
         else:
             return Acceptance(path, emitted)
@@ -359,6 +398,7 @@ def accept(
     generator: torch.Generator | None,
     positions: PositionUniforms | None = None,
     multi_draft: str = "specinfer",
+    one_transfer: bool | None = None,
 ) -> Acceptance:
     """Pick the rule: greedy; else deterministic drafts, or rejection sampling (chain or tree).
 
@@ -369,20 +409,26 @@ def accept(
     logits_to_probs runs only on the rows the walk reaches. positions: the request's
     uniforms by output position (deterministic drafts draw with them; rejection
     sampling draws from `generator` and only moves them past what it emitted).
+    one_transfer (default: on an accelerator): greedy and deterministic drafts decide every
+    node on the device and bring the step's tokens back in one transfer. Rejection
+    sampling still walks node by node (its residuals depend on the rejections before).
     """
     if multi_draft not in MULTI_DRAFT_RULES:
         raise ValueError(f"multi_draft must be one of {', '.join(MULTI_DRAFT_RULES)}, got {multi_draft!r}")
+    if one_transfer is None:
+        one_transfer = target_logits.device.type != "cpu"
     if params.greedy:
-        acceptance = accept_greedy(tree, target_logits)
+        acceptance = accept_greedy(tree, target_logits, one_transfer)
     else:
         _check_rows(tree, target_logits, "target_logits")
         rows = _TargetRows(target_logits, params)
         if tree.draft_probs is not None:
             acceptance = _rejection_walk(tree, rows, _chance(tree, generator, rows.device), multi_draft)
-        elif positions is not None:
-            acceptance = _deterministic_walk(tree, rows, Chance.by_output_position(positions))
+        elif one_transfer:
+            drawn = drawn_at_every_node(tree, target_logits, params, generator, positions)
+            acceptance = _deterministic_walk(tree, lambda node, _depth: drawn[node])
         else:
-            acceptance = _deterministic_walk(tree, rows, _chance(tree, generator, rows.device))
+            acceptance = _deterministic_walk(tree, _drawn_on_the_path(tree, rows, generator, positions))
     if positions is not None:
         positions.advance(len(acceptance.tokens))
     return acceptance

@@ -72,6 +72,19 @@ def draw(probs: torch.Tensor, uniform: float) -> int:
     return index
 
 
+def draw_rows(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """`draw` on every row at once: probs [N, V], uniforms [N] float64 -> [N] int64, on their device.
+
+    Row by row the same arithmetic as `draw` (float64 CDF, searchsorted, the same overflow
+    rule), so a row drawn here and on its own with the same uniform gives the same token.
+    """
+    cdf = probs.cumsum(-1, dtype=torch.float64)  # [N, V]
+    index = torch.searchsorted(cdf, cdf[:, -1:] * uniforms[:, None], right=True)[:, 0]  # [N]
+    vocab_size = probs.shape[-1]
+    last_with_mass = vocab_size - 1 - (probs.flip(-1) > 0).int().argmax(-1)  # [N]
+    return torch.where(index < vocab_size, index, last_with_mass)
+
+
 class Chance:
     """A step's random choices, each made with the uniform of its key (used once per step).
 
