@@ -127,7 +127,7 @@ def load_model(
     if isinstance(name_or_path, ModelSpec):
         spec = name_or_path
         return load_model(spec.name, dtype=spec.dtype, device=spec.device, cache_dir=spec.cache_dir,
-                          pack=spec.pack, exact=spec.exact, backend=spec.backend)
+                          pack=spec.pack, exact=spec.exact, backend=spec.backend, fused_bf16=fused_bf16)
     check_pack(pack)
     check_exact(exact)
     check_backend(backend)
