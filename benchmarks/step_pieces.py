@@ -25,7 +25,7 @@ from specdec.engine import verify as V  # noqa: E402
 from specdec.engine.floor import Floor  # noqa: E402
 from specdec.engine.generation import GenerationConfig  # noqa: E402
 from specdec.engine.loop import Engine  # noqa: E402
-from specdec.models import load_model  # noqa: E402
+from specdec.backends.registry import load_model  # noqa: E402  (the default path: the backend picks dtype and pass)
 from specdec.prompts import encode_prompt  # noqa: E402
 from specdec.proposers import parse_method  # noqa: E402
 
