@@ -17,6 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, os.environ.get("SRC", "src"))
+from specdec.backends.registry import load_model  # noqa: E402  (the default path: the backend picks dtype and pass)
 from specdec.backends.torch import rows as R  # noqa: E402
 from specdec.data import load_questions  # noqa: E402
 from specdec.engine import batch as L  # noqa: E402
@@ -25,7 +26,6 @@ from specdec.engine import verify as V  # noqa: E402
 from specdec.engine.floor import Floor  # noqa: E402
 from specdec.engine.generation import GenerationConfig  # noqa: E402
 from specdec.engine.loop import Engine  # noqa: E402
-from specdec.backends.registry import load_model  # noqa: E402  (the default path: the backend picks dtype and pass)
 from specdec.prompts import encode_prompt  # noqa: E402
 from specdec.proposers import parse_method  # noqa: E402
 
