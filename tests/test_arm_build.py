@@ -103,13 +103,14 @@ def _portable_outputs(folder: Path, arm: bool, flags: list[str]) -> str:
     assert built.returncode == 0, built.stderr[-2000:]
     ran = subprocess.run([QEMU, "-cpu", "max", str(binary)] if arm else [str(binary)], capture_output=True,
                          text=True, timeout=300)  # fmt: skip
-    assert ran.returncode == 0 and "refused" not in ran.stdout, ran.stdout + ran.stderr
+    assert ran.returncode == 0 and "refused" not in ran.stdout and "differ" not in ran.stdout, ran.stdout + ran.stderr
     return ran.stdout
 
 
 @pytest.mark.skipif(shutil.which(QEMU) is None or shutil.which("g++") is None, reason=f"no {QEMU} or g++")
 def test_the_portable_steps_give_this_machines_bits_on_arm(tmp_path):
-    """RMS norm, the residual add, rotary, SiLU-gate and tree attention (1-1500 keys, heads of 64 and 128) give the
+    """RMS norm, the residual add, rotary, SiLU-gate and tree attention (1-1500 keys, heads of 64 and 128; three query
+    heads together give each head's bits alone) give the
     same bf16 bits built for aarch64 as for x86-64, with the extension's flags; the control: built with
     -ffast-math for Arm (sums reordered, the exp approximated), some outputs change."""
     here = _portable_outputs(tmp_path, False, EXTENSION_FLAGS)

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "attention_job.h"
@@ -67,15 +68,20 @@ int main() {
       std::vector<int64_t> tail = {keys - 1, 0, 0, 0, keys - 1, keys > 2 ? keys - 2 : 0, 0, 0};
       if (keys <= 2) tail[4] = keys - 1;
       std::vector<c10::BFloat16> all;
-      std::vector<float> scores(keys + L);
+      std::vector<float> scores(H * (keys + L));
       for (int block = 0; block < 16; ++block) {  // new queries over the same keys
         auto query = values(H * T * dim);
         std::vector<c10::BFloat16> out(T * H * dim);
         specdec::AttentionJob job{query.data(), key.data(), value.data(), start.data(), tail.data(), count.data(),
                                   out.data(), 1, H, 1, T, keys, L, dim, keys * dim, keys * dim, 0.125f};
+        for (int64_t t = 0; t < T; ++t)  // the three heads together, then each alone: the same bits
+          if (!portable::attend_heads(job, 0, 0, H, t, scores.data())) std::printf("attend refused %lld\n", (long long)keys);
+        const std::vector<c10::BFloat16> together = out;
         for (int64_t t = 0; t < T; ++t)
           for (int64_t h = 0; h < H; ++h)
-            if (!portable::attend_row(job, 0, h, t, scores.data())) std::printf("attend refused %lld\n", (long long)keys);
+            if (!portable::attend_heads(job, 0, h, 1, t, scores.data())) std::printf("attend refused %lld\n", (long long)keys);
+        if (std::memcmp(together.data(), out.data(), out.size() * sizeof(out[0])) != 0)
+          std::printf("attend heads together differ %lld\n", (long long)keys);
         all.insert(all.end(), out.begin(), out.end());
       }
       print(dim == 64 ? "attend64" : "attend128", keys, all);

@@ -116,7 +116,9 @@ struct LayerOps {
   void (*rotate)(const c10::BFloat16* x, const c10::BFloat16* cos, const c10::BFloat16* sin, c10::BFloat16* out,
                  int64_t dim);
   void (*silu_mul)(const c10::BFloat16* gate, const c10::BFloat16* up, c10::BFloat16* out, int64_t n);
-  bool (*attend_row)(const AttentionJob& job, int64_t b, int64_t h, int64_t t, float* scores);
+  // query heads h0 .. h0 + heads - 1 (one key head's, heads <= most_heads) of row (b, t); scores >= heads * n
+  bool (*attend_heads)(const AttentionJob& job, int64_t b, int64_t h0, int64_t heads, int64_t t, float* scores);
+  int64_t most_heads;
 };
 const LayerOps& portable_ops();
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels.h"
 
@@ -33,13 +34,14 @@ const LayerOps& portable_ops() {
 #if defined(__x86_64__)
     if (avx2_allowed()) {
       namespace p = portable_avx2;
-      return LayerOps{"avx2", p::rms_norm_row, p::add, p::rotate, p::silu_mul, p::attend_row};
+      return LayerOps{"avx2", p::rms_norm_row, p::add, p::rotate, p::silu_mul, p::attend_heads, p::kMaxHeads};
     }
 #endif
     namespace p = portable_scalar;
     // on Arm the compiler vectorizes the same loops with NEON (every aarch64 CPU has it), in the same order
     const bool neon = SPECDEC_ARM && isa_allowed(Isa::kAvx2);
-    return LayerOps{neon ? "neon" : "scalar", p::rms_norm_row, p::add, p::rotate, p::silu_mul, p::attend_row};
+    return LayerOps{neon ? "neon" : "scalar", p::rms_norm_row, p::add, p::rotate, p::silu_mul, p::attend_heads,
+                    p::kMaxHeads};
   }();
   return ops;
 }

@@ -39,6 +39,14 @@
 
 namespace {
 
+// Query heads run together: as many of a key head's as divide its count, up to `most` (what the registers or the
+// row's buffers hold), and 1 where fewer items than that would leave a thread idle.
+int64_t heads_together(int64_t most, int64_t group, int64_t items_alone, int64_t threads) {
+  for (int64_t c = std::min(most, group); c > 1; --c)
+    if (group % c == 0 && items_alone / c >= 2 * threads) return c;
+  return 1;
+}
+
 // Head sizes this kernel takes (SmolLM2, Llama 3.2 1B: 64; Qwen2.5 1.5B, Llama 3 8B: 128): D / 32 zmm of query.
 bool takes_dim(int64_t dim) { return dim == 64 || dim == 128; }
 
@@ -220,15 +228,6 @@ TA_AVX512 bool heads_of_row(const Job& j, int64_t b, int64_t h0, int64_t t, floa
   return true;
 }
 
-// Query heads run together: as many of a key head's as divide its count, up to what the registers hold
-// (kHeads * 2 * D / 16 accumulators), and 1 where fewer items than that would leave a thread idle.
-int64_t heads_together(int64_t dim, int64_t group, int64_t items_alone, int64_t threads) {
-  const int64_t most = dim == 64 ? 3 : 2;
-  for (int64_t c = std::min(most, group); c > 1; --c)
-    if (group % c == 0 && items_alone / c >= 2 * threads) return c;
-  return 1;
-}
-
 template <int64_t kDim>
 bool run_heads(const Job& j, int64_t heads, int64_t b, int64_t h0, int64_t t, float* scores, uint16_t* probs,
                int64_t stride) {
@@ -307,20 +306,23 @@ bool attend(const AttentionJob& j) { return amx_attention_takes(j) ? attend_amx(
 // The AVX-512 BF16 steps, or the portable ones where they do not run.
 bool attend_vector(const AttentionJob& j) {
   const int64_t longest = j.S + j.L + 16;
-  if (!runs_here()) {  // one (b, t, head) an item, as one row alone would run it
+  if (!runs_here()) {  // one (b, t, key head's chunk of query heads) an item, each head as it would run alone
     const LayerOps& ops = portable_ops();
+    const int64_t together = heads_together(ops.most_heads, j.H / j.KV, j.B * j.H * j.T, at::get_num_threads());
+    const int64_t chunks = j.H / together;
     std::atomic<bool> bad{false};
-    at::parallel_for(0, j.B * j.T * j.H, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> scores(longest);
+    at::parallel_for(0, j.B * j.T * chunks, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> scores(together * longest);
       for (int64_t item = begin; item < end; ++item) {
-        const int64_t h = item % j.H, t = (item / j.H) % j.T, b = item / (j.H * j.T);
-        if (!ops.attend_row(j, b, h, t, scores.data())) bad = true;
+        const int64_t h0 = item % chunks * together, t = (item / chunks) % j.T, b = item / (chunks * j.T);
+        if (!ops.attend_heads(j, b, h0, together, t, scores.data())) bad = true;
       }
     });
     return !bad;
   }
 #if SPECDEC_X86
-  const int64_t together = heads_together(j.D, j.H / j.KV, j.B * j.H * j.T, at::get_num_threads());
+  // the most heads' accumulators (kHeads * 2 * D / 16) the registers hold
+  const int64_t together = heads_together(j.D == 64 ? 3 : 2, j.H / j.KV, j.B * j.H * j.T, at::get_num_threads());
   const int64_t chunks = j.H / together;  // items: (b, chunk of query heads, t)
   std::atomic<bool> bad{false};
   at::parallel_for(0, j.B * chunks * j.T, 1, [&](int64_t begin, int64_t end) {
