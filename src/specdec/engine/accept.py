@@ -85,13 +85,18 @@ from dataclasses import dataclass
 import torch
 
 from specdec.backends.registry import argmax_rows, greedy_walk
+from specdec.engine.decide import (
+    RESIDUAL_EPS,
+    argmax_at_every_node,
+    chain_outcomes,
+    drawn_at_every_node,
+    walk_chain,
+)
 from specdec.engine.spectr import KSequential, expanded_twin, sibling_groups
-from specdec.engine.uniforms import Chance, PositionUniforms, draw, draw_rows
+from specdec.engine.uniforms import Chance, PositionUniforms, draw
 from specdec.sampling import SamplingParams, logits_to_probs
 from specdec.tree import DraftTree
 
-# Below this residual mass a rejection is a rounding artefact (see module docstring).
-RESIDUAL_EPS = 1e-6
 MULTI_DRAFT_RULES = ("specinfer", "spectr")  # how drawn siblings are verified (`accept`'s multi_draft)
 
 
@@ -198,12 +203,11 @@ def accept_greedy(tree: DraftTree, target_logits: torch.Tensor, one_transfer: bo
     Ties go to the lowest token id in all three, as in plain greedy decoding.
     """
     _check_rows(tree, target_logits, "target_logits")
-    tokens = tree.token_list
     if one_transfer is None:
         one_transfer = target_logits.device.type != "cpu"
     if not one_transfer:
         rows = target_logits.detach()
-        walked = greedy_walk(rows, tokens, tree.parent_list)  # the walk below, in one kernel call
+        walked = greedy_walk(rows, tree.token_list, tree.parent_list)  # the walk below, in one kernel call
         if walked is not None:
             return Acceptance(*walked)
 
@@ -212,19 +216,9 @@ def accept_greedy(tree: DraftTree, target_logits: torch.Tensor, one_transfer: bo
             return kernel[0] if kernel is not None else int(rows[node].float().numpy().argmax())
 
     else:
-        best = target_logits.argmax(-1).tolist().__getitem__  # [N] -> list: the only sync
-    children = tree.children
-    node, path, emitted = 0, [0], []
-    while True:
-        want = best(node)
-        emitted.append(want)
-        for child in children[node]:
-            if tokens[child] == want:
-                break
-        else:  # no child is the argmax (or a leaf): the argmax is the bonus / correction
-            return Acceptance(path, emitted)
-        node = child
-        path.append(node)
+        best = argmax_at_every_node(target_logits).tolist().__getitem__  # [N] -> list: the only sync
+    # no child is the argmax (or a leaf): the argmax is the bonus / correction
+    return _deterministic_walk(tree, lambda node, _depth: best(node))
 
 
 def accept_deterministic(
@@ -262,32 +256,6 @@ def _drawn_on_the_path(
     """(node, depth) -> the target's draw there, each row made and drawn when the walk reaches it (CPU)."""
     chance = _chance(tree, generator, rows.device) if positions is None else Chance.by_output_position(positions)
     return lambda node, depth: chance.draw(depth if chance.by_position else node, rows[node])
-
-
-def drawn_at_every_node(
-    tree: DraftTree,
-    target_logits: torch.Tensor,
-    params: SamplingParams,
-    generator: torch.Generator | None,
-    positions: PositionUniforms | None = None,
-) -> list[int]:
-    """[N] the target's draw at every node at once, with the uniform the walk would give it: one transfer.
-
-    The accelerator's deterministic walk: every row's probabilities, CDF and inverse-CDF draw
-    run as one batch on the device and only the N tokens come back, where the walk on the
-    path draws row by row and waits for each (a sync per emitted token). Node n draws with
-    its depth's output-position uniform (positions given) or the n-th of N uniforms from the
-    generator (the same values `Chance.per_node` takes), so the walk over these tokens emits
-    what the row-by-row walk emits. Rows off the path are computed for nothing: cheap on an
-    accelerator, ~N times the path's work on a CPU, which keeps the row-by-row walk.
-    """
-    device, num_nodes = target_logits.device, tree.num_nodes
-    if positions is None:
-        uniforms = torch.rand(num_nodes, generator=generator, device=device, dtype=torch.float64)
-    else:
-        at_depth = [positions.at(depth) for depth in range(tree.max_depth + 1)]
-        uniforms = torch.tensor(at_depth, dtype=torch.float64).to(device)[tree.depths.to(device)]
-    return draw_rows(logits_to_probs(target_logits, params), uniforms).tolist()  # the only sync
 
 
 def _deterministic_walk(tree: DraftTree, drawn: Callable[[int, int], int]) -> Acceptance:
@@ -409,26 +377,58 @@ def accept(
     logits_to_probs runs only on the rows the walk reaches. positions: the request's
     uniforms by output position (deterministic drafts draw with them; rejection
     sampling draws from `generator` and only moves them past what it emitted).
-    one_transfer (default: on an accelerator): greedy and deterministic drafts decide every
-    node on the device and bring the step's tokens back in one transfer. Rejection
-    sampling still walks node by node (its residuals depend on the rejections before).
+    one_transfer (default: on an accelerator): every node decided on the device and the
+    step's decisions brought back in one transfer (`decide`); drawn siblings in a tree
+    still walk node by node (their residuals depend on the rejections before).
     """
     if multi_draft not in MULTI_DRAFT_RULES:
         raise ValueError(f"multi_draft must be one of {', '.join(MULTI_DRAFT_RULES)}, got {multi_draft!r}")
     if one_transfer is None:
         one_transfer = target_logits.device.type != "cpu"
+    decided = decide(tree, target_logits, params, generator, positions) if one_transfer else None
+    if decided is not None:
+        return accept_decided(tree, decided.tolist(), params, positions)  # the step's one sync
     if params.greedy:
-        acceptance = accept_greedy(tree, target_logits, one_transfer)
+        acceptance = accept_greedy(tree, target_logits, one_transfer=False)
     else:
-        _check_rows(tree, target_logits, "target_logits")
         rows = _TargetRows(target_logits, params)
         if tree.draft_probs is not None:
             acceptance = _rejection_walk(tree, rows, _chance(tree, generator, rows.device), multi_draft)
-        elif one_transfer:
-            drawn = drawn_at_every_node(tree, target_logits, params, generator, positions)
-            acceptance = _deterministic_walk(tree, lambda node, _depth: drawn[node])
         else:
             acceptance = _deterministic_walk(tree, _drawn_on_the_path(tree, rows, generator, positions))
+    if positions is not None:
+        positions.advance(len(acceptance.tokens))
+    return acceptance
+
+
+def decide(
+    tree: DraftTree,
+    target_logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    positions: PositionUniforms | None = None,
+) -> torch.Tensor | None:
+    """Every node's decision for `accept`'s rule, on the device, not yet read back (`specdec.engine.decide`):
+    the argmax (greedy), the target's draw (deterministic drafts) or a chain's tests and final tokens
+    (speculative sampling); None for drawn siblings in a tree, which walk node by node.
+    Read it back (with other rows' decisions, in one transfer) and walk it with `accept_decided`."""
+    _check_rows(tree, target_logits, "target_logits")
+    if params.greedy:
+        return argmax_at_every_node(target_logits)
+    if tree.draft_probs is None:
+        return drawn_at_every_node(tree, target_logits, params, generator, positions)
+    return chain_outcomes(tree, target_logits, params, generator) if _is_chain(tree) else None
+
+
+def accept_decided(
+    tree: DraftTree, decided: list[int], params: SamplingParams, positions: PositionUniforms | None = None
+) -> Acceptance:
+    """The acceptance walked over `decide`'s values, read back; moves positions past what it emitted."""
+    if params.greedy or tree.draft_probs is None:
+        acceptance = _deterministic_walk(tree, lambda node, _depth: decided[node])
+    else:
+        path, final = walk_chain(tree.num_nodes, decided)
+        acceptance = Acceptance(path, [tree.token_list[i] for i in path[1:]] + [final])
     if positions is not None:
         positions.advance(len(acceptance.tokens))
     return acceptance

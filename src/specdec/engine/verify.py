@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specdec.engine.accept import accept
+from specdec.engine.accept import Acceptance, accept, accept_decided, decide
 from specdec.engine.uniforms import PositionUniforms
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
@@ -59,12 +59,50 @@ class VerifyResult:
         return len(self.path) - 1
 
 
-def verify(target: Rows, trees: Sequence[DraftTree], draws: Sequence[Draws]) -> list[VerifyResult]:
-    """trees[b], draws[b]: row b's tree and draws -> row b's result, its accepted path committed."""
+def verify(
+    target: Rows, trees: Sequence[DraftTree], draws: Sequence[Draws], one_transfer: bool | None = None
+) -> list[VerifyResult]:
+    """trees[b], draws[b]: row b's tree and draws -> row b's result, its accepted path committed.
+
+    one_transfer (default: on an accelerator): every row's nodes decided on the device and read back
+    together, the step's one sync (`accept.decide`); else each row walks its own path (the CPU's lazy walk).
+    """
     passes = target.verify_trees(trees)  # per row: logits [n_b, V], features; one forward pass
-    results = []
-    for tree, (target_logits, features), row in zip(trees, passes, draws, strict=True):
-        acceptance = accept(tree, target_logits, row.sampling, row.generator, row.positions, row.multi_draft)
-        results.append(VerifyResult(acceptance.tokens, acceptance.path, target_logits, tree, features))
+    logits = [target_logits for target_logits, _ in passes]
+    if one_transfer is None:
+        one_transfer = bool(logits) and logits[0].device.type != "cpu"
+    if one_transfer:
+        acceptances = _accept_together(trees, logits, draws)
+    else:
+        acceptances = [
+            accept(tree, rows, row.sampling, row.generator, row.positions, row.multi_draft, one_transfer=False)
+            for tree, rows, row in zip(trees, logits, draws, strict=True)
+        ]
+    results = [
+        VerifyResult(acceptance.tokens, acceptance.path, rows, tree, features)
+        for acceptance, tree, rows, (_, features) in zip(acceptances, trees, logits, passes, strict=True)
+    ]
     target.commit([result.path for result in results])
     return results
+
+
+def _accept_together(
+    trees: Sequence[DraftTree], logits: Sequence[torch.Tensor], draws: Sequence[Draws]
+) -> list[Acceptance]:
+    """Every row's acceptance from one transfer of every row's decisions; a row of drawn siblings (which
+    `decide` leaves to the walk) walks on its own after it. Each row draws from its own generator, so the
+    order rows decide in changes nothing."""
+    decided = [
+        decide(tree, rows, row.sampling, row.generator, row.positions)
+        for tree, rows, row in zip(trees, logits, draws, strict=True)
+    ]
+    together = [values for values in decided if values is not None]
+    flat = torch.cat(together).tolist() if together else []  # the one sync
+    acceptances, at = [], 0
+    for tree, rows, row, values in zip(trees, logits, draws, decided, strict=True):
+        if values is None:
+            acceptances.append(accept(tree, rows, row.sampling, row.generator, row.positions, row.multi_draft))
+            continue
+        acceptances.append(accept_decided(tree, flat[at : at + values.numel()], row.sampling, row.positions))
+        at += values.numel()
+    return acceptances

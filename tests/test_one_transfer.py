@@ -1,0 +1,146 @@
+"""Acceptance decided on the device and read back once (`specdec.engine.decide`), run on CPU tensors.
+
+An accelerator decides every node at once (argmax, the target's draw, a chain's tests and
+final tokens) and brings a step's decisions back in one transfer, for one row (`accept`'s
+one_transfer) or every row of a batched step (`verify`). These tests run that path on the
+CPU, where the engine walks row by row, and check that it walks as the CPU does with the
+same seed (path, tokens and uniforms spent), so it inherits the CPU rules' exact
+distribution checks; speculative sampling's chain is also checked by distribution on its
+own, with a broken variant that the same check catches.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from distribution import CHAIN, PARAMS_A, PARAMS_B, PLAIN, SCENARIOS, Scenario, check
+from helpers import tiny_llama
+
+from specdec.backends.torch.rows import BatchedTarget
+from specdec.backends.torch.target import TargetModel
+from specdec.engine.accept import Acceptance, accept, accept_decided, decide
+from specdec.engine.decide import chain_outcomes, walk_chain
+from specdec.engine.uniforms import PositionUniforms
+from specdec.engine.verify import Draws, verify
+from specdec.sampling import SamplingParams
+from specdec.tree import DraftTree
+
+
+def _random_chain(data: torch.Generator, max_nodes: int, vocab_size: int) -> tuple[DraftTree, torch.Tensor]:
+    """A chain with draft rows (top-k-like zeros in some) and target logits over a small vocabulary, its
+    draft tokens often the target's likely ones, so walks go deep."""
+    num_nodes = int(torch.randint(1, max_nodes + 1, (1,), generator=data))
+    logits = 2 * torch.randn(num_nodes, vocab_size, generator=data)
+    parents = torch.cat([logits[:1], logits[:-1]])  # draft row c guesses what target row c - 1 gives
+    draft = (parents + 0.5 * torch.randn(num_nodes, vocab_size, generator=data)).softmax(-1)
+    if int(torch.randint(0, 2, (1,), generator=data)):
+        draft = draft * (draft >= draft.topk(2, -1).values[:, -1:])  # zeros in the draft rows
+        draft = draft / draft.sum(-1, keepdim=True)
+    tokens = [int(torch.multinomial(draft[i], 1, generator=data)) for i in range(num_nodes)]
+    return DraftTree.chain(tokens[0], tokens[1:], draft), logits
+
+
+@pytest.mark.parametrize("rule", ["specinfer", "spectr"])
+def test_chain_in_one_transfer_walks_as_the_cpu_path(rule: str) -> None:
+    """Speculative sampling's chain decided at once: the rejection walk's path, tokens and uniforms spent,
+    over 300 random chains with temperature, top-k and top-p (residuals of zero mass included)."""
+    data = torch.Generator().manual_seed(5)
+    settings = [PLAIN, PARAMS_A, PARAMS_B, SamplingParams(temperature=0.5, top_k=1)]
+    deep = full = 0
+    for case in range(300):
+        params = settings[case % len(settings)]
+        chain, logits = _random_chain(data, 7, 6)
+        results = []
+        for one_transfer in (True, False):
+            generator = torch.Generator().manual_seed(case)
+            positions = PositionUniforms(generator)
+            result = accept(chain, logits, params, generator, positions, rule, one_transfer=one_transfer)
+            results.append((result, positions.position, float(torch.rand(1, generator=generator))))
+        assert results[0] == results[1]
+        deep += results[0][0].num_accepted > 1
+        full += results[0][0].num_accepted == chain.num_nodes - 1 > 0
+    print(f"{deep} walks past two drafts, {full} whole chains")
+    assert deep > 30 and full > 30  # deep walks, and whole chains ending in a bonus token
+
+
+def test_walk_chain_stops_at_the_first_failed_test() -> None:
+    assert walk_chain(4, [1, 0, 1, 10, 11, 12, 13]) == ([0, 1], 11)
+    assert walk_chain(4, [1, 1, 1, 10, 11, 12, 13]) == ([0, 1, 2, 3], 13)  # the bonus
+    assert walk_chain(4, [0, 1, 1, 10, 11, 12, 13]) == ([0], 10)
+    assert walk_chain(1, [10]) == ([0], 10)
+
+
+def _one_transfer_chain(chain: DraftTree, probs: torch.Tensor, generator: torch.Generator) -> Acceptance:
+    """The device chain as a distribution check's rule (target rows given as probabilities)."""
+    return accept_decided(chain, chain_outcomes(chain, probs.log(), PLAIN, generator).tolist(), PLAIN)
+
+
+def _bonus_everywhere(chain: DraftTree, probs: torch.Tensor, generator: torch.Generator) -> Acceptance:
+    """Broken: a rejection ends with the last node's target draw, not its residual's."""
+    values = chain_outcomes(chain, probs.log(), PLAIN, generator).tolist()
+    values[chain.num_nodes - 1 :] = [values[-1]] * chain.num_nodes
+    return accept_decided(chain, values, PLAIN)
+
+
+@pytest.mark.parametrize("rule, lossless", [(_one_transfer_chain, True), (_bonus_everywhere, False)],
+                         ids=["one-transfer", "broken"])
+def test_chain_in_one_transfer_keeps_the_target_distribution(rule, lossless: bool) -> None:
+    """Seeded steps of 1-3 drawn drafts on the order-2 Markov models: within the sampling bound of the
+    target's distribution of the first and first two tokens; the broken variant beyond it."""
+    seed, _ = SCENARIOS["speculative-chain"]
+    scenario = Scenario(CHAIN, rule, PLAIN, random_size=True)
+    (tv_first, bound_first), (tv_two, bound_two) = check(scenario, seed, num_trials=20_000)
+    print(f"TV first {tv_first:.4f} (bound {bound_first:.4f}), first two {tv_two:.4f} (bound {bound_two:.4f})")
+    assert (tv_first < bound_first and tv_two < bound_two) == lossless
+
+
+def test_drawn_siblings_are_left_to_the_walk() -> None:
+    tree = DraftTree.from_branches(1, [[2], [3]])
+    drafted = DraftTree(tree.tokens, tree.parents, torch.full((3, 6), 1 / 6))
+    generator = torch.Generator().manual_seed(0)
+    assert decide(drafted, torch.zeros(3, 6), PLAIN, generator) is None
+    assert torch.equal(generator.get_state(), torch.Generator().manual_seed(0).get_state())  # nothing drawn
+
+
+def _rows(model: torch.nn.Module, prompts: list[list[int]]) -> BatchedTarget:
+    rows = BatchedTarget(TargetModel(model))
+    for prompt in prompts:
+        rows.add(prompt)
+    return rows
+
+
+def _step_trees(step: int, vocab: int) -> list[DraftTree]:
+    """Row 0 greedy, 1 deterministic drafts sampled, 2 a drawn chain, 3 drawn siblings (walked)."""
+    data = torch.Generator().manual_seed(step)
+    draft = torch.randn(4, vocab, generator=data).softmax(-1)
+    tokens = torch.randint(0, vocab, (6,), generator=data).tolist()
+    siblings = DraftTree.from_branches(tokens[0], [[tokens[1]], [tokens[2]]])
+    return [
+        DraftTree.from_branches(tokens[0], [[tokens[1], tokens[2]], [tokens[3]]]),
+        DraftTree.chain(tokens[4], tokens[:3]),
+        DraftTree.chain(tokens[5], tokens[1:4], draft),
+        DraftTree(siblings.tokens, siblings.parents, draft[:3]),
+    ]
+
+
+def test_a_batched_step_in_one_transfer_verifies_as_row_by_row() -> None:
+    """`verify` over four rows of four rules on a real (tiny, random) model: reading every row's decisions
+    back at once gives each row what its own walk gives (tokens, path, uniforms spent), step after step."""
+    model = tiny_llama()
+    vocab = model.config.vocab_size
+    prompts = [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12], [13, 14]]
+    params = [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95), SamplingParams(temperature=1.0),
+              SamplingParams(temperature=0.8, top_k=50)]
+    outcomes = []
+    for one_transfer in (True, False):
+        rows = _rows(model, prompts)
+        generators = [torch.Generator().manual_seed(row) for row in range(4)]
+        draws = [Draws(p, g, PositionUniforms(g)) for p, g in zip(params, generators, strict=True)]
+        steps = []
+        for step in range(4):
+            results = verify(rows, _step_trees(step, vocab), draws, one_transfer=one_transfer)
+            steps.append([(result.tokens, result.path) for result in results])
+        outcomes.append((steps, [draw.positions.position for draw in draws], [g.get_state() for g in generators]))
+    (steps, spent, states), (want_steps, want_spent, want_states) = outcomes
+    assert steps == want_steps and spent == want_spent
+    assert all(torch.equal(a, b) for a, b in zip(states, want_states, strict=True))
