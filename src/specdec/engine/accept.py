@@ -383,6 +383,7 @@ def accept(
     """
     if multi_draft not in MULTI_DRAFT_RULES:
         raise ValueError(f"multi_draft must be one of {', '.join(MULTI_DRAFT_RULES)}, got {multi_draft!r}")
+    _check_rows(tree, target_logits, "target_logits")
     if one_transfer is None:
         one_transfer = target_logits.device.type != "cpu"
     decided = decide(tree, target_logits, params, generator, positions) if one_transfer else None

@@ -15,7 +15,9 @@ Invariants:
   (tests/test_one_transfer.py); the decisions therefore inherit the CPU rules'
   exact distribution checks;
 - nothing here reads a value back: every function returns device tensors
-  (int64), so a caller concatenates them and transfers once;
+  (int64), so a caller concatenates them and transfers once; the few host
+  tensors sent over (tokens, depths) go without a wait (`non_blocking`: a
+  blocking copy to a GPU waits for its stream, the pass included);
 - drawn siblings (trees with draft probabilities that are not chains) are not
   decided here: each residual depends on the rejections before it, so their
   walk stays node by node (`accept`'s rejection walk).
@@ -57,7 +59,8 @@ def drawn_at_every_node(
         uniforms = torch.rand(num_nodes, generator=generator, device=device, dtype=torch.float64)
     else:
         at_depth = [positions.at(depth) for depth in range(tree.max_depth + 1)]
-        uniforms = torch.tensor(at_depth, dtype=torch.float64).to(device)[tree.depths.to(device)]
+        at_depth = torch.tensor(at_depth, dtype=torch.float64).to(device, non_blocking=True)
+        uniforms = at_depth[tree.depths.to(device, non_blocking=True)]
     return draw_rows(logits_to_probs(target_logits, params), uniforms)
 
 
@@ -76,7 +79,7 @@ def chain_outcomes(
     probs = logits_to_probs(target_logits, params)  # [N, V] float32
     num_nodes = chain.num_nodes
     uniforms = torch.rand(num_nodes, generator=generator, device=probs.device, dtype=torch.float64)
-    tokens = chain.tokens.to(probs.device)
+    tokens = chain.tokens.to(probs.device, non_blocking=True)
     draft = chain.draft_probs.to(probs.device)
     draft_at = draft.gather(1, tokens[:, None])[:, 0].double()  # [N] q(x_c)
     target_at = probs[:-1].gather(1, tokens[1:, None])[:, 0].double()  # [N - 1] p_{c-1}(x_c)
