@@ -54,21 +54,24 @@ class HydraConfig(MedusaConfig):
 class HydraProposer(MedusaProposer):
     name = "hydra"
     heads: HydraHeads
+    pad_levels: bool | None = None  # every level's rows padded to topk: None where its step replays as graphs
 
     def _nodes(self, root: int, state: torch.Tensor, depth: int) -> list[Node]:
         """Level d: head d's top-k below each of the `topk` likeliest nodes of level d - 1, for its branch."""
-        heads, k = self.heads, self.config.topk
+        k = self.config.topk
+        pad = self.pad_levels if self.pad_levels is not None else self.step.graphs_for(state)
         nodes: list[Node] = []
         parents, branches = [-1], [[root]]
         for d in range(depth):
-            branch = torch.tensor(branches, device=state.device)  # [c, d + 1]
-            logits = heads.head_logits(d, state.expand(len(parents), -1), branch)  # [c, V_d]
-            top, ids = top_log_probs(logits, k)
+            # a graph a level: every level's rows padded to k (copies of the last branch, their guesses unread)
+            rows = branches + branches[-1:] * (k - len(branches)) if pad else branches
+            branch = torch.tensor(rows, device=state.device)  # [c, d + 1]
+            top, tokens = self.step(state.expand(len(rows), -1), branch, key=d)
             level = []
-            for row, (lps, tokens) in enumerate(zip(top.tolist(), heads.token_map[ids].tolist(), strict=True)):
-                parent = parents[row]
+            real = len(parents)
+            for parent, lps, row_tokens in zip(parents, top.tolist()[:real], tokens.tolist()[:real], strict=True):
                 base = nodes[parent].score if parent >= 0 else 0.0
-                for lp, token in zip(lps, tokens, strict=True):
+                for lp, token in zip(lps, row_tokens, strict=True):
                     nodes.append(Node(token, parent, base + lp, d + 1, "hydra"))
                     level.append(len(nodes) - 1)
             likely = (i for i in level if nodes[i].score >= self._min_score)
@@ -77,6 +80,11 @@ class HydraProposer(MedusaProposer):
                 break
             branches = [branch_of(root, nodes, i) for i in parents]
         return nodes
+
+    def _top(self, d: int, state: torch.Tensor, branch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Head d's top-k for each row's branch: (log-probabilities [c, k], target token ids [c, k])."""
+        top, ids = top_log_probs(self.heads.head_logits(d, state, branch), self.config.topk)
+        return top, self.heads.token_map[ids]
 
 
 def branch_of(root: int, nodes: list[Node], index: int) -> list[int]:

@@ -15,6 +15,9 @@ the engine's floor runs plain steps, their passes capture nothing unless a try
 comes next (`features_optional`); a step that finds no state drafts nothing, never
 from an older one.
 
+On a GPU the heads' step replays as a CUDA graph, one per depth (`GraphedCall`): eager,
+its few small kernels cost their launches, not their work.
+
 Invariants: lossless whatever the heads guess (verification decides); drafts
 are deterministic guesses (`draft_probs` None), so at temperature > 0 the
 acceptance rule treats them as such and the output keeps the target's
@@ -31,6 +34,7 @@ from typing import Annotated
 
 import torch
 
+from specdec.backends.torch.graphed_call import GraphedCall
 from specdec.drafters.shipped import find_shipped_head
 from specdec.engine.costs import CostModel, load_or_measure
 from specdec.engine.generation import ProposalContext
@@ -99,6 +103,8 @@ class MedusaProposer(ProposerBase):
         self.priced = PricedCosts(self.costs)  # at the node price the engine's steps paid (`node_price`)
         self.lookup = PlainLookup(self.costs, eos_token_ids)  # what the floor's plain steps verify
         self._min_score = math.log(config.min_prob) if config.min_prob > 0 else -math.inf
+        # the heads' step (a level's, for Hydra) as one CUDA graph a depth on a GPU: eager, it is launch-bound
+        self.step = GraphedCall(self._top)
 
     @property
     def sized_by_costs(self) -> bool:
@@ -127,8 +133,13 @@ class MedusaProposer(ProposerBase):
 
     def _nodes(self, root: int, state: torch.Tensor, depth: int) -> list[Node]:
         """The candidate nodes below `root`, each scored by its cumulative log probability."""
+        top, tokens = self.step(state, key=depth)
+        return self._grow(top.tolist(), tokens.tolist())
+
+    def _top(self, depth: int, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first `depth` heads' top-k: (log-probabilities [depth, k], target token ids [depth, k])."""
         top, ids = top_log_probs(self.heads.draft_logits(state)[:depth], self.config.topk)
-        return self._grow(top.tolist(), self.heads.token_map[ids].tolist())
+        return top, self.heads.token_map[ids]
 
     def _grow(self, top: list[list[float]], tokens: list[list[int]]) -> list[Node]:
         """Level d holds head d's top-k below each of the `topk` likeliest nodes of level d - 1."""
