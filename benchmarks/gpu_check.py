@@ -5,7 +5,8 @@ Two parts, so that each fits one short call on a lent machine (benchmarks/gpu_ch
     python benchmarks/gpu_check.py random 7b 1.5b --tokenizer DIR --out DIR   # random Llama-shaped bf16 models
     python benchmarks/gpu_check.py bundled GGUF --out DIR                      # the bundled model, fp32
 
-`random`: per shape, the device's copy bandwidth and the weight-read floor it implies; the pass-cost
+`random`: a step's acceptance read back at once against row by row (`acceptance_transfer.py`); per shape,
+the device's copy bandwidth and the weight-read floor it implies; the pass-cost
 curve (1..128 nodes after 512 tokens) eager and as CUDA graphs (`specdec.backends.torch.graphs`); plain,
 pld and logitspec decode rates, each step split into proposing and verifying, beside transformers'
 eager `generate` and its static-cache `generate` (compiled by transformers on CUDA), in the same run; for
@@ -35,6 +36,7 @@ import time
 from pathlib import Path
 
 import torch
+from acceptance_transfer import acceptance_ms  # benchmarks/, the script's own folder
 
 import specdec
 from specdec.backends.registry import draft_runner, rows_of, sequence_runner, timing_target, verify_model
@@ -415,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        report.add("acceptance_ms", acceptance_ms(device))  # a step's read backs: every row at once, or each row's
         for shape in args.what:
             try:
                 inductor = tuple(args.inductor.split(",")) if shape in args.inductor_for.split(",") else ()

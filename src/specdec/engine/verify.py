@@ -72,7 +72,7 @@ def verify(
     if one_transfer is None:
         one_transfer = bool(logits) and logits[0].device.type != "cpu"
     if one_transfer:
-        acceptances = _accept_together(trees, logits, draws)
+        acceptances = accept_together(trees, logits, draws)
     else:
         acceptances = [
             accept(tree, rows, row.sampling, row.generator, row.positions, row.multi_draft, one_transfer=False)
@@ -86,7 +86,7 @@ def verify(
     return results
 
 
-def _accept_together(
+def accept_together(
     trees: Sequence[DraftTree], logits: Sequence[torch.Tensor], draws: Sequence[Draws]
 ) -> list[Acceptance]:
     """Every row's acceptance from one transfer of every row's decisions; a row of drawn siblings (which
