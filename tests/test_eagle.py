@@ -170,3 +170,30 @@ def test_the_shipped_head_on_8_bit_blocks_stays_within_its_bound(default_model):
     bound = 0.03 * want.abs().amax(-1, keepdim=True)
     assert bool(((got - want).abs() <= bound).all()), float((got - want).abs().max())
     assert float((got.argmax(-1) == want.argmax(-1)).float().mean()) >= 0.9
+
+
+@pytest.mark.parametrize("blocks", [False, True], ids=["fp32", "blocks"])
+def test_levels_at_fixed_shapes_draft_the_same_trees(default_model, engine, blocks):
+    """A GPU runs each level of the top-k tree at fixed shapes (`PaddedSteps`: `topk` rows, the committed
+    entries in a power-of-two buffer, the tree's entries in fixed slots), so one CUDA graph serves a level.
+    On the CPU the same padded steps run eagerly: over a real generation with the shipped head, every step's
+    tree is the one `HeadSteps` drafts, and the text is plain's."""
+    prompt = default_model.tokenizer("The three primary colours are red, yellow and")["input_ids"]
+    config = GenerationConfig(max_new_tokens=24)
+    method = make_config("eagle", {"blocks": str(blocks).lower(), "adaptive": "false", "budget": "24"})
+    runs = []
+    for pad in (False, True):
+        proposer, trees = method.build(default_model), []
+        proposer.pad_levels = pad
+        propose = proposer.propose
+
+        def recorded(ctx, propose=propose, trees=trees):  # noqa: ANN001, ANN202 - the proposer's own call
+            tree = propose(ctx)
+            trees.append((tree.token_list, tree.parent_list))
+            return tree
+
+        proposer.propose = recorded
+        runs.append((engine.generate(prompt, proposer, config).token_ids, trees))
+    (text, trees), (padded_text, padded_trees) = runs
+    assert padded_trees == trees and padded_text == text
+    assert max(len(tokens) for tokens, _ in trees) > 1 + 8 + 8  # trees of three levels and more

@@ -40,6 +40,7 @@ distribution; greedy decoding always drafts the top-k tree.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections.abc import Sequence
@@ -48,6 +49,7 @@ from typing import Annotated, Literal
 
 import torch
 
+from specdec.backends.torch.graphed_call import GraphedCall
 from specdec.drafters.shipped import find_shipped_head
 from specdec.engine.accept import MULTI_DRAFT_RULES
 from specdec.engine.costs import CostModel, load_or_measure
@@ -57,6 +59,7 @@ from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
 from specdec.proposers.base import ProposerBase
 from specdec.proposers.eagle.head import ARCHITECTURE, Eagle3Head, load_head
+from specdec.proposers.eagle.padded_steps import PaddedSteps, level_step
 from specdec.proposers.eagle.retrieval import Node, Retrieval
 from specdec.proposers.eagle.sampled import HeadSteps, SampledPlan, draft_generator, draft_rows, grow_sampled
 from specdec.proposers.plain_lookup import PlainLookup
@@ -120,6 +123,7 @@ class EagleConfig:
 
 class EagleProposer(ProposerBase):
     source_stats: dict[str, dict[str, int]] | None  # with retrieval: offered / accepted nodes per source
+    pad_levels: bool | None = None  # top-k levels at fixed shapes (`PaddedSteps`): None where graphs run
     draft_source = "head"
     features_optional = True  # the floor's plain steps may capture nothing: the head skips those positions
 
@@ -140,6 +144,8 @@ class EagleProposer(ProposerBase):
         self.source_stats = {s: {"offered": 0, "accepted": 0} for s in sources} if config.retrieval else None
         self._kept: list[Node] = []  # the last tree's nodes below the root, in tree order
         self._drew = False  # the last tree was drawn from the head's distribution
+        # a top-k tree's levels at fixed shapes, one CUDA graph a level, where graphs run (`padded_steps`)
+        self._level_call = GraphedCall(functools.partial(level_step, head, self._draft_ids, config.topk))
         self.begin([])
 
     @property
@@ -188,6 +194,9 @@ class EagleProposer(ProposerBase):
         steps = HeadSteps(self.head, self.keys, self.values, state, len(ctx.token_ids) - 1)
         if self._drew:
             return self._sampled(root, logits, steps, depth, ctx)
+        if self.pad_levels if self.pad_levels is not None else self._level_call.graphs_for(state):
+            steps = PaddedSteps(self.keys, self.values, state, len(ctx.token_ids) - 1, self.config.topk,
+                                self.config.depth, self._level_call)
         nodes = self._grow(logits, steps, depth)
         if self.retrieval is not None:
             self.retrieval.add_branches(nodes, ctx.token_ids, depth)
@@ -239,21 +248,28 @@ class EagleProposer(ProposerBase):
         logits, state = head.finish(hidden[:, -1:], q, keys, values, mask[None, None])
         return logits[0, -1], state[0, -1]
 
-    def _grow(self, logits: torch.Tensor, steps: HeadSteps, depth: int) -> list[Node]:
+    def _grow(self, logits: torch.Tensor, steps: HeadSteps | PaddedSteps, depth: int) -> list[Node]:
         """EAGLE-2's expansion: `depth` levels, each expanding the `topk` likeliest nodes of the last."""
         k = self.config.topk
-        draft_ids = self._draft_ids
         nodes: list[Node] = []
-        level = self._children(logits[None], [-1], [0.0], 1, nodes, draft_ids)
+        level = self._children(*self._top(logits[None]), [-1], [0.0], 1, nodes)
         for level_depth in range(1, depth):
             likely = (i for i in level if nodes[i].score >= self._min_score)
             chosen = heapq.nlargest(k, likely, key=lambda i: nodes[i].score)
             if not chosen:
                 break
-            out = steps.run(nodes, chosen, level_depth)
+            if isinstance(steps, PaddedSteps):
+                top, targets = steps.run(nodes, chosen, level_depth)
+            else:
+                top, targets = self._top(steps.run(nodes, chosen, level_depth))
             scores = [nodes[i].score for i in chosen]
-            level = self._children(out, chosen, scores, level_depth + 1, nodes, draft_ids)
+            level = self._children(top, targets, chosen, scores, level_depth + 1, nodes)
         return nodes
+
+    def _top(self, logits: torch.Tensor) -> tuple[list[list[float]], list[list[int]]]:
+        """Each row's `topk` likeliest children: (log-probabilities, target ids), best first."""
+        top, ids = top_log_probs(logits, self.config.topk)
+        return top.tolist(), self._draft_ids[ids].tolist()
 
     def _sampled(
         self, root: int, logits: torch.Tensor, steps: HeadSteps, depth: int, ctx: ProposalContext
@@ -269,16 +285,15 @@ class EagleProposer(ProposerBase):
         rows = draft_rows(levels, len(tokens), self._draft_ids, vocab_size, ctx.last_logits.device)
         return DraftTree.of_lists(tokens, parents, rows)
 
+    @staticmethod
     def _children(
-        self, logits: torch.Tensor, parents: list[int], scores: list[float], depth: int, nodes: list[Node],
-        draft_ids: torch.Tensor,
+        top: list[list[float]], targets: list[list[int]], parents: list[int], scores: list[float], depth: int,
+        nodes: list[Node],
     ) -> list[int]:
-        """Add each parent's `topk` likeliest children to `nodes`; returns their indices."""
-        top, ids = top_log_probs(logits, self.config.topk)
-        targets = draft_ids[ids].tolist()
+        """Add each parent's children (its row of `top` and `targets`) to `nodes`; returns their indices."""
         out = []
         for row, parent in enumerate(parents):
-            for lp, token in zip(top[row].tolist(), targets[row], strict=True):
+            for lp, token in zip(top[row], targets[row], strict=True):
                 nodes.append(Node(token, parent, scores[row] + lp, depth))
                 out.append(len(nodes) - 1)
         return out
