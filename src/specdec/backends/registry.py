@@ -10,8 +10,8 @@ It is also the boundary: nothing outside `specdec.backends` imports a backend's 
 (tests/test_imports.py checks it). What the engine, proposers and applications need to know of a
 backend (is its pass exact, may a tree go through it as drafted, which module a draft runs on) is a
 capability function here, dispatched on the backend where the answer differs; the few torch helpers
-drafting and greedy acceptance use (`head_logits`, `top_tokens`, `argmax_rows`, `greedy_walk`, the attention plans) are
-re-exported as they are.
+drafting and greedy acceptance use (`head_logits`, `top_tokens`, `argmax_rows`, `greedy_walk`, the attention plans,
+`GraphedCall` for a head's step and the graphs' `bucket`) are re-exported as they are.
 
 Invariant: one llama.cpp context per loaded model (kept in its `state`), so every engine and cost
 measurement of that model shares one KV memory and its sequence ids.
@@ -32,7 +32,8 @@ from specdec.backends.timing_cache import contended, cost_file, cost_key, write_
 from specdec.backends.torch import explain as torch_explain
 from specdec.backends.torch.attention import AttentionPlan, resolve_plan
 from specdec.backends.torch.draft_runner import GraphedSequence
-from specdec.backends.torch.graphs import GraphedTarget, bucket_sizes
+from specdec.backends.torch.graphed_call import GraphedCall
+from specdec.backends.torch.graphs import GraphedTarget, bucket, bucket_sizes
 from specdec.backends.torch.invariant import verifiable
 from specdec.backends.torch.packed import (
     PackedLinear,
@@ -62,7 +63,8 @@ __all__ = [
     "sequence_runner", "draft_runner", "runs_graphed", "verify_model", "pack_draft", "separable_head", "block_head_rows", "describe_path",
     "path_line",
     # torch helpers for drafting, and the cost curves' cache (`timing_cache`), as they are
-    "head_logits", "on_blocks", "top_tokens", "argmax_rows", "greedy_walk", "contended", "cost_file", "cost_key", "write_json_atomic",
+    "head_logits", "on_blocks", "top_tokens", "argmax_rows", "greedy_walk", "GraphedCall", "bucket",
+    "contended", "cost_file", "cost_key", "write_json_atomic",
 ]
 
 Timed = TargetModel | OneSequence  # prefill, forward_tree, trim on a sequence of its own (`timing_target`)

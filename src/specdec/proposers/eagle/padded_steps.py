@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec.backends.torch.graphed_call import GraphedCall
-from specdec.backends.torch.graphs import bucket
+from specdec.backends.registry import GraphedCall, bucket
 from specdec.proposers.eagle.head import Eagle3Head
 from specdec.proposers.eagle.retrieval import Node
 from specdec.proposers.tree_budget import top_log_probs

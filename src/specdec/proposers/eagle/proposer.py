@@ -49,7 +49,7 @@ from typing import Annotated, Literal
 
 import torch
 
-from specdec.backends.torch.graphed_call import GraphedCall
+from specdec.backends.registry import GraphedCall
 from specdec.drafters.shipped import find_shipped_head
 from specdec.engine.accept import MULTI_DRAFT_RULES
 from specdec.engine.costs import CostModel, load_or_measure

@@ -34,7 +34,7 @@ from typing import Annotated
 
 import torch
 
-from specdec.backends.torch.graphed_call import GraphedCall
+from specdec.backends.registry import GraphedCall
 from specdec.drafters.shipped import find_shipped_head
 from specdec.engine.costs import CostModel, load_or_measure
 from specdec.engine.generation import ProposalContext
