@@ -383,7 +383,6 @@ def accept(
     """
     if multi_draft not in MULTI_DRAFT_RULES:
         raise ValueError(f"multi_draft must be one of {', '.join(MULTI_DRAFT_RULES)}, got {multi_draft!r}")
-    _check_rows(tree, target_logits, "target_logits")
     if one_transfer is None:
         one_transfer = target_logits.device.type != "cpu"
     decided = decide(tree, target_logits, params, generator, positions) if one_transfer else None
@@ -392,6 +391,7 @@ def accept(
     if params.greedy:
         acceptance = accept_greedy(tree, target_logits, one_transfer=False)
     else:
+        _check_rows(tree, target_logits, "target_logits")  # greedy's rule and `decide` check their own
         rows = _TargetRows(target_logits, params)
         if tree.draft_probs is not None:
             acceptance = _rejection_walk(tree, rows, _chance(tree, generator, rows.device), multi_draft)

@@ -191,12 +191,14 @@ class EagleProposer(ProposerBase):
         if last is None or start + last.shape[0] != committed:
             return DraftTree.chain(root)  # the last pass captured nothing (a plain step under the floor)
         logits, state = self._feed(ctx.token_ids)
-        steps = HeadSteps(self.head, self.keys, self.values, state, len(ctx.token_ids) - 1)
+        root_pos = len(ctx.token_ids) - 1
         if self._drew:
-            return self._sampled(root, logits, steps, depth, ctx)
+            return self._sampled(root, logits, HeadSteps(self.head, self.keys, self.values, state, root_pos), depth, ctx)
         if self.pad_levels if self.pad_levels is not None else self._level_call.graphs_for(state):
-            steps = PaddedSteps(self.keys, self.values, state, len(ctx.token_ids) - 1, self.config.topk,
-                                self.config.depth, self._level_call)
+            steps = PaddedSteps(self.keys, self.values, state, root_pos, self.config.topk, self.config.depth,
+                                self._level_call)
+        else:
+            steps = HeadSteps(self.head, self.keys, self.values, state, root_pos)
         nodes = self._grow(logits, steps, depth)
         if self.retrieval is not None:
             self.retrieval.add_branches(nodes, ctx.token_ids, depth)
