@@ -33,6 +33,7 @@ import argparse
 import gc
 import json
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -290,7 +291,15 @@ def check_bundled(source: str, device: str, report: Report, max_prompts: int, pr
         beside = Engine(loaded)
         beside.target = GraphedTarget(verify_model(loaded), attention=other)
         arms |= {f"plain_{other}": (beside, "plain"), f"logitspec_{other}": (beside, "logitspec")}
+        rowwise = Engine(loaded, one_transfer=False)  # each row's walk reads node by node; the proposer its own top-k
+        rowwise.target = engine.target
+        arms["logitspec_rowwise"] = (rowwise, "logitspec")
     rates = spec_bench_arms(arms, turns)
+    report.add("bundled.syncs_per_step", {  # the step's reads of the device: one transfer against row by row
+        "plain": syncs_per_step(engine, turns[:2], "plain"),
+        "logitspec": syncs_per_step(engine, turns[:2], "logitspec"),
+        **({"logitspec_rowwise": syncs_per_step(rowwise, turns[:2], "logitspec")} if graphed is not None else {}),
+    })
     report.add("bundled.spec_bench_first_turns", {"prompts": len(turns), "new_tokens": NEW_TOKENS, **_shown(rates)})
     report.add("bundled.graph_passes", _graph_passes(engine))
     report.add("bundled.cost_curve_ms", _ms(load_or_measure(loaded)))
@@ -370,6 +379,25 @@ def _graph_delta(before: dict | str, after: dict | str) -> dict | str:
         return after
     return {"replays": after["replays"] - before["replays"], "eager": after["eager"] - before["eager"],
             "failure": after["failure"]}
+
+
+def syncs_per_step(engine: Engine, turns: list[list[int]], method: str) -> float | str:
+    """Mean host waits on the device a decode step (`torch.cuda.set_sync_debug_mode`'s warnings: every read of a
+    value back, `.tolist()`, `.item()`, `.cpu()`), over `turns` at 64 tokens each, prefill included."""
+    if not torch.cuda.is_available():
+        return "no CUDA"
+    config = GenerationConfig(max_new_tokens=64, ignore_eos=True)
+    engine.generate(turns[0], parse_method(method).build(engine.loaded), GenerationConfig(max_new_tokens=8))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            steps = sum(engine.generate(ids, parse_method(method).build(engine.loaded), config).stats.num_decode_steps
+                        for ids in turns)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = sum("synchroniz" in str(w.message) for w in seen)
+    return round(syncs / max(steps, 1), 2)
 
 
 def host_profile(engine: Engine, turns: list[list[int]], method: str, out: Path) -> str:

@@ -11,11 +11,13 @@ own, with a broken variant that the same check catches.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from distribution import CHAIN, PARAMS_A, PARAMS_B, PLAIN, SCENARIOS, Scenario, check
 from helpers import tiny_llama
 
+from specdec.backends.registry import top_tokens
 from specdec.backends.torch.rows import BatchedTarget
 from specdec.backends.torch.target import TargetModel
 from specdec.engine.accept import Acceptance, accept, accept_decided, decide
@@ -125,21 +127,28 @@ def _step_trees(step: int, vocab: int) -> list[DraftTree]:
 
 def test_a_batched_step_in_one_transfer_verifies_as_row_by_row() -> None:
     """`verify` over four rows of four rules on a real (tiny, random) model: reading every row's decisions
-    back at once gives each row what its own walk gives (tokens, path, uniforms spent), step after step."""
+    back at once gives each row what its own walk gives (tokens, path, uniforms spent), step after step,
+    and brings each row's top ids at every node back in the same transfer (the row-by-row walk reads none)."""
     model = tiny_llama()
     vocab = model.config.vocab_size
     prompts = [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12], [13, 14]]
     params = [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95), SamplingParams(temperature=1.0),
               SamplingParams(temperature=0.8, top_k=50)]
-    outcomes = []
+    outcomes, tops = [], [5, 0, 3, 2]  # the top ids each row's proposer would read, row 1's none
     for one_transfer in (True, False):
         rows = _rows(model, prompts)
         generators = [torch.Generator().manual_seed(row) for row in range(4)]
         draws = [Draws(p, g, PositionUniforms(g)) for p, g in zip(params, generators, strict=True)]
         steps = []
         for step in range(4):
-            results = verify(rows, _step_trees(step, vocab), draws, one_transfer=one_transfer)
+            results = verify(rows, _step_trees(step, vocab), draws, one_transfer=one_transfer, tops=tops)
             steps.append([(result.tokens, result.path) for result in results])
+            for result, k in zip(results, tops, strict=True):  # read back with the decisions, or not at all
+                if one_transfer and k:
+                    assert np.array_equal(result.tops, top_tokens(result.target_logits, k).numpy())
+                    assert result.next_top == top_tokens(result.next_logits, k).tolist()
+                else:
+                    assert result.tops is None and result.next_top is None
         outcomes.append((steps, [draw.positions.position for draw in draws], [g.get_state() for g in generators]))
     (steps, spent, states), (want_steps, want_spent, want_states) = outcomes
     assert steps == want_steps and spent == want_spent

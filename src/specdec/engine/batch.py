@@ -94,6 +94,7 @@ class Row:
     drafting: bool = True  # the current step asked the proposer for drafts
     fill: PromptFill | None = None  # the prompt's chunked prefill while the row waits for it
     features: torch.Tensor | None = None  # target features the proposer has not read yet (ProposalContext)
+    top: list[int] | None = None  # the top ids of `logits` where the step read them back (ProposalContext)
 
     @property
     def finished(self) -> bool:
@@ -235,7 +236,9 @@ class Batch:
         trees = self._propose()
         self._capture_for_next()
         start = time.perf_counter()
-        results = verify(self.target, trees, [row.draws for row in self.rows])
+        # getattr: a proposer written to the protocol before it named `top_wanted` reads no top ids
+        tops = [getattr(row.proposer, "top_wanted", 0) for row in self.rows]
+        results = verify(self.target, trees, [row.draws for row in self.rows], self.engine.one_transfer, tops)
         verify_s = time.perf_counter() - start
         rows = list(self.rows)  # _advance may end rows; the results follow the pass's order
         finished = [row for row, res in zip(rows, results, strict=True) if self._advance(row, res, verify_s)]
@@ -268,7 +271,8 @@ class Batch:
             # a node's price as this row's own steps paid it (solo steps: a batch's plan prices its rows)
             price = row.floor.node_price() if row.floor is not None and len(self.rows) == 1 else None
             ctx = ProposalContext(
-                row.tokens, row.logits, len(row.prompt_ids), row.config.sampling, depth, row.features, price, lookup
+                row.tokens, row.logits, len(row.prompt_ids), row.config.sampling, depth, row.features, price, lookup,
+                row.top,
             )
             row.features = None
             try:
@@ -345,7 +349,7 @@ class Batch:
         row.stats.num_forward_passes += 1
         row.stats.steps.append(StepStats(result.tree.num_nodes, result.num_accepted, row.draft_s, verify_s))
         row.tokens.extend(result.tokens)
-        row.logits = result.next_logits
+        row.logits, row.top = result.next_logits, result.next_top
         if result.features is not None and row.proposer.feature_layers:
             row.features = result.features[result.path]  # the committed nodes' features, root first
         done = row.emitter.emit(result.tokens, step=len(row.stats.steps))

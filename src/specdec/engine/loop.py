@@ -45,16 +45,23 @@ class Engine:
     """One loaded target model and its limits; decodes through `Batch`es of rows."""
 
     def __init__(
-        self, loaded: LoadedModel, attention: str | AttentionPlan = "auto", floor: Floor | None = None
+        self,
+        loaded: LoadedModel,
+        attention: str | AttentionPlan = "auto",
+        floor: Floor | None = None,
+        one_transfer: bool | None = None,
     ) -> None:
         """attention: "auto" (the plan measured once per machine, see `specdec.backends.torch.attention`), an
         implementation name for every pass ("sdpa", "eager"), or an `AttentionPlan`. Verification
         runs on `specdec.backends.registry.verifier(loaded)`: the transformers model (prepacked Linear weights as
         `loaded.pack` says) or llama.cpp's engine (`loaded.backend`). floor: a row drafts only while its
         drafting steps out-earn plain ones (`specdec.engine.floor`); None: every step drafts as its
-        proposer chose (what the user-facing entry points turn on, the tests of a method's own trees off)."""
+        proposer chose (what the user-facing entry points turn on, the tests of a method's own trees off).
+        one_transfer: a step's decisions, and the top ids its proposers read, come back in one transfer
+        (`specdec.engine.verify`); None: on an accelerator, where each read waits on the device."""
         self.loaded = loaded
         self.floor = floor
+        self.one_transfer = one_transfer
         self.tokenizer = loaded.tokenizer
         self.target = verifier(loaded, attention)
         self.eos_token_ids = frozenset(loaded.eos_token_ids)

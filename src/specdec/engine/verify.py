@@ -6,7 +6,10 @@ target scores every node of every row at once, the acceptance rule picks, per
 row, the path the target itself would have produced, the KV cache keeps only
 those paths, and the logits at each row's last accepted node are handed on: the
 emitted final token was drawn from them, and LogitSpec reads its next-next
-candidates from them.
+candidates from them. On an accelerator the step's decisions come back in one
+transfer, and with them the top ids at every node that the rows' proposers
+read next (`tops`: LogitSpec's candidates, the recycle table's rows), so a
+proposer that has them reads no logits and the step waits on the device once.
 
 Invariants: a row's result depends only on its own tree, logits and draws (its
 own generator and position uniforms), never on what shares the pass;
@@ -20,8 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
+from specdec.backends.registry import top_tokens
 from specdec.engine.accept import Acceptance, accept, accept_decided, decide
 from specdec.engine.uniforms import PositionUniforms
 from specdec.sampling import SamplingParams
@@ -48,6 +53,9 @@ class VerifyResult:
     target_logits: torch.Tensor  # [N, V] target logits at every tree node (row i predicts i's child)
     tree: DraftTree
     features: torch.Tensor | None = None  # [N, F] the target's captured features at every node, if asked
+    # [N, k] int64 on the host: the top-k target ids at every node, best first (`top_tokens`), read back with
+    # the step's decisions (`verify`'s tops); None: not read back, a proposer reads `target_logits` itself
+    tops: np.ndarray | None = None
 
     @property
     def next_logits(self) -> torch.Tensor:
@@ -55,32 +63,45 @@ class VerifyResult:
         return self.target_logits[self.path[-1]]
 
     @property
+    def next_top(self) -> list[int] | None:
+        """The top ids of `next_logits`, best first, where the step read them back (`tops`); else None."""
+        return None if self.tops is None else self.tops[self.path[-1]].tolist()
+
+    @property
     def num_accepted(self) -> int:
         return len(self.path) - 1
 
 
 def verify(
-    target: Rows, trees: Sequence[DraftTree], draws: Sequence[Draws], one_transfer: bool | None = None
+    target: Rows,
+    trees: Sequence[DraftTree],
+    draws: Sequence[Draws],
+    one_transfer: bool | None = None,
+    tops: Sequence[int] | None = None,
 ) -> list[VerifyResult]:
     """trees[b], draws[b]: row b's tree and draws -> row b's result, its accepted path committed.
 
     one_transfer (default: on an accelerator): every row's nodes decided on the device and read back
     together, the step's one sync (`accept.decide`); else each row walks its own path (the CPU's lazy walk).
+    tops[b]: how many top ids at every node row b's proposer reads (`Proposer.top_wanted`); with one
+    transfer they come back in it (`VerifyResult.tops`), else they are not read (the CPU reads only the
+    rows it needs, from the logits).
     """
     passes = target.verify_trees(trees)  # per row: logits [n_b, V], features; one forward pass
     logits = [target_logits for target_logits, _ in passes]
     if one_transfer is None:
         one_transfer = bool(logits) and logits[0].device.type != "cpu"
     if one_transfer:
-        acceptances = accept_together(trees, logits, draws)
+        acceptances, top_ids = read_together(trees, logits, draws, tops)
     else:
         acceptances = [
             accept(tree, rows, row.sampling, row.generator, row.positions, row.multi_draft, one_transfer=False)
             for tree, rows, row in zip(trees, logits, draws, strict=True)
         ]
+        top_ids = [None] * len(trees)
     results = [
-        VerifyResult(acceptance.tokens, acceptance.path, rows, tree, features)
-        for acceptance, tree, rows, (_, features) in zip(acceptances, trees, logits, passes, strict=True)
+        VerifyResult(acceptance.tokens, acceptance.path, rows, tree, features, top)
+        for acceptance, tree, rows, (_, features), top in zip(acceptances, trees, logits, passes, top_ids, strict=True)
     ]
     target.commit([result.path for result in results])
     return results
@@ -89,20 +110,39 @@ def verify(
 def accept_together(
     trees: Sequence[DraftTree], logits: Sequence[torch.Tensor], draws: Sequence[Draws]
 ) -> list[Acceptance]:
-    """Every row's acceptance from one transfer of every row's decisions; a row of drawn siblings (which
-    `decide` leaves to the walk) walks on its own after it. Each row draws from its own generator, so the
-    order rows decide in changes nothing."""
+    """Every row's acceptance from one transfer of every row's decisions (`read_together`, no top ids)."""
+    return read_together(trees, logits, draws)[0]
+
+
+def read_together(
+    trees: Sequence[DraftTree],
+    logits: Sequence[torch.Tensor],
+    draws: Sequence[Draws],
+    tops: Sequence[int] | None = None,
+) -> tuple[list[Acceptance], list[np.ndarray | None]]:
+    """Every row's acceptance, and the top `tops[b]` ids at every node of row b, from one transfer.
+
+    A row of drawn siblings (which `decide` leaves to the walk) walks on its own after it. Each row draws
+    from its own generator, so the order rows decide in changes nothing."""
+    wanted = [0] * len(trees) if tops is None else [min(k, rows.shape[-1]) for k, rows in zip(tops, logits, strict=True)]
     decided = [
         decide(tree, rows, row.sampling, row.generator, row.positions)
         for tree, rows, row in zip(trees, logits, draws, strict=True)
     ]
+    top_rows = [top_tokens(rows, k) if k > 0 else None for rows, k in zip(logits, wanted, strict=True)]
     together = [values for values in decided if values is not None]
-    flat = torch.cat(together).tolist() if together else []  # the one sync
+    together += [ids.reshape(-1) for ids in top_rows if ids is not None]
+    flat = torch.cat(together).cpu().numpy() if together else np.empty(0, np.int64)  # the one sync
     acceptances, at = [], 0
     for tree, rows, row, values in zip(trees, logits, draws, decided, strict=True):
         if values is None:
             acceptances.append(accept(tree, rows, row.sampling, row.generator, row.positions, row.multi_draft))
             continue
-        acceptances.append(accept_decided(tree, flat[at : at + values.numel()], row.sampling, row.positions))
+        chosen = flat[at : at + values.numel()].tolist()
+        acceptances.append(accept_decided(tree, chosen, row.sampling, row.positions))
         at += values.numel()
-    return acceptances
+    top_ids: list[np.ndarray | None] = []
+    for ids in top_rows:
+        top_ids.append(None if ids is None else flat[at : at + ids.numel()].reshape(ids.shape))
+        at += 0 if ids is None else ids.numel()
+    return acceptances, top_ids

@@ -6,7 +6,8 @@ batch's node budget may cut its tree to a prefix of its node order, `feature_lay
 target's hidden states, `source_stats` where it counts its draft sources, `multi_draft` where its
 `accept` option picks SpecTr's rule for drawn siblings, `draft_source` (or `node_sources()`, where a tree
 mixes sources) to name where its drafts come from (`specdec.engine.provenance`), `deterministic_drafts` where
-its trees never carry draft probabilities, `sized_by_costs` where it sizes its trees by the machine's pass costs.
+its trees never carry draft probabilities, `sized_by_costs` where it sizes its trees by the machine's pass costs,
+`top_wanted` where it reads the top target ids of a step's logits.
 
 The safe defaults: not prunable (a tree whose shape is the algorithm, as lookahead's Jacobi window,
 must not be cut), no sources, no features, nothing to reset at a new prompt, nothing learned from a
@@ -30,6 +31,7 @@ class ProposerBase:
     deterministic_drafts: bool = False
     # its trees are already sized by this machine's pass costs: a lone gated row keeps them (`Batch._budget`)
     sized_by_costs: bool = False
+    top_wanted: int = 0  # top target ids at every node it reads from a step's logits (`Proposer.top_wanted`)
 
     def node_sources(self) -> list[str] | None:
         """The source of each node of the tree last proposed, root first (None: `draft_source` for all)."""

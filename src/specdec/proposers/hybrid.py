@@ -131,6 +131,11 @@ class HybridProposer(ProposerBase):
         self._primed = False  # the draft has read this request's context
 
     @property
+    def top_wanted(self) -> int:
+        """LogitSpec's (the draft reads its own logits)."""
+        return self.logitspec.top_wanted
+
+    @property
     def length(self) -> DraftLength:
         """The draft chain's length schedule."""
         return self.draft.inner.length if isinstance(self.draft, UniversalDraftProposer) else self.draft.length

@@ -128,8 +128,11 @@ class RecycleTable:
         key = ("recycle", k, loaded.state_scope)
         return loaded.state.shared(key, lambda: cls(output_vocab_size(loaded.model), k))
 
-    def update(self, tokens: torch.Tensor, logits: torch.Tensor) -> None:
-        """Row tokens[i] := top-k of logits[i]. tokens: [N] int64; logits: [N, V] (any float dtype, any device)."""
+    def update(self, tokens: torch.Tensor, logits: torch.Tensor, tops: np.ndarray | None = None) -> None:
+        """Row tokens[i] := top-k of logits[i]. tokens: [N] int64; logits: [N, V] (any float dtype, any device).
+
+        tops: [N, >= k] those top ids already on the host, best first (`VerifyResult.tops`): the logits are
+        then not read (on an accelerator, no wait); with fewer columns than the table's k they are ignored."""
         if logits.dim() != 2 or tokens.dim() != 1 or logits.shape[0] != tokens.shape[0]:
             raise ValueError(
                 f"need tokens [N] and logits [N, V], got {tuple(tokens.shape)}, {tuple(logits.shape)}"
@@ -137,7 +140,10 @@ class RecycleTable:
         if logits.shape[1] != self.vocab_size:
             raise ValueError(f"logits have {logits.shape[1]} columns; the table has {self.vocab_size} rows")
         width = min(self.k, self.vocab_size)
-        top = top_tokens(logits, width).cpu().numpy()  # [N, width] int64, cast into the table's int32 on assignment
+        if tops is not None and tops.shape == (tokens.shape[0], tops.shape[1]) and tops.shape[1] >= width:
+            top = tops[:, :width]
+        else:
+            top = top_tokens(logits, width).cpu().numpy()  # [N, width] int64, cast into the int32 table on assignment
         rows = tokens.cpu().numpy()
         with self._lock:
             self._successors[rows, :width] = top  # a token seen twice: its last node wins
@@ -245,6 +251,7 @@ class RecycleProposer(ProposerBase):
         self.table = table
         self.eos_token_ids = frozenset(eos_token_ids)
         self.shape = static_shape(config.k, config.budget, config.max_depth)
+        self.top_wanted = table.k  # every verified node's row of the table
         self._first_step = True
 
     def begin(self, prompt_ids: list[int]) -> None:
@@ -270,4 +277,4 @@ class RecycleProposer(ProposerBase):
     def observe(self, result: VerifyResult) -> None:
         if self.lookup is not None:
             self.lookup.observe(result)
-        self.table.update(result.tree.tokens, result.target_logits)  # any tree's rows: a looked-up one's too
+        self.table.update(result.tree.tokens, result.target_logits, result.tops)  # a looked-up tree's rows too

@@ -247,6 +247,12 @@ class LogitSpecProposer(ProposerBase):
         self._first_step = True
 
     @property
+    def top_wanted(self) -> int:
+        """The last logits' top-k candidates, and every node's row of the recycle table where it feeds one."""
+        recycle = self.sources.recycle
+        return max(self.config.k, recycle.k if recycle is not None else 0)
+
+    @property
     def sized_by_costs(self) -> bool:
         """Adaptive: its trees hold only the nodes this machine's pass costs pay for."""
         return bool(self.costs)
@@ -266,7 +272,9 @@ class LogitSpecProposer(ProposerBase):
         if ctx.max_depth <= 0 or config.budget == 1:
             return self._looked_up(ctx) if ctx.lookup_depth > 0 and config.adaptive else DraftTree.chain(tokens[-1])
         if not config.adaptive:
-            retrieval = paper_retrieve(self.index, tokens, ctx.last_logits, config.k, config.max_continuation)
+            retrieval = paper_retrieve(
+                self.index, tokens, ctx.last_logits, config.k, config.max_continuation, ctx.last_top
+            )
             tree, sources = paper_pool(tokens[-1], retrieval, config.budget, ctx.max_depth).whole()
             self._last = Step(None, [], 0, self._heat, sources=sources)
             return tree
@@ -279,7 +287,7 @@ class LogitSpecProposer(ProposerBase):
         floor_chain = floor_chain[: config.budget - 1]
         retrieval = retrieve(
             self.index, ctx.token_ids, ctx.last_logits, config.k, config.max_continuation,
-            config.max_continuation - 1, True, frozenset(floor_chain[:1]),
+            config.max_continuation - 1, True, frozenset(floor_chain[:1]), ctx.last_top,
         )  # fmt: skip
         step = Step(retrieval, floor_chain, floor_ngram, self._heat)
         pool = NodePool(ctx.token_ids[-1], ctx.max_depth, POOL_FACTOR * config.budget)
@@ -437,6 +445,6 @@ class LogitSpecProposer(ProposerBase):
                 learn_chain(self.stats, prefix, chain, result.tokens)
             return
         if self.sources.recycle is not None:
-            self.sources.recycle.update(result.tree.tokens, result.target_logits)
+            self.sources.recycle.update(result.tree.tokens, result.target_logits, result.tops)
         count_sources(self.source_stats, step.sources, result.path)
         learn_step(self.stats, step, result.tree.token_list[0], result.tokens, heat)

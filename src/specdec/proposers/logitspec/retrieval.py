@@ -45,7 +45,7 @@ The paper mode (`adaptive=false`), compared with the authors' code
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -115,6 +115,19 @@ class Retrieval:
     top: list[int]  # the top-k tokens of the last logits, best first (root included)
 
 
+def top_of(
+    last_logits: torch.Tensor,
+    num: int,
+    known: Sequence[int] | None,
+    top: Callable[[torch.Tensor, int], torch.Tensor] = top_tokens,
+) -> list[int]:
+    """The top `num` ids of last_logits [V], best first: `known`'s (the step's read-back top ids,
+    `ProposalContext.last_top`) where it holds them, so the logits are not read; else `top(last_logits, num)`."""
+    if known is not None and len(known) >= num:
+        return list(known[:num])
+    return top(last_logits, num).tolist() if num else []
+
+
 def retrieve(
     index: NGramIndex,
     token_ids: list[int],
@@ -124,17 +137,18 @@ def retrieve(
     cand_continuation: int,
     keep_self: bool,
     skip: frozenset[int] = frozenset(),
+    known_top: Sequence[int] | None = None,
 ) -> Retrieval:
     """Algorithm 1, steps 1-2. `token_ids` ends with the root and must be fully indexed.
 
     last_logits: [V]. Candidates equal to the root branch's first token or in
     `skip` are left out (already covered); the root token itself only with `keep_self`.
+    known_top: the top ids of last_logits already on the host (`top_of`).
     """
     root = token_ids[-1]
     root_branch, root_ngram = continue_match(index, (), max_continuation)
     covered = {*skip, root_branch[0]} if root_branch else skip
-    num = min(k, last_logits.shape[-1])
-    top = top_tokens(last_logits, num).tolist() if num else []
+    top = top_of(last_logits, min(k, last_logits.shape[-1]), known_top)
     candidates = [(token, rank) for token, rank in ranked_candidates(top, root, keep_self) if token not in covered]
     tokens = [token for token, _ in candidates]
     ranks = [rank for _, rank in candidates]
@@ -179,6 +193,10 @@ def retrieve_thirds(
     return out
 
 
+def _torch_top(logits: torch.Tensor, num: int) -> torch.Tensor:
+    return torch.topk(logits, num).indices
+
+
 def paper_branch_length(position: int) -> int:
     """The authors' policy by position in the logit's top list: 4 tokens up to 8, 3 up to 32, else 1."""
     if position <= 8:
@@ -189,16 +207,20 @@ def paper_branch_length(position: int) -> int:
 
 
 def paper_retrieve(
-    index: NGramIndex, token_ids: list[int], last_logits: torch.Tensor, k: int, max_continuation: int
+    index: NGramIndex,
+    token_ids: list[int],
+    last_logits: torch.Tensor,
+    k: int,
+    max_continuation: int,
+    known_top: Sequence[int] | None = None,
 ) -> Retrieval:
     """The paper mode's retrieval: the root's continuation (the paper: up to 20 tokens), candidates' by rank.
 
-    last_logits: [V]. The candidate equal to the root branch's first token is kept.
+    last_logits: [V]. The candidate equal to the root branch's first token is kept. known_top: see `top_of`.
     """
     root = token_ids[-1]
     root_branch, root_ngram = continue_match(index, (), max_continuation)
-    num = min(k, last_logits.shape[-1])
-    top = torch.topk(last_logits, num).indices.tolist() if num else []
+    top = top_of(last_logits, min(k, last_logits.shape[-1]), known_top, _torch_top)
     tokens, ranks, conts, ngrams = [], [], [], []
     for position, token in enumerate(top):
         if token == root:
