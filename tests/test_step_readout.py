@@ -1,8 +1,8 @@
 """A proposer's top ids read back with the step's decisions (`verify`'s tops), run on the CPU.
 
 On an accelerator every value the host reads waits for the device. LogitSpec reads the top-k of the
-last logits (its next-next candidates) and the recycle table reads the top-k at every verified node,
-each once a step; with `Engine(one_transfer=True)` (the default on an accelerator) those ids come
+last logits (its next-next candidates), the recycle table the top-k at every verified node and
+lookahead the best token along its Jacobi window, each once a step; with `Engine(one_transfer=True)` (the default on an accelerator) those ids come
 back in the step's one transfer and the proposer reads no logits. Here the logits it is handed sit on
 the meta device, which holds no values, so any read of them fails: the trees must still be the ones it
 drafts from real logits.
@@ -36,7 +36,10 @@ def _ids(loaded, text: str) -> list[int]:  # noqa: ANN001 - LoadedModel
 def _trees(loaded, method: str, blind: bool, steps: int) -> list[tuple[list[int], list[int]]]:  # noqa: ANN001
     """`steps` trees of a fresh proposer, greedy: each verified and read back in one transfer; with `blind`
     the proposer is handed its logits on the meta device, beside the top ids that came back."""
-    proposer = fresh_recycle(loaded, parse_method(method)) if method == "recycle" else fresh_logitspec(loaded, method)
+    if method.startswith("logitspec"):
+        proposer = fresh_logitspec(loaded, method)
+    else:
+        proposer = fresh_recycle(loaded, parse_method(method)) if method == "recycle" else parse_method(method).build(loaded)
     prompt = _ids(loaded, PROMPT)
     rows = BatchedTarget(TargetModel(loaded.model))
     _, logits, _ = rows.add(prompt)
@@ -55,7 +58,7 @@ def _trees(loaded, method: str, blind: bool, steps: int) -> list[tuple[list[int]
     return drafted
 
 
-@pytest.mark.parametrize("method", ["logitspec", "logitspec:adaptive=false,recycle=true", "recycle"])
+@pytest.mark.parametrize("method", ["logitspec", "logitspec:adaptive=false,recycle=true", "recycle", "lookahead"])
 def test_drafts_from_the_read_back_top_ids_alone(default_model, method: str) -> None:
     with torch.inference_mode():
         seen = _trees(default_model, method, blind=False, steps=12)

@@ -73,6 +73,7 @@ class LookaheadProposer(ProposerBase):
     draft_source = "lookahead"
     deterministic_drafts = True  # draft_probs None: gated by the floor when sampling too
     # The Jacobi window's nodes are read back by position in `observe`: a batch must not cut the tree.
+    top_wanted = 1  # the next Jacobi iterate: the target's best token at the window's nodes
 
     def __init__(self, config: LookaheadConfig, lookup: PlainLookup | None = None) -> None:
         self.config = config
@@ -123,9 +124,7 @@ class LookaheadProposer(ProposerBase):
             self.lookup.observe(result)
         tree, start = result.tree, self.root_position
         chain = [tree.token_list[n] for n in self._chain_nodes]  # root, g_1..g_m
-        rows = _rows(result.target_logits, self._chain_nodes)  # [m + 1, V]: row j predicts position start + j + 1
-        # specdec's kernel where loaded: torch's argmax over a vocabulary-wide CPU row is not vectorised (every step)
-        new_iterate = argmax_rows(rows) or rows.float().argmax(-1).tolist()
+        new_iterate = _iterate(result, self._chain_nodes)  # token j is the guess for position start + j + 1
         level = {start + j: token for j, token in enumerate(chain)}
         self.levels.append(level)
         self._collect(new_iterate, start)
@@ -166,6 +165,18 @@ class LookaheadProposer(ProposerBase):
             continuation = self.pool.get(last)
             out.extend(continuation[0] if continuation else (last,))
         return out[: self.config.window]
+
+
+def _iterate(result: VerifyResult, nodes: list[int]) -> list[int]:
+    """The target's best token at each of `nodes`: read back with the step's decisions where it was
+    (`VerifyResult.tops`, an accelerator's one transfer), else from the logits."""
+    if result.tops is not None:
+        best = result.tops[nodes, 0].tolist()
+        if min(best) >= 0:  # -1: a row without a number (the kernel's top ids), read as the logits say
+            return best
+    rows = _rows(result.target_logits, nodes)  # [m + 1, V]
+    # specdec's kernel where loaded: torch's argmax over a vocabulary-wide CPU row is not vectorised (every step)
+    return argmax_rows(rows) or rows.float().argmax(-1).tolist()
 
 
 def _rows(logits: torch.Tensor, nodes: list[int]) -> torch.Tensor:
