@@ -1,9 +1,10 @@
 """The GPU check: launch overhead, the weight-read floor, and losslessness, on whatever CUDA device runs it.
 
-Two parts, so that each fits one short call on a lent machine (benchmarks/gpu_check.sh runs both):
+Three parts, so that each fits one short call on a lent machine (benchmarks/gpu_check.sh runs each):
 
     python benchmarks/gpu_check.py random 7b 1.5b --tokenizer DIR --out DIR   # random Llama-shaped bf16 models
     python benchmarks/gpu_check.py bundled GGUF --out DIR                      # the bundled model, fp32
+    python benchmarks/gpu_check.py heads GGUF --out DIR                        # its trained heads
 
 `random`: a step's acceptance read back at once against row by row (`acceptance_transfer.py`); per shape,
 the device's copy bandwidth and the weight-read floor it implies; the pass-cost
@@ -21,6 +22,9 @@ step's split, the graphs replayed, and whether every text equals plain's; the co
 were sized by; plain and logitspec again with the graphs on the other attention implementation; with
 --profile, a host-side profile of plain's and logitspec's steps (OUT/profile_*.txt); then (unless
 --no-bf16-speed) plain and logitspec in bf16, the dtype a GPU gets by default, on the same turns.
+
+`heads`: the trained heads (EAGLE-3, Medusa, Hydra) in the working tree on the bundled model: lossless against
+plain (fp32), tokens/s beside plain on the same turns in fp32 and bf16, and how their graphed steps ran.
 
 Nothing is asserted. Each finished measurement is printed and appended to OUT/gpu_check.jsonl as it
 comes (a call cut short keeps what it measured); the last stdout line is one JSON document. On a CPU it
@@ -67,6 +71,7 @@ NEW_TOKENS = 128
 # model itself as the draft (a second copy: what matters here is that the pair stays lossless on the GPU).
 LOSSLESS_METHODS = ("pld", "logitspec", "logitspec:adaptive=false", "lookahead", "recycle", "layerskip", "session",
                     "draft:draft_model={model},k=3,adaptive=false", "hybrid:draft_model={model}")
+HEAD_METHODS = ("eagle", "medusa", "hydra")  # the `heads` part: the trained heads the tree ships
 PROMPT = "Summarize the following text. " + " ".join(["The quick brown fox jumps over the lazy dog."] * 40)
 
 
@@ -317,8 +322,40 @@ def check_bundled(source: str, device: str, report: Report, max_prompts: int, pr
         report.add("bundled.cost_curve_ms_bf16", _ms(load_or_measure(half)))
 
 
-def lossless(engine: Engine, source: str, chat: bool) -> dict[str, dict]:
-    """Every method of LOSSLESS_METHODS against plain decoding, greedy, 64 tokens on three short prompts."""
+def check_heads(source: str, device: str, report: Report, max_prompts: int, bf16: bool) -> None:
+    """The trained heads shipped in the working tree (EAGLE-3, Medusa, Hydra; a head moved out is reported
+    missing): lossless against plain on three prompts (fp32), then beside plain on the Spec-Bench first turns,
+    in fp32 and (with `bf16`) bf16, and how each head's graphed step ran (replays, eager calls, graphs)."""
+    for dtype in ("fp32", "bf16") if bf16 else ("fp32",):
+        loaded = specdec.load_model(source, dtype=dtype, device=device)
+        engine, heads = Engine(loaded), {}
+        for method in HEAD_METHODS:
+            try:
+                heads[method] = parse_method(method).build(loaded)
+            except Exception as error:  # noqa: BLE001 - a head that did not travel is a finding, not a failure
+                report.add(f"heads.{method}_missing", f"{type(error).__name__}: {error}"[:300])
+        chat = bool(loaded.tokenizer.chat_template)
+        if dtype == "fp32":
+            report.add("heads.lossless_fp32", lossless(engine, source, chat, tuple(heads)))
+        turns = [encode_prompt(loaded.tokenizer, t, chat=chat) for t in spec_bench_first_turns()][:max_prompts]
+        rates = spec_bench_arms({"plain": (engine, "plain")} | {m: (engine, m) for m in heads}, turns)
+        report.add(f"heads.spec_bench_first_turns_{dtype}", {"prompts": len(turns), "new_tokens": NEW_TOKENS,
+                                                              **_shown(rates)})
+        report.add(f"heads.graphed_steps_{dtype}", {m: _head_graphs(p) for m, p in heads.items()})
+        del engine, loaded, heads
+        gc.collect()
+
+
+def _head_graphs(proposer) -> dict:  # noqa: ANN001 - a head's proposer
+    """Its graphed step's counters, over every proposer built on the same heads (they share it)."""
+    call = getattr(proposer, "_level_call", None) or proposer.step
+    return {"mode": call.mode, "replays": call.replays, "eager_calls": call.eager_calls,
+            "graphs": call.captured, "failure": call.failure}
+
+
+def lossless(engine: Engine, source: str, chat: bool, methods: tuple[str, ...] = ()) -> dict[str, dict]:
+    """Every method of `methods` (default: LOSSLESS_METHODS) against plain decoding, greedy, 64 tokens on three
+    short prompts."""
     loaded = engine.loaded
     short = [encode_prompt(loaded.tokenizer, p, chat=chat) for p in (
         "Summarize: the cat sat on the mat. The cat sat on the mat again, and then the cat slept.",
@@ -327,7 +364,7 @@ def lossless(engine: Engine, source: str, chat: bool) -> dict[str, dict]:
     config = GenerationConfig(max_new_tokens=64, ignore_eos=True)
     plain = [engine.generate(ids, parse_method("plain").build(loaded), config).token_ids for ids in short]
     found = {}
-    for method in LOSSLESS_METHODS:
+    for method in methods or LOSSLESS_METHODS:
         try:
             spec = method.format(model=source)
             outs = [engine.generate(ids, parse_method(spec).build(loaded), config) for ids in short]
@@ -422,7 +459,7 @@ def host_profile(engine: Engine, turns: list[list[int]], method: str, out: Path)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=("random", "bundled"))
+    parser.add_argument("part", choices=("random", "bundled", "heads"))
     parser.add_argument("what", nargs="+", help="shapes (random) or the model (bundled)")
     parser.add_argument("--tokenizer", help="a tokenizer folder (random)")
     parser.add_argument("--out", default="gpu_check_out")
@@ -454,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
                 report.add(f"{shape}.error", f"{type(error).__name__}: {error}"[:500])
             gc.collect()
             torch.cuda.empty_cache() if device.type == "cuda" else None
+    elif args.part == "heads":
+        check_heads(args.what[0], str(device), report, args.prompts, args.bf16_speed)
     else:
         check_bundled(args.what[0], str(device), report, args.prompts, args.profile, args.bf16_speed)
     print(json.dumps(report.all))

@@ -7,6 +7,9 @@
 #   benchmarks/gpu_check.sh random           # there, carrying .gpu/whl .gpu/tok .gpu/part1: random 7B/1.5B shapes
 #   benchmarks/gpu_check.sh bundled          # there, at once after (the first half waits in its temp folder),
 #                                            # carrying .gpu/whl .gpu/part2: the bundled model, fp32
+#   benchmarks/gpu_check.sh heads            # there, at once after `bundled` (the joined GGUF waits in its temp
+#                                            # folder), carrying .gpu/whl, with the trained heads in the tree
+#                                            # but one (the three weigh 58 MB): the heads, fp32 and bf16
 #   benchmarks/gpu_check.sh profile          # there, carrying .gpu/whl .gpu/tok (and .gpu/part1 to stash it for
 #                                            # `bundled` next): benchmarks/gpu_pass_profile.py on the bundled
 #                                            # model's shape or SHAPE=7b's, random weights (VARIANTS, SIZES to choose)
@@ -14,7 +17,7 @@
 # .gpu/ is git-ignored through .git/info/exclude; the trained heads (58 MB) must be out of the working
 # tree while a half travels. Results: $OUT/gpu_check.jsonl (one measurement a line) and the log.
 set -uo pipefail
-part=${1:?usage: gpu_check.sh prepare|random|bundled|profile}
+part=${1:?usage: gpu_check.sh prepare|random|bundled|heads|profile}
 here=$(cd "$(dirname "$0")/.." && pwd)
 stage=${TMPDIR:-/tmp}/specdec-gpu-check  # survives between two calls while the machine stays warm
 out=${OUT:-$here/gpu_check_out}
@@ -65,6 +68,10 @@ case "$part" in
         [ "$(sha256sum "$stage/$gguf_name" | cut -d' ' -f1)" = "$(cat "$here/.gpu/part2/sha256")" ] \
             || { echo "the joined GGUF's sha256 differs: the first half did not survive"; exit 1; }
         python3 "$here/benchmarks/gpu_check.py" bundled "$stage/$gguf_name" --out "$out" 2>&1 | tee "$out/bundled.log"
+        ;;
+    heads)
+        [ -f "$stage/$gguf_name" ] || { echo "no joined GGUF in $stage: run bundled first, on this warm machine"; exit 1; }
+        python3 "$here/benchmarks/gpu_check.py" heads "$stage/$gguf_name" --out "$out" 2>&1 | tee "$out/heads.log"
         ;;
     *) echo "unknown part: $part"; exit 2 ;;
 esac

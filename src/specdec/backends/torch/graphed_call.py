@@ -68,6 +68,11 @@ class GraphedCall:
         eager = self.use_graphs is False or self.failure is not None or not torch.cuda.is_available()
         return "eager" if eager else "cuda-graphs"
 
+    @property
+    def captured(self) -> int:
+        """Graphs captured and kept (one a signature)."""
+        return len(self._graphs)
+
     def graphs_for(self, *inputs: torch.Tensor) -> bool:
         """Whether a call on `inputs` replays a graph (captures run, and every input is on CUDA)."""
         return self.mode == "cuda-graphs" and all(tensor.device.type == "cuda" for tensor in inputs)

@@ -118,7 +118,10 @@ class EagleConfig:
 
     def build(self, loaded: LoadedModel) -> EagleProposer:
         costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
-        return EagleProposer(self, self.load(loaded), costs, loaded.eos_token_ids)
+        head = self.load(loaded)
+        # kept beside the head: every proposer on it replays the same graphs, captured once
+        levels = loaded.state.shared(("eagle-levels", head, self.topk), lambda: EagleProposer.level_call(head, self.topk))
+        return EagleProposer(self, head, costs, loaded.eos_token_ids, levels)
 
 
 class EagleProposer(ProposerBase):
@@ -128,8 +131,14 @@ class EagleProposer(ProposerBase):
     features_optional = True  # the floor's plain steps may capture nothing: the head skips those positions
 
     def __init__(
-        self, config: EagleConfig, head: Eagle3Head, costs: CostModel | None = None, eos_token_ids: Sequence[int] = ()
+        self,
+        config: EagleConfig,
+        head: Eagle3Head,
+        costs: CostModel | None = None,
+        eos_token_ids: Sequence[int] = (),
+        levels: GraphedCall | None = None,
     ) -> None:
+        """levels: the head's graphed level step (`level_call`), shared by the proposers on it; None: its own."""
         self.config = config
         self.multi_draft = config.accept
         self.head = head
@@ -145,8 +154,13 @@ class EagleProposer(ProposerBase):
         self._kept: list[Node] = []  # the last tree's nodes below the root, in tree order
         self._drew = False  # the last tree was drawn from the head's distribution
         # a top-k tree's levels at fixed shapes, one CUDA graph a level, where graphs run (`padded_steps`)
-        self._level_call = GraphedCall(functools.partial(level_step, head, self._draft_ids, config.topk))
+        self._level_call = levels if levels is not None else self.level_call(head, config.topk)
         self.begin([])
+
+    @staticmethod
+    def level_call(head: Eagle3Head, topk: int) -> GraphedCall:
+        """A top-k tree's level at fixed shapes (`padded_steps.level_step`), one CUDA graph a level on a GPU."""
+        return GraphedCall(functools.partial(level_step, head, head.draft_ids, topk))
 
     @property
     def prunable(self) -> bool:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from specdec.backends.registry import GraphedCall
 from specdec.drafters.shipped import find_shipped_head
 from specdec.engine.costs import load_or_measure
 from specdec.models import LoadedModel
@@ -48,7 +49,9 @@ class HydraConfig(MedusaConfig):
 
     def build(self, loaded: LoadedModel) -> HydraProposer:
         costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
-        return HydraProposer(self, self.load(loaded), costs, loaded.eos_token_ids)
+        heads = self.load(loaded)
+        step = loaded.state.shared(("hydra-step", heads, self.topk), lambda: HydraProposer.graphed_step(heads, self.topk))
+        return HydraProposer(self, heads, costs, loaded.eos_token_ids, step)
 
 
 class HydraProposer(MedusaProposer):
@@ -81,10 +84,16 @@ class HydraProposer(MedusaProposer):
             branches = [branch_of(root, nodes, i) for i in parents]
         return nodes
 
-    def _top(self, d: int, state: torch.Tensor, branch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Head d's top-k for each row's branch: (log-probabilities [c, k], target token ids [c, k])."""
-        top, ids = top_log_probs(self.heads.head_logits(d, state, branch), self.config.topk)
-        return top, self.heads.token_map[ids]
+    @staticmethod
+    def graphed_step(heads: HydraHeads, topk: int) -> GraphedCall:
+        """step(state, branch, key=d): head d's top-k for each row's branch, (log-probabilities [c, k], target
+        token ids [c, k]), one graph a level (and row count) on a GPU."""
+
+        def top(d: int, state: torch.Tensor, branch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            values, ids = top_log_probs(heads.head_logits(d, state, branch), topk)
+            return values, heads.token_map[ids]
+
+        return GraphedCall(top)
 
 
 def branch_of(root: int, nodes: list[Node], index: int) -> list[int]:

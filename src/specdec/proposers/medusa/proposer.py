@@ -16,7 +16,11 @@ comes next (`features_optional`); a step that finds no state drafts nothing, nev
 from an older one.
 
 On a GPU the heads' step replays as a CUDA graph, one per depth (`GraphedCall`): eager,
-its few small kernels cost their launches, not their work.
+its few small kernels cost their launches, not their work. The graphed step is kept with the
+heads in the loaded model's state (`MedusaConfig.build`), so every proposer built on them (one a
+request through the API, one a pooled proposer in the server) replays the same graphs:
+they are captured once a process, not once a request. Its calls come from one thread at
+a time (the engine's decode loop), as the heads' other work does.
 
 Invariants: lossless whatever the heads guess (verification decides); drafts
 are deterministic guesses (`draft_probs` None), so at temperature > 0 the
@@ -83,7 +87,10 @@ class MedusaConfig:
 
     def build(self, loaded: LoadedModel) -> MedusaProposer:
         costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
-        return MedusaProposer(self, self.load(loaded), costs, loaded.eos_token_ids)
+        heads = self.load(loaded)
+        # kept beside the heads: every proposer on them replays the same graphs, captured once
+        step = loaded.state.shared(("medusa-step", heads, self.topk), lambda: MedusaProposer.graphed_step(heads, self.topk))
+        return MedusaProposer(self, heads, costs, loaded.eos_token_ids, step)
 
 
 class MedusaProposer(ProposerBase):
@@ -94,8 +101,14 @@ class MedusaProposer(ProposerBase):
     features_optional = True  # the floor's plain steps may capture nothing: the step after one drafts nothing
 
     def __init__(
-        self, config: MedusaConfig, heads: MedusaHeads, costs: CostModel | None = None, eos_token_ids: Sequence[int] = ()
+        self,
+        config: MedusaConfig,
+        heads: MedusaHeads,
+        costs: CostModel | None = None,
+        eos_token_ids: Sequence[int] = (),
+        step: GraphedCall | None = None,
     ) -> None:
+        """step: the heads' graphed step (`graphed_step`), shared by the proposers on them; None: its own."""
         self.config = config
         self.heads = heads
         self.feature_layers = (heads.layer_id,)
@@ -104,7 +117,7 @@ class MedusaProposer(ProposerBase):
         self.lookup = PlainLookup(self.costs, eos_token_ids)  # what the floor's plain steps verify
         self._min_score = math.log(config.min_prob) if config.min_prob > 0 else -math.inf
         # the heads' step (a level's, for Hydra) as one CUDA graph a depth on a GPU: eager, it is launch-bound
-        self.step = GraphedCall(self._top)
+        self.step = step if step is not None else self.graphed_step(heads, config.topk)
 
     @property
     def sized_by_costs(self) -> bool:
@@ -136,10 +149,16 @@ class MedusaProposer(ProposerBase):
         top, tokens = self.step(state, key=depth)
         return self._grow(top.tolist(), tokens.tolist())
 
-    def _top(self, depth: int, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The first `depth` heads' top-k: (log-probabilities [depth, k], target token ids [depth, k])."""
-        top, ids = top_log_probs(self.heads.draft_logits(state)[:depth], self.config.topk)
-        return top, self.heads.token_map[ids]
+    @staticmethod
+    def graphed_step(heads: MedusaHeads, topk: int) -> GraphedCall:
+        """step(state, key=depth): the first `depth` heads' top-k, (log-probabilities [depth, k], target
+        token ids [depth, k]), one graph a depth on a GPU."""
+
+        def top(depth: int, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            values, ids = top_log_probs(heads.draft_logits(state)[:depth], topk)
+            return values, heads.token_map[ids]
+
+        return GraphedCall(top)
 
     def _grow(self, top: list[list[float]], tokens: list[list[int]]) -> list[Node]:
         """Level d holds head d's top-k below each of the `topk` likeliest nodes of level d - 1."""
