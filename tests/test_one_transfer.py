@@ -14,15 +14,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from distribution import CHAIN, PARAMS_A, PARAMS_B, PLAIN, SCENARIOS, Scenario, check
+from distribution import CHAIN, PARAMS_A, PARAMS_B, PLAIN, SCENARIOS, TREE, Scenario, check
 from helpers import tiny_llama
 
 from specdec.backends.registry import top_tokens
 from specdec.backends.torch.rows import BatchedTarget
 from specdec.backends.torch.target import TargetModel
-from specdec.engine.accept import Acceptance, accept, accept_decided, decide
-from specdec.engine.decide import chain_outcomes, walk_chain
-from specdec.engine.uniforms import PositionUniforms
+from specdec.engine.accept import Acceptance, accept, accept_decided, decide, point_mass_rows
+from specdec.engine.decide import rejection_outcomes, walk_rejections
+from specdec.engine.uniforms import PositionUniforms, draw_rows
 from specdec.engine.verify import Draws, verify
 from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
@@ -42,49 +42,101 @@ def _random_chain(data: torch.Generator, max_nodes: int, vocab_size: int) -> tup
     return DraftTree.chain(tokens[0], tokens[1:], draft), logits
 
 
+SETTINGS = [PLAIN, PARAMS_A, PARAMS_B, SamplingParams(temperature=0.5, top_k=1)]  # zero-mass residuals in the last
+
+
+def _walked_both_ways(tree: DraftTree, logits: torch.Tensor, case: int, rule: str) -> Acceptance:
+    """The acceptance decided at once and walked on the CPU, seeded alike: the same path and tokens, and the
+    same uniforms spent (positions moved alike, the generator left in the same state)."""
+    results = []
+    for one_transfer in (True, False):
+        generator = torch.Generator().manual_seed(case)
+        positions = PositionUniforms(generator)
+        params = SETTINGS[case % len(SETTINGS)]
+        result = accept(tree, logits, params, generator, positions, rule, one_transfer=one_transfer)
+        results.append((result, positions.position, float(torch.rand(1, generator=generator))))
+    assert results[0] == results[1]
+    return results[0][0]
+
+
 @pytest.mark.parametrize("rule", ["specinfer", "spectr"])
 def test_chain_in_one_transfer_walks_as_the_cpu_path(rule: str) -> None:
     """Speculative sampling's chain decided at once: the rejection walk's path, tokens and uniforms spent,
     over 300 random chains with temperature, top-k and top-p (residuals of zero mass included)."""
     data = torch.Generator().manual_seed(5)
-    settings = [PLAIN, PARAMS_A, PARAMS_B, SamplingParams(temperature=0.5, top_k=1)]
     deep = full = 0
     for case in range(300):
-        params = settings[case % len(settings)]
         chain, logits = _random_chain(data, 7, 6)
-        results = []
-        for one_transfer in (True, False):
-            generator = torch.Generator().manual_seed(case)
-            positions = PositionUniforms(generator)
-            result = accept(chain, logits, params, generator, positions, rule, one_transfer=one_transfer)
-            results.append((result, positions.position, float(torch.rand(1, generator=generator))))
-        assert results[0] == results[1]
-        deep += results[0][0].num_accepted > 1
-        full += results[0][0].num_accepted == chain.num_nodes - 1 > 0
+        accepted = _walked_both_ways(chain, logits, case, rule).num_accepted
+        deep += accepted > 1
+        full += accepted == chain.num_nodes - 1 > 0
     print(f"{deep} walks past two drafts, {full} whole chains")
     assert deep > 30 and full > 30  # deep walks, and whole chains ending in a bonus token
 
 
-def test_walk_chain_stops_at_the_first_failed_test() -> None:
-    assert walk_chain(4, [1, 0, 1, 10, 11, 12, 13]) == ([0, 1], 11)
-    assert walk_chain(4, [1, 1, 1, 10, 11, 12, 13]) == ([0, 1, 2, 3], 13)  # the bonus
-    assert walk_chain(4, [0, 1, 1, 10, 11, 12, 13]) == ([0], 10)
-    assert walk_chain(1, [10]) == ([0], 10)
+def _random_tree(data: torch.Generator, max_nodes: int, vocab_size: int) -> tuple[DraftTree, torch.Tensor]:
+    """A tree of drawn siblings (each node below a random earlier one, drawn from its own draft row, so
+    duplicate siblings happen) with some point-mass guesses among them, as the hybrid's trees have."""
+    num_nodes = int(torch.randint(2, max_nodes + 1, (1,), generator=data))
+    parents = [-1] + [int(torch.randint(0, node, (1,), generator=data)) for node in range(1, num_nodes)]
+    logits = 2 * torch.randn(num_nodes, vocab_size, generator=data)
+    guess = logits[[max(parent, 0) for parent in parents]]  # draft row c guesses what its parent's row gives
+    draft = (guess + 0.5 * torch.randn(num_nodes, vocab_size, generator=data)).softmax(-1)
+    tokens = torch.tensor([int(torch.multinomial(draft[i], 1, generator=data)) for i in range(num_nodes)])
+    fixed = torch.rand(num_nodes, generator=data) < 0.2
+    draft[fixed] = point_mass_rows(tokens[fixed], vocab_size)
+    return DraftTree(tokens, torch.tensor(parents), draft), logits
 
 
-def _one_transfer_chain(chain: DraftTree, probs: torch.Tensor, generator: torch.Generator) -> Acceptance:
-    """The device chain as a distribution check's rule (target rows given as probabilities)."""
-    return accept_decided(chain, chain_outcomes(chain, probs.log(), PLAIN, generator).tolist(), PLAIN)
+def test_siblings_in_one_transfer_walk_as_the_cpu_path() -> None:
+    """SpecInfer's drawn siblings decided at once, every node's residuals a sibling rank at a time: the
+    rejection walk's path, tokens and uniforms spent, over 300 random trees (duplicate siblings, whose
+    expanded twin the walk descends into, and point-mass guesses among them)."""
+    data = torch.Generator().manual_seed(6)
+    later_sibling = deep = 0
+    for case in range(300):
+        tree, logits = _random_tree(data, 9, 6)
+        path = _walked_both_ways(tree, logits, case, "specinfer").path
+        deep += len(path) > 2
+        later_sibling += any(tree.children[a].index(b) > 0 for a, b in zip(path, path[1:], strict=False))
+    print(f"{deep} walks past two drafts, {later_sibling} through a parent's later child")
+    assert deep > 30 and later_sibling > 30
 
 
-def _bonus_everywhere(chain: DraftTree, probs: torch.Tensor, generator: torch.Generator) -> Acceptance:
-    """Broken: a rejection ends with the last node's target draw, not its residual's."""
-    values = chain_outcomes(chain, probs.log(), PLAIN, generator).tolist()
-    values[chain.num_nodes - 1 :] = [values[-1]] * chain.num_nodes
-    return accept_decided(chain, values, PLAIN)
+def test_walk_rejections_takes_the_first_child_that_passed() -> None:
+    chain = DraftTree.chain(5, [1, 2, 3])
+    assert walk_rejections(chain, [1, 0, 1, 10, 11, 12, 13]) == ([0, 1], 11)
+    assert walk_rejections(chain, [1, 1, 1, 10, 11, 12, 13]) == ([0, 1, 2, 3], 13)  # the bonus
+    assert walk_rejections(chain, [0, 1, 1, 10, 11, 12, 13]) == ([0], 10)
+    assert walk_rejections(DraftTree.chain(5), [10]) == ([0], 10)
+    # root -> {1: token 7, 2: token 8, 3: token 7 -> 4}: passing node 3 or its twin 1 descends into 3
+    tree = DraftTree(torch.tensor([5, 7, 8, 7, 9]), torch.tensor([-1, 0, 0, 0, 3]))
+    assert walk_rejections(tree, [0, 1, 1, 0, 20, 21, 22, 23, 24]) == ([0, 2], 22)
+    assert walk_rejections(tree, [1, 0, 0, 1, 20, 21, 22, 23, 24]) == ([0, 3, 4], 24)
+    assert walk_rejections(tree, [0, 0, 0, 0, 20, 21, 22, 23, 24]) == ([0], 20)
 
 
-@pytest.mark.parametrize("rule, lossless", [(_one_transfer_chain, True), (_bonus_everywhere, False)],
+def _one_transfer_rule(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator) -> Acceptance:
+    """The device rule as a distribution check's rule (target rows given as probabilities)."""
+    return accept_decided(tree, rejection_outcomes(tree, probs.log(), PLAIN, generator).tolist(), PLAIN)
+
+
+def _bonus_everywhere(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator) -> Acceptance:
+    """Broken: a chain's final token is always the last node's bonus draw, whatever the walk rejected."""
+    values = rejection_outcomes(tree, probs.log(), PLAIN, generator).tolist()
+    values[tree.num_nodes - 1 :] = [values[-1]] * tree.num_nodes
+    return accept_decided(tree, values, PLAIN)
+
+
+def _target_after_rejections(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator) -> Acceptance:
+    """Broken: the final token after rejected siblings is drawn from the target row, not the residual."""
+    values = rejection_outcomes(tree, probs.log(), PLAIN, generator).tolist()
+    uniform = torch.rand(1, generator=generator, dtype=torch.float64)
+    values[tree.num_nodes - 1 :] = draw_rows(probs, uniform.expand(tree.num_nodes)).tolist()
+    return accept_decided(tree, values, PLAIN)
+
+
+@pytest.mark.parametrize("rule, lossless", [(_one_transfer_rule, True), (_bonus_everywhere, False)],
                          ids=["one-transfer", "broken"])
 def test_chain_in_one_transfer_keeps_the_target_distribution(rule, lossless: bool) -> None:
     """Seeded steps of 1-3 drawn drafts on the order-2 Markov models: within the sampling bound of the
@@ -96,12 +148,29 @@ def test_chain_in_one_transfer_keeps_the_target_distribution(rule, lossless: boo
     assert (tv_first < bound_first and tv_two < bound_two) == lossless
 
 
-def test_drawn_siblings_are_left_to_the_walk() -> None:
+@pytest.mark.parametrize("rule, lossless", [(_one_transfer_rule, True), (_target_after_rejections, False)],
+                         ids=["one-transfer", "broken"])
+def test_siblings_in_one_transfer_keep_the_target_distribution(rule, lossless: bool) -> None:
+    """Drawn siblings at two levels (top-k, top-p: zeros in both rows), decided at once: within the sampling
+    bound of the target's first and first two tokens; drawing after rejections from the target row, beyond."""
+    seed, _ = SCENARIOS["multi-draft-tree"]
+    scenario = Scenario(TREE, rule, PARAMS_A)
+    (tv_first, bound_first), (tv_two, bound_two) = check(scenario, seed, num_trials=20_000)
+    print(f"TV first {tv_first:.4f} (bound {bound_first:.4f}), first two {tv_two:.4f} (bound {bound_two:.4f})")
+    assert (tv_first < bound_first and tv_two < bound_two) == lossless
+
+
+def test_spectr_trees_are_left_to_the_walk() -> None:
+    """SpecTr selects a run of i.i.d. siblings on the host: its trees walk node by node, drawing nothing
+    before; SpecInfer's same tree is decided at once, as is a chain under either rule."""
     tree = DraftTree.from_branches(1, [[2], [3]])
     drafted = DraftTree(tree.tokens, tree.parents, torch.full((3, 6), 1 / 6))
     generator = torch.Generator().manual_seed(0)
-    assert decide(drafted, torch.zeros(3, 6), PLAIN, generator) is None
+    assert decide(drafted, torch.zeros(3, 6), PLAIN, generator, multi_draft="spectr") is None
     assert torch.equal(generator.get_state(), torch.Generator().manual_seed(0).get_state())  # nothing drawn
+    assert decide(drafted, torch.zeros(3, 6), PLAIN, generator).shape == (5,)
+    chain = DraftTree.chain(1, [2, 3], torch.full((3, 6), 1 / 6))
+    assert decide(chain, torch.zeros(3, 6), PLAIN, generator, multi_draft="spectr").shape == (5,)
 
 
 def _rows(model: torch.nn.Module, prompts: list[list[int]]) -> BatchedTarget:
@@ -112,7 +181,7 @@ def _rows(model: torch.nn.Module, prompts: list[list[int]]) -> BatchedTarget:
 
 
 def _step_trees(step: int, vocab: int) -> list[DraftTree]:
-    """Row 0 greedy, 1 deterministic drafts sampled, 2 a drawn chain, 3 drawn siblings (walked)."""
+    """Row 0 greedy, 1 deterministic drafts sampled, 2 a drawn chain, 3 drawn siblings."""
     data = torch.Generator().manual_seed(step)
     draft = torch.randn(4, vocab, generator=data).softmax(-1)
     tokens = torch.randint(0, vocab, (6,), generator=data).tolist()
@@ -153,3 +222,25 @@ def test_a_batched_step_in_one_transfer_verifies_as_row_by_row() -> None:
     (steps, spent, states), (want_steps, want_spent, want_states) = outcomes
     assert steps == want_steps and spent == want_spent
     assert all(torch.equal(a, b) for a, b in zip(states, want_states, strict=True))
+
+
+@pytest.mark.parametrize("rule", ["specinfer", "spectr"])
+def test_drawn_trees_decode_as_the_cpu_walk(default_model, rule: str) -> None:
+    """`eagle:sampled=true` draws each tree from the head (`topk` siblings below a level's likeliest nodes)
+    and verifies it by rejection sampling: over a seeded generation on the bundled model, deciding every
+    node at once (SpecInfer's rule; SpecTr's trees are left to the walk) emits the CPU walk's tokens and
+    takes the same steps."""
+    from specdec.engine.generation import GenerationConfig
+    from specdec.engine.loop import Engine
+    from specdec.prompts import encode_prompt
+    from specdec.proposers import parse_method
+
+    prompt = encode_prompt(default_model.tokenizer, "Name three rivers and one fact about each.", chat=True)
+    config = GenerationConfig(24, SamplingParams(temperature=0.9, seed=3), ignore_eos=True)
+    method = parse_method(f"eagle:sampled=true,accept={rule},adaptive=false")
+    runs = []
+    for one_transfer in (True, False):
+        out = Engine(default_model, one_transfer=one_transfer).generate(prompt, method.build(default_model), config)
+        runs.append((out.token_ids, [(s.tree_size, s.num_accepted) for s in out.stats.steps]))
+    assert runs[0] == runs[1]
+    assert sum(size > 2 for size, _ in runs[0][1]) > 5  # it drew trees

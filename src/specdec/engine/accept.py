@@ -88,9 +88,9 @@ from specdec.backends.registry import argmax_rows, greedy_walk
 from specdec.engine.decide import (
     RESIDUAL_EPS,
     argmax_at_every_node,
-    chain_outcomes,
     drawn_at_every_node,
-    walk_chain,
+    rejection_outcomes,
+    walk_rejections,
 )
 from specdec.engine.spectr import KSequential, expanded_twin, sibling_groups
 from specdec.engine.uniforms import Chance, PositionUniforms, draw
@@ -378,14 +378,14 @@ def accept(
     uniforms by output position (deterministic drafts draw with them; rejection
     sampling draws from `generator` and only moves them past what it emitted).
     one_transfer (default: on an accelerator): every node decided on the device and the
-    step's decisions brought back in one transfer (`decide`); drawn siblings in a tree
-    still walk node by node (their residuals depend on the rejections before).
+    step's decisions brought back in one transfer (`decide`); SpecTr's trees of drawn
+    siblings still walk node by node.
     """
     if multi_draft not in MULTI_DRAFT_RULES:
         raise ValueError(f"multi_draft must be one of {', '.join(MULTI_DRAFT_RULES)}, got {multi_draft!r}")
     if one_transfer is None:
         one_transfer = target_logits.device.type != "cpu"
-    decided = decide(tree, target_logits, params, generator, positions) if one_transfer else None
+    decided = decide(tree, target_logits, params, generator, positions, multi_draft) if one_transfer else None
     if decided is not None:
         return accept_decided(tree, decided.tolist(), params, positions)  # the step's one sync
     if params.greedy:
@@ -408,17 +408,21 @@ def decide(
     params: SamplingParams,
     generator: torch.Generator | None,
     positions: PositionUniforms | None = None,
+    multi_draft: str = "specinfer",
 ) -> torch.Tensor | None:
     """Every node's decision for `accept`'s rule, on the device, not yet read back (`specdec.engine.decide`):
-    the argmax (greedy), the target's draw (deterministic drafts) or a chain's tests and final tokens
-    (speculative sampling); None for drawn siblings in a tree, which walk node by node.
-    Read it back (with other rows' decisions, in one transfer) and walk it with `accept_decided`."""
+    the argmax (greedy), the target's draw (deterministic drafts) or every node's tests and final token
+    (rejection sampling: a chain, or SpecInfer's siblings); None for a tree under SpecTr's rule (its runs of
+    siblings are selected on the host: `torch.equal` on their rows alone would wait), which walks node by
+    node. Read it back (with other rows' decisions, in one transfer) and walk it with `accept_decided`."""
     _check_rows(tree, target_logits, "target_logits")
     if params.greedy:
         return argmax_at_every_node(target_logits)
     if tree.draft_probs is None:
         return drawn_at_every_node(tree, target_logits, params, generator, positions)
-    return chain_outcomes(tree, target_logits, params, generator) if _is_chain(tree) else None
+    if multi_draft == "spectr" and not _is_chain(tree):
+        return None
+    return rejection_outcomes(tree, target_logits, params, generator)
 
 
 def accept_decided(
@@ -428,7 +432,7 @@ def accept_decided(
     if params.greedy or tree.draft_probs is None:
         acceptance = _deterministic_walk(tree, lambda node, _depth: decided[node])
     else:
-        path, final = walk_chain(tree.num_nodes, decided)
+        path, final = walk_rejections(tree, decided)
         acceptance = Acceptance(path, [tree.token_list[i] for i in path[1:]] + [final])
     if positions is not None:
         positions.advance(len(acceptance.tokens))

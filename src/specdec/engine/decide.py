@@ -18,15 +18,18 @@ Invariants:
   (int64), so a caller concatenates them and transfers once; the few host
   tensors sent over (tokens, depths) go without a wait (`non_blocking`: a
   blocking copy to a GPU waits for its stream, the pass included);
-- drawn siblings (trees with draft probabilities that are not chains) are not
-  decided here: each residual depends on the rejections before it, so their
-  walk stays node by node (`accept`'s rejection walk).
+- drawn siblings are decided here too (SpecInfer's rule): a residual depends on
+  the rejections of the siblings before it, but only on those, so each node's
+  chain of residuals is computed a sibling rank at a time, whichever path the
+  walk takes. SpecTr's runs of i.i.d. siblings (k-sequential selection, which
+  solves a small problem per run on the host) stay with `accept`'s walk.
 """
 
 from __future__ import annotations
 
 import torch
 
+from specdec.engine.spectr import expanded_twin
 from specdec.engine.uniforms import PositionUniforms, draw_rows
 from specdec.sampling import SamplingParams, logits_to_probs
 from specdec.tree import DraftTree
@@ -64,36 +67,64 @@ def drawn_at_every_node(
     return draw_rows(logits_to_probs(target_logits, params), uniforms)
 
 
-def chain_outcomes(
-    chain: DraftTree, target_logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+def rejection_outcomes(
+    tree: DraftTree, target_logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
 ) -> torch.Tensor:
-    """[2N - 1] speculative sampling's every outcome on a chain of N nodes with draft probabilities:
-    whether draft token c (c = 1 .. N - 1) passes its test, then the final token were the walk to
-    stop at node j (j = 0 .. N - 1): drawn from the residual norm(max(0, p_j - q_{j+1})) of the
-    rejection after node j, or for j = N - 1 from the last target row (the bonus).
+    """[2N - 1] the multi-draft rule's every outcome on a tree of N nodes with draft probabilities (SpecInfer's
+    one sibling at a time; a chain is speculative sampling): whether child c (c = 1 .. N - 1) passes its test,
+    then the final token were the walk to stop at node j (j = 0 .. N - 1), drawn from j's residual after
+    every child of j was rejected (j's target row for a leaf: the bonus).
 
-    The uniforms are the rejection walk's: N from the generator, u_c for child c's test
-    (u_c * q(x_c) < p(x_c)) and u_0 for the final draw; a residual of mass below
-    `RESIDUAL_EPS` falls back to the target row, as the walk's does. `walk_chain` reads the result.
+    A node's residual starts as its target row r_0 = p_j, and its children are tried in order: child c
+    (token x, draft row q) passes when u_c * q(x) < r(x), and its rejection sets r = norm(max(0, r - q)).
+    These depend on the node's own row and children only, never on which path reached it, so every node's
+    tests and final are computed here, a sibling rank at a time over all nodes (one pass of a few kernels
+    per rank, a chain's one). The uniforms are the rejection walk's: N from the generator, u_c for child
+    c's test and u_0 for the final draw; a residual of mass below `RESIDUAL_EPS` keeps r, as the walk's
+    does. `walk_rejections` reads the result.
     """
     probs = logits_to_probs(target_logits, params)  # [N, V] float32
-    num_nodes = chain.num_nodes
-    uniforms = torch.rand(num_nodes, generator=generator, device=probs.device, dtype=torch.float64)
-    tokens = chain.tokens.to(probs.device, non_blocking=True)
-    draft = chain.draft_probs.to(probs.device)
+    num_nodes, device = tree.num_nodes, probs.device
+    uniforms = torch.rand(num_nodes, generator=generator, device=device, dtype=torch.float64)
+    tokens = tree.tokens.to(device, non_blocking=True)
+    draft = tree.draft_probs.to(device)
     draft_at = draft.gather(1, tokens[:, None])[:, 0].double()  # [N] q(x_c)
-    target_at = probs[:-1].gather(1, tokens[1:, None])[:, 0].double()  # [N - 1] p_{c-1}(x_c)
-    passed = uniforms[1:] * draft_at[1:] < target_at
-    excess = (probs[:-1] - draft[1:]).clamp(min=0)
-    mass = excess.sum(-1, keepdim=True)
-    residual = torch.where(mass < RESIDUAL_EPS, probs[:-1], excess / mass)
-    finals = draw_rows(torch.cat([residual, probs[-1:]]), uniforms[:1].expand(num_nodes))
-    return torch.cat([passed.long(), finals])
+    passed = torch.zeros(num_nodes, dtype=torch.bool, device=device)
+    residual = probs  # [N, V] each node's residual before its next child is tried (replaced, never written)
+    ranks = _sibling_ranks(tree.children)
+    flat = torch.tensor([i for rank in ranks for i in rank], dtype=torch.int64).to(device, non_blocking=True)
+    at = 0
+    for rank in ranks:  # one host-to-device copy above, then slices of it
+        half = len(rank) // 2
+        node, child = flat[at : at + half], flat[at + half : at + len(rank)]
+        at += len(rank)
+        base = residual[node]  # [m, V]
+        passed[child] = uniforms[child] * draft_at[child] < base.gather(1, tokens[child, None])[:, 0].double()
+        excess = (base - draft[child]).clamp(min=0)
+        mass = excess.sum(-1, keepdim=True)
+        residual = residual.index_copy(0, node, torch.where(mass < RESIDUAL_EPS, base, excess / mass))
+    finals = draw_rows(residual, uniforms[:1].expand(num_nodes))
+    return torch.cat([passed[1:].long(), finals])
 
 
-def walk_chain(num_nodes: int, outcomes: list[int]) -> tuple[list[int], int]:
-    """(path, final token) from `chain_outcomes`' values: the nodes before the first failed test, and
-    the final token drawn where the walk stopped."""
+def _sibling_ranks(children: list[list[int]]) -> list[list[int]]:
+    """For rank r = 0, 1, ...: the nodes with more than r children, then each one's r-th child."""
+    ranks = []
+    for rank in range(max(map(len, children), default=0)):
+        nodes = [node for node, kids in enumerate(children) if len(kids) > rank]
+        ranks.append(nodes + [children[node][rank] for node in nodes])
+    return ranks
+
+
+def walk_rejections(tree: DraftTree, outcomes: list[int]) -> tuple[list[int], int]:
+    """(path, final token) from `rejection_outcomes`' values: at each node the first child that passed
+    (descending into its expanded twin, as the walk does), until a node has none; its final token ends it."""
+    num_nodes, children = tree.num_nodes, tree.children
     passed, finals = outcomes[: num_nodes - 1], outcomes[num_nodes - 1 :]
-    stop = next((c for c, ok in enumerate(passed, start=1) if not ok), num_nodes)
-    return list(range(stop)), finals[stop - 1]
+    node, path = 0, [0]
+    while True:
+        child = next((c for c in children[node] if passed[c - 1]), None)
+        if child is None:
+            return path, finals[node]
+        node = expanded_twin(tree, children[node], child)
+        path.append(node)

@@ -122,11 +122,11 @@ def read_together(
 ) -> tuple[list[Acceptance], list[np.ndarray | None]]:
     """Every row's acceptance, and the top `tops[b]` ids at every node of row b, from one transfer.
 
-    A row of drawn siblings (which `decide` leaves to the walk) walks on its own after it. Each row draws
+    A row that `decide` leaves to the walk (SpecTr's drawn siblings) walks on its own after it. Each row draws
     from its own generator, so the order rows decide in changes nothing."""
     wanted = [0] * len(trees) if tops is None else [min(k, rows.shape[-1]) for k, rows in zip(tops, logits, strict=True)]
     decided = [
-        decide(tree, rows, row.sampling, row.generator, row.positions)
+        decide(tree, rows, row.sampling, row.generator, row.positions, row.multi_draft)
         for tree, rows, row in zip(trees, logits, draws, strict=True)
     ]
     top_rows = [top_tokens(rows, k) if k > 0 else None for rows, k in zip(logits, wanted, strict=True)]
