@@ -24,7 +24,8 @@ were sized by; plain and logitspec again with the graphs on the other attention 
 --no-bf16-speed) plain and logitspec in bf16, the dtype a GPU gets by default, on the same turns.
 
 `heads`: the trained heads (EAGLE-3, Medusa, Hydra) in the working tree on the bundled model: lossless against
-plain (fp32), tokens/s beside plain on the same turns in fp32 and bf16, and how their graphed steps ran.
+plain (fp32), the host's waits a step (greedy, and EAGLE's drawn trees at temperature 0.9), tokens/s beside plain
+on the same turns in fp32 and bf16, and how their graphed steps ran.
 
 Nothing is asserted. Each finished measurement is printed and appended to OUT/gpu_check.jsonl as it
 comes (a call cut short keeps what it measured); the last stdout line is one JSON document. On a CPU it
@@ -54,6 +55,7 @@ from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
+from specdec.sampling import SamplingParams
 from specdec.tree import DraftTree
 
 SHAPES = {
@@ -337,6 +339,11 @@ def check_heads(source: str, device: str, report: Report, max_prompts: int, bf16
         chat = bool(loaded.tokenizer.chat_template)
         if dtype == "fp32":
             report.add("heads.lossless_fp32", lossless(engine, source, chat, tuple(heads)))
+            short = [encode_prompt(loaded.tokenizer, t, chat=chat) for t in spec_bench_first_turns()[:2]]
+            drawn = SamplingParams(temperature=0.9, seed=0)  # drawn trees: acceptance decided on the device
+            report.add("heads.syncs_per_step", {m: syncs_per_step(engine, short, m) for m in heads} | (
+                {"eagle:sampled=true@t0.9": syncs_per_step(engine, short, "eagle:sampled=true", drawn)}
+                if "eagle" in heads else {}))
         turns = [encode_prompt(loaded.tokenizer, t, chat=chat) for t in spec_bench_first_turns()][:max_prompts]
         rates = spec_bench_arms({"plain": (engine, "plain")} | {m: (engine, m) for m in heads}, turns)
         report.add(f"heads.spec_bench_first_turns_{dtype}", {"prompts": len(turns), "new_tokens": NEW_TOKENS,
@@ -418,12 +425,14 @@ def _graph_delta(before: dict | str, after: dict | str) -> dict | str:
             "failure": after["failure"]}
 
 
-def syncs_per_step(engine: Engine, turns: list[list[int]], method: str) -> float | str:
+def syncs_per_step(engine: Engine, turns: list[list[int]], method: str,
+                   sampling: SamplingParams | None = None) -> float | str:
     """Mean host waits on the device a decode step (`torch.cuda.set_sync_debug_mode`'s warnings: every read of a
-    value back, `.tolist()`, `.item()`, `.cpu()`), over `turns` at 64 tokens each, prefill included."""
+    value back, `.tolist()`, `.item()`, `.cpu()`), over `turns` at 64 tokens each (greedy unless `sampling`),
+    prefill included."""
     if not torch.cuda.is_available():
         return "no CUDA"
-    config = GenerationConfig(max_new_tokens=64, ignore_eos=True)
+    config = GenerationConfig(max_new_tokens=64, sampling=sampling or SamplingParams(), ignore_eos=True)
     engine.generate(turns[0], parse_method(method).build(engine.loaded), GenerationConfig(max_new_tokens=8))
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
