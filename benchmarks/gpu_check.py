@@ -344,6 +344,8 @@ def check_heads(source: str, device: str, report: Report, max_prompts: int, bf16
             report.add("heads.syncs_per_step", {m: syncs_per_step(engine, short, m) for m in heads} | (
                 {"eagle:sampled=true@t0.9": syncs_per_step(engine, short, "eagle:sampled=true", drawn)}
                 if "eagle" in heads else {}))
+            if "eagle" in heads:
+                report.add("heads.drawn_trees_one_transfer_vs_walk", seeded_alike(loaded, short, drawn))
         turns = [encode_prompt(loaded.tokenizer, t, chat=chat) for t in spec_bench_first_turns()][:max_prompts]
         rates = spec_bench_arms({"plain": (engine, "plain")} | {m: (engine, m) for m in heads}, turns)
         report.add(f"heads.spec_bench_first_turns_{dtype}", {"prompts": len(turns), "new_tokens": NEW_TOKENS,
@@ -351,6 +353,16 @@ def check_heads(source: str, device: str, report: Report, max_prompts: int, bf16
         report.add(f"heads.graphed_steps_{dtype}", {m: _head_graphs(p) for m, p in heads.items()})
         del engine, loaded, heads
         gc.collect()
+
+
+def seeded_alike(loaded, turns: list[list[int]], sampling: SamplingParams) -> dict:  # noqa: ANN001 - LoadedModel
+    """`eagle:sampled=true` (drawn trees, SpecInfer's rule) over `turns` at 64 tokens, seeded: the device deciding
+    every node at once against the row-by-row walk (the CPU's rule on device tensors). The same tokens unless
+    a residual's rounding differs (the two sum in different orders)."""
+    config = GenerationConfig(max_new_tokens=64, sampling=sampling, ignore_eos=True)
+    runs = [[Engine(loaded, one_transfer=once).generate(ids, parse_method("eagle:sampled=true").build(loaded),
+                                                        config).token_ids for ids in turns] for once in (True, False)]
+    return {"identical": sum(a == b for a, b in zip(*runs, strict=True)), "of": len(turns)}
 
 
 def _head_graphs(proposer) -> dict:  # noqa: ANN001 - a head's proposer
