@@ -73,6 +73,7 @@ from specdec.backends.registry import (
     verify_model,
 )
 from specdec.engine.generation import ProposalContext
+from specdec.engine.read_back import read_back
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel, load_model
 from specdec.proposers.base import ProposerBase
@@ -344,18 +345,18 @@ class DraftProposer(ProposerBase):
         if sampling.greedy:
             if self.fill:
                 probs, tokens = torch.softmax(logits.float(), -1).topk(2)
-                (prob, runner_prob), (token, runner) = _read_back(probs, tokens)
-                self._runner_up = (int(runner), runner_prob)
-                return int(token), prob, None
+                (prob, runner_prob), (token, runner) = read_back(probs, tokens)
+                self._runner_up = (runner, runner_prob)
+                return token, prob, None
             if not self.length.uses_confidence:
                 return int(logits.argmax()), 1.0, None
             token = logits.argmax()
-            token, prob = _read_back(token, torch.softmax(logits.float(), -1)[token])
-            return int(token), prob, None
+            token, prob = read_back(token, torch.softmax(logits.float(), -1)[token])
+            return token, prob, None
         probs = logits_to_probs(logits, sampling)  # [V] float32
         token = torch.multinomial(probs, 1, generator=self._generator(sampling))[0]
-        token, top = _read_back(token, probs.max())
-        return int(token), top, probs
+        token, top = read_back(token, probs.max())
+        return token, top, probs
 
     def _fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         """Draft logits [V_draft] -> [V_target]: cut extra (padding) rows, pad missing ones with -inf."""
@@ -487,15 +488,3 @@ class DraftProposer(ProposerBase):
         self._step = (0, 0.0, 0.0, 0, PassTimes())
         self.length.update(drafted, num_accepted, predicted, draft_s, passes, verify_s, tree_size, steady)
 
-
-def _read_back(*values: torch.Tensor) -> list:
-    """Small tensors (token ids, probabilities) read back together: one wait on an accelerator, where a
-    read each waited once. Each comes back as its `.tolist()` in float64, which holds an id or a float32
-    exactly (callers take ints back with `int`)."""
-    flat = torch.cat([value.reshape(-1).double() for value in values]).tolist()
-    out, at = [], 0
-    for value in values:
-        part = flat[at : at + value.numel()]
-        out.append(part if value.dim() else part[0])
-        at += value.numel()
-    return out

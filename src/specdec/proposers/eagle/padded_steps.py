@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from specdec.backends.registry import GraphedCall, bucket
+from specdec.engine.read_back import read_back
 from specdec.proposers.eagle.head import Eagle3Head
 from specdec.proposers.eagle.retrieval import Node
 from specdec.proposers.tree_budget import top_log_probs
@@ -76,7 +77,8 @@ class PaddedSteps:
         for j, i in enumerate(chosen):
             self.states[i] = states[0, j]
         real = len(chosen)
-        return top.tolist()[:real], ids.tolist()[:real]
+        top, ids = read_back(top, ids)  # one wait, not one a tensor
+        return top[:real], ids[:real]
 
 
 def level_step(head: Eagle3Head, draft_ids: torch.Tensor, topk: int, key: tuple[int, int], hidden: torch.Tensor,

@@ -55,6 +55,7 @@ from specdec.engine.accept import MULTI_DRAFT_RULES
 from specdec.engine.costs import CostModel, load_or_measure
 from specdec.engine.generation import ProposalContext
 from specdec.engine.node_price import PricedCosts
+from specdec.engine.read_back import read_back
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
 from specdec.proposers.base import ProposerBase
@@ -285,7 +286,7 @@ class EagleProposer(ProposerBase):
     def _top(self, logits: torch.Tensor) -> tuple[list[list[float]], list[list[int]]]:
         """Each row's `topk` likeliest children: (log-probabilities, target ids), best first."""
         top, ids = top_log_probs(logits, self.config.topk)
-        return top.tolist(), self._draft_ids[ids].tolist()
+        return read_back(top, self._draft_ids[ids])  # one wait, not one a tensor
 
     def _sampled(
         self, root: int, logits: torch.Tensor, steps: HeadSteps, depth: int, ctx: ProposalContext

@@ -25,6 +25,7 @@ import torch
 from specdec.backends.registry import GraphedCall
 from specdec.drafters.shipped import find_shipped_head
 from specdec.engine.costs import load_or_measure
+from specdec.engine.read_back import read_back
 from specdec.models import LoadedModel
 from specdec.proposers.eagle.retrieval import Node
 from specdec.proposers.hydra.head import ARCHITECTURE, HydraHeads
@@ -72,7 +73,8 @@ class HydraProposer(MedusaProposer):
             top, tokens = self.step(state.expand(len(rows), -1), branch, key=d)
             level = []
             real = len(parents)
-            for parent, lps, row_tokens in zip(parents, top.tolist()[:real], tokens.tolist()[:real], strict=True):
+            top, tokens = read_back(top, tokens)  # one wait, not one a tensor
+            for parent, lps, row_tokens in zip(parents, top[:real], tokens[:real], strict=True):
                 base = nodes[parent].score if parent >= 0 else 0.0
                 for lp, token in zip(lps, row_tokens, strict=True):
                     nodes.append(Node(token, parent, base + lp, d + 1, "hydra"))

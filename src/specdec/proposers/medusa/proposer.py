@@ -43,6 +43,7 @@ from specdec.drafters.shipped import find_shipped_head
 from specdec.engine.costs import CostModel, load_or_measure
 from specdec.engine.generation import ProposalContext
 from specdec.engine.node_price import PricedCosts
+from specdec.engine.read_back import read_back
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
 from specdec.proposers.base import ProposerBase
@@ -147,7 +148,7 @@ class MedusaProposer(ProposerBase):
     def _nodes(self, root: int, state: torch.Tensor, depth: int) -> list[Node]:
         """The candidate nodes below `root`, each scored by its cumulative log probability."""
         top, tokens = self.step(state, key=depth)
-        return self._grow(top.tolist(), tokens.tolist())
+        return self._grow(*read_back(top, tokens))  # one wait, not one a tensor
 
     @staticmethod
     def graphed_step(heads: MedusaHeads, topk: int) -> GraphedCall:
