@@ -90,7 +90,7 @@ def rejection_outcomes(
     draft = tree.draft_probs.to(device)
     draft_at = draft.gather(1, tokens[:, None])[:, 0].double()  # [N] q(x_c)
     passed = torch.zeros(num_nodes, dtype=torch.bool, device=device)
-    residual = probs  # [N, V] each node's residual before its next child is tried (replaced, never written)
+    residual = probs  # [N, V] each node's residual before its next child is tried (`probs` is our own tensor)
     ranks = _sibling_ranks(tree.children)
     flat = torch.tensor([i for rank in ranks for i in rank], dtype=torch.int64).to(device, non_blocking=True)
     at = 0
@@ -102,7 +102,7 @@ def rejection_outcomes(
         passed[child] = uniforms[child] * draft_at[child] < base.gather(1, tokens[child, None])[:, 0].double()
         excess = (base - draft[child]).clamp(min=0)
         mass = excess.sum(-1, keepdim=True)
-        residual = residual.index_copy(0, node, torch.where(mass < RESIDUAL_EPS, base, excess / mass))
+        residual.index_copy_(0, node, torch.where(mass < RESIDUAL_EPS, base, excess / mass))  # base was copied out
     finals = draw_rows(residual, uniforms[:1].expand(num_nodes))
     return torch.cat([passed[1:].long(), finals])
 
