@@ -5,6 +5,8 @@ tree; the text is plain decoding's whatever the price."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from helpers import build_proposer
 
@@ -13,6 +15,7 @@ from specdec.engine.floor import Floor, FloorState
 from specdec.engine.generation import GenerationConfig, ProposalContext
 from specdec.engine.loop import Engine
 from specdec.engine.node_price import MAX_PRICE, MIN_WEIGHT, NodePrice, priced_table
+from specdec.models.state import ModelState
 from specdec.proposers.logitspec.proposer import LogitSpecConfig, LogitSpecProposer
 from specdec.sampling import SamplingParams
 
@@ -73,9 +76,14 @@ def test_a_dearer_node_makes_a_smaller_logitspec_tree():
 
 def test_the_engine_hands_its_rows_price_to_the_proposer(default_model, plain_runs, bench_prompts, request):
     """Under a fixed price of 1 s a step and 0.05 s a node, the proposer is handed 0.05 once the row has
-    drafted trees of several sizes and taken settled plain steps; the text is plain decoding's."""
+    drafted trees of several sizes and taken settled plain steps; the text is plain decoding's.
+
+    On a model state of its own: the acceptance rates and recycle table that earlier requests left in the
+    shared one make lookups reach further, and a plain step that verifies a looked-up chain is not a step of
+    the root alone, so whether one came within 48 tokens hung on which tests ran first in the worker."""
     seen = []
-    proposer = build_proposer(default_model, "logitspec", request)
+    fresh = dataclasses.replace(default_model, state=ModelState())
+    proposer = build_proposer(fresh, "logitspec", request)
     propose = proposer.propose
 
     def spy(ctx: ProposalContext):
@@ -83,7 +91,7 @@ def test_the_engine_hands_its_rows_price_to_the_proposer(default_model, plain_ru
         return propose(ctx)
 
     proposer.propose = spy
-    engine = Engine(default_model, floor=Floor(price=lambda nodes, seconds: 1.0 + 0.05 * (nodes - 1)))
+    engine = Engine(fresh, floor=Floor(price=lambda nodes, seconds: 1.0 + 0.05 * (nodes - 1)))
     out = engine.generate(bench_prompts["summarization"], proposer, GenerationConfig(max_new_tokens=48))
     assert out.token_ids == plain_runs.tokens("summarization", 48)
     priced = [price for price in seen if price is not None]
