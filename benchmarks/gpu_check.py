@@ -367,7 +367,7 @@ def seeded_alike(loaded, turns: list[list[int]], sampling: SamplingParams) -> di
 
 def _head_graphs(proposer) -> dict:  # noqa: ANN001 - a head's proposer
     """Its graphed step's counters, over every proposer built on the same heads (they share it)."""
-    call = getattr(proposer, "_level_call", None) or proposer.step
+    call = getattr(proposer, "_tree_call", None) or proposer.step
     return {"mode": call.mode, "replays": call.replays, "eager_calls": call.eager_calls,
             "graphs": call.captured, "failure": call.failure}
 

@@ -28,6 +28,7 @@ from specdec.proposers.eagle.head import (
     save_head,
 )
 from specdec.proposers.plain import PlainProposer
+from specdec.tree import DraftTree
 
 
 @pytest.fixture(scope="module")
@@ -173,18 +174,21 @@ def test_the_shipped_head_on_8_bit_blocks_stays_within_its_bound(default_model):
 
 
 @pytest.mark.parametrize("blocks", [False, True], ids=["fp32", "blocks"])
-def test_levels_at_fixed_shapes_draft_the_same_trees(default_model, engine, blocks):
-    """A GPU runs each level of the top-k tree at fixed shapes (`PaddedSteps`: `topk` rows, the committed
-    entries in a power-of-two buffer, the tree's entries in fixed slots), so one CUDA graph serves a level.
-    On the CPU the same padded steps run eagerly: over a real generation with the shipped head, every step's
-    tree is the one `HeadSteps` drafts, and the text is plain's."""
+def test_the_tree_grown_on_the_device_is_the_hosts(default_model, engine, blocks):
+    """A GPU grows the whole top-k tree at fixed shapes (`device_tree`: `topk` rows a level, chosen by
+    torch.topk, the committed entries in a power-of-two buffer, the tree's entries in fixed slots), so one
+    CUDA graph serves a tree and one transfer brings it back. On the CPU the same steps run eagerly: over a
+    real generation with the shipped head, every step's tree is the one the host's heap and `HeadSteps`
+    draft, and the text is plain's."""
     prompt = default_model.tokenizer("The three primary colours are red, yellow and")["input_ids"]
     config = GenerationConfig(max_new_tokens=24)
-    method = make_config("eagle", {"blocks": str(blocks).lower(), "adaptive": "false", "budget": "24"})
+    # narrow and deep: trees reach five levels and more, where a mask that lost a row's ancestors shows
+    method = make_config("eagle", {"blocks": str(blocks).lower(), "adaptive": "false", "budget": "40", "topk": "4",
+                                   "min_prob": "0.01"})
     runs = []
-    for pad in (False, True):
+    for on_device in (False, True):
         proposer, trees = method.build(default_model), []
-        proposer.pad_levels = pad
+        proposer.device_tree = on_device
         propose = proposer.propose
 
         def recorded(ctx, propose=propose, trees=trees):  # noqa: ANN001, ANN202 - the proposer's own call
@@ -194,6 +198,6 @@ def test_levels_at_fixed_shapes_draft_the_same_trees(default_model, engine, bloc
 
         proposer.propose = recorded
         runs.append((engine.generate(prompt, proposer, config).token_ids, trees))
-    (text, trees), (padded_text, padded_trees) = runs
-    assert padded_trees == trees and padded_text == text
-    assert max(len(tokens) for tokens, _ in trees) > 1 + 8 + 8  # trees of three levels and more
+    (text, trees), (device_text, device_trees) = runs
+    assert device_trees == trees and device_text == text
+    assert max(DraftTree.of_lists(*tree).max_depth for tree in trees) >= 5

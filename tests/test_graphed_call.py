@@ -47,7 +47,7 @@ def test_proposers_on_one_model_share_the_heads_graphs(default_model, method: st
     from specdec.proposers import parse_method
 
     config = parse_method(method)
-    steps = [getattr(config.build(default_model), "_level_call" if method == "eagle" else "step") for _ in range(2)]
+    steps = [getattr(config.build(default_model), "_tree_call" if method == "eagle" else "step") for _ in range(2)]
     wider = replace(config, topk=config.topk + 1).build(default_model)
     assert steps[0] is steps[1]
-    assert getattr(wider, "_level_call" if method == "eagle" else "step") is not steps[0]
+    assert getattr(wider, "_tree_call" if method == "eagle" else "step") is not steps[0]

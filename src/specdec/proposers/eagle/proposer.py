@@ -40,7 +40,6 @@ distribution; greedy decoding always drafts the top-k tree.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import math
 from collections.abc import Sequence
@@ -59,14 +58,19 @@ from specdec.engine.read_back import read_back
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
 from specdec.proposers.base import ProposerBase
+from specdec.proposers.eagle.device_tree import grow, tree_call
 from specdec.proposers.eagle.head import ARCHITECTURE, Eagle3Head, load_head
-from specdec.proposers.eagle.padded_steps import PaddedSteps, level_step
 from specdec.proposers.eagle.retrieval import Node, Retrieval
 from specdec.proposers.eagle.sampled import HeadSteps, SampledPlan, draft_generator, draft_rows, grow_sampled
 from specdec.proposers.plain_lookup import PlainLookup
 from specdec.proposers.schema import method_config, option
 from specdec.proposers.tree_budget import as_tree, likeliest, paying_count, top_log_probs
 from specdec.tree import DraftTree
+
+
+def min_score(min_prob: float) -> float:
+    """The least cumulative log-probability a node is expanded at."""
+    return math.log(min_prob) if min_prob > 0 else -math.inf
 
 
 def find_head(loaded: LoadedModel) -> Path:
@@ -121,13 +125,14 @@ class EagleConfig:
         costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
         head = self.load(loaded)
         # kept beside the head: every proposer on it replays the same graphs, captured once
-        levels = loaded.state.shared(("eagle-levels", head, self.topk), lambda: EagleProposer.level_call(head, self.topk))
-        return EagleProposer(self, head, costs, loaded.eos_token_ids, levels)
+        key = ("eagle-tree", head, self.topk, self.min_prob, self.budget)
+        tree = loaded.state.shared(key, lambda: tree_call(head, self.topk, min_score(self.min_prob), self.budget))
+        return EagleProposer(self, head, costs, loaded.eos_token_ids, tree)
 
 
 class EagleProposer(ProposerBase):
     source_stats: dict[str, dict[str, int]] | None  # with retrieval: offered / accepted nodes per source
-    pad_levels: bool | None = None  # top-k levels at fixed shapes (`PaddedSteps`): None where graphs run
+    device_tree: bool | None = None  # the top-k tree grown on the device (`device_tree`): None where graphs run
     draft_source = "head"
     features_optional = True  # the floor's plain steps may capture nothing: the head skips those positions
 
@@ -137,9 +142,10 @@ class EagleProposer(ProposerBase):
         head: Eagle3Head,
         costs: CostModel | None = None,
         eos_token_ids: Sequence[int] = (),
-        levels: GraphedCall | None = None,
+        tree: GraphedCall | None = None,
     ) -> None:
-        """levels: the head's graphed level step (`level_call`), shared by the proposers on it; None: its own."""
+        """tree: the head's graphed top-k tree (`device_tree.tree_call`), shared by the proposers on it; None:
+        its own."""
         self.config = config
         self.multi_draft = config.accept
         self.head = head
@@ -148,20 +154,15 @@ class EagleProposer(ProposerBase):
         self.costs = costs.table(config.budget) if costs is not None else []
         self.priced = PricedCosts(self.costs)  # greedy trees at the node price the engine's steps paid
         self.lookup = PlainLookup(self.costs, eos_token_ids)  # what the floor's plain steps verify
-        self._min_score = math.log(config.min_prob) if config.min_prob > 0 else -math.inf
+        self._min_score = min_score(config.min_prob)
         self.retrieval = Retrieval() if config.retrieval else None
         sources = ("eagle", "retrieval", "both")
         self.source_stats = {s: {"offered": 0, "accepted": 0} for s in sources} if config.retrieval else None
         self._kept: list[Node] = []  # the last tree's nodes below the root, in tree order
         self._drew = False  # the last tree was drawn from the head's distribution
-        # a top-k tree's levels at fixed shapes, one CUDA graph a level, where graphs run (`padded_steps`)
-        self._level_call = levels if levels is not None else self.level_call(head, config.topk)
+        # the whole top-k tree at fixed shapes, one CUDA graph a tree, where graphs run (`device_tree`)
+        self._tree_call = tree if tree is not None else tree_call(head, config.topk, self._min_score, config.budget)
         self.begin([])
-
-    @staticmethod
-    def level_call(head: Eagle3Head, topk: int) -> GraphedCall:
-        """A top-k tree's level at fixed shapes (`padded_steps.level_step`), one CUDA graph a level on a GPU."""
-        return GraphedCall(functools.partial(level_step, head, head.draft_ids, topk))
 
     @property
     def prunable(self) -> bool:
@@ -209,12 +210,10 @@ class EagleProposer(ProposerBase):
         root_pos = len(ctx.token_ids) - 1
         if self._drew:
             return self._sampled(root, logits, HeadSteps(self.head, self.keys, self.values, state, root_pos), depth, ctx)
-        if self.pad_levels if self.pad_levels is not None else self._level_call.graphs_for(state):
-            steps = PaddedSteps(self.keys, self.values, state, root_pos, self.config.topk, self.config.depth,
-                                self._level_call)
+        if self.device_tree if self.device_tree is not None else self._tree_call.graphs_for(state):
+            nodes = grow(self._tree_call, logits, state, self.keys, self.values, root_pos, depth)
         else:
-            steps = HeadSteps(self.head, self.keys, self.values, state, root_pos)
-        nodes = self._grow(logits, steps, depth)
+            nodes = self._grow(logits, HeadSteps(self.head, self.keys, self.values, state, root_pos), depth)
         if self.retrieval is not None:
             self.retrieval.add_branches(nodes, ctx.token_ids, depth)
         return self._tree(root, nodes, ctx.node_price)
@@ -265,8 +264,9 @@ class EagleProposer(ProposerBase):
         logits, state = head.finish(hidden[:, -1:], q, keys, values, mask[None, None])
         return logits[0, -1], state[0, -1]
 
-    def _grow(self, logits: torch.Tensor, steps: HeadSteps | PaddedSteps, depth: int) -> list[Node]:
-        """EAGLE-2's expansion: `depth` levels, each expanding the `topk` likeliest nodes of the last."""
+    def _grow(self, logits: torch.Tensor, steps: HeadSteps, depth: int) -> list[Node]:
+        """EAGLE-2's expansion: `depth` levels, each expanding the `topk` likeliest nodes of the last, chosen on
+        the host (`device_tree.tree_step` is the same on the device)."""
         k = self.config.topk
         nodes: list[Node] = []
         level = self._children(*self._top(logits[None]), [-1], [0.0], 1, nodes)
@@ -275,10 +275,7 @@ class EagleProposer(ProposerBase):
             chosen = heapq.nlargest(k, likely, key=lambda i: nodes[i].score)
             if not chosen:
                 break
-            if isinstance(steps, PaddedSteps):
-                top, targets = steps.run(nodes, chosen, level_depth)
-            else:
-                top, targets = self._top(steps.run(nodes, chosen, level_depth))
+            top, targets = self._top(steps.run(nodes, chosen, level_depth))
             scores = [nodes[i].score for i in chosen]
             level = self._children(top, targets, chosen, scores, level_depth + 1, nodes)
         return nodes
