@@ -24,6 +24,11 @@ from specdec.proposers.eagle.retrieval import Node
 from specdec.tree import DraftTree
 
 
+def min_score(min_prob: float) -> float:
+    """The least cumulative log-probability a node is expanded at (a head's `min_prob` option)."""
+    return math.log(min_prob) if min_prob > 0 else -math.inf
+
+
 def likeliest(nodes: Sequence[Node], budget: int) -> list[int]:
     """Indices of the likeliest candidates whose parent is kept, at most `budget - 1` (the root is one)."""
     order = sorted(range(len(nodes)), key=lambda i: (-nodes[i].score, nodes[i].depth))

@@ -41,7 +41,6 @@ distribution; greedy decoding always drafts the top-k tree.
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
@@ -64,13 +63,8 @@ from specdec.proposers.eagle.retrieval import Node, Retrieval
 from specdec.proposers.eagle.sampled import HeadSteps, SampledPlan, draft_generator, draft_rows, grow_sampled
 from specdec.proposers.plain_lookup import PlainLookup
 from specdec.proposers.schema import method_config, option
-from specdec.proposers.tree_budget import as_tree, likeliest, paying_count, top_log_probs
+from specdec.proposers.tree_budget import as_tree, likeliest, min_score, paying_count, top_log_probs
 from specdec.tree import DraftTree
-
-
-def min_score(min_prob: float) -> float:
-    """The least cumulative log-probability a node is expanded at."""
-    return math.log(min_prob) if min_prob > 0 else -math.inf
 
 
 def find_head(loaded: LoadedModel) -> Path:

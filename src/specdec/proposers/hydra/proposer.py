@@ -17,6 +17,7 @@ the root and the d tokens above the node it expands.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from pathlib import Path
 
@@ -27,12 +28,13 @@ from specdec.drafters.shipped import find_shipped_head
 from specdec.engine.costs import load_or_measure
 from specdec.engine.read_back import read_back
 from specdec.models import LoadedModel
+from specdec.proposers.device_levels import choose, likeliest_made, next_level, nodes_from, root_level
 from specdec.proposers.eagle.retrieval import Node
 from specdec.proposers.hydra.head import ARCHITECTURE, HydraHeads
 from specdec.proposers.medusa import load_medusa
 from specdec.proposers.medusa.proposer import MedusaConfig, MedusaProposer
 from specdec.proposers.schema import method_config
-from specdec.proposers.tree_budget import top_log_probs
+from specdec.proposers.tree_budget import min_score, top_log_probs
 
 
 @method_config("hydra")
@@ -51,30 +53,30 @@ class HydraConfig(MedusaConfig):
     def build(self, loaded: LoadedModel) -> HydraProposer:
         costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
         heads = self.load(loaded)
-        step = loaded.state.shared(("hydra-step", heads, self.topk), lambda: HydraProposer.graphed_step(heads, self.topk))
+        key = ("hydra-tree", heads, self.topk, self.min_prob, self.budget)
+        step = loaded.state.shared(key, lambda: HydraProposer.graphed_step(heads, self))
         return HydraProposer(self, heads, costs, loaded.eos_token_ids, step)
 
 
 class HydraProposer(MedusaProposer):
     name = "hydra"
     heads: HydraHeads
-    pad_levels: bool | None = None  # every level's rows padded to topk: None where its step replays as graphs
+    device_tree: bool | None = None  # the tree grown on the device (`tree_step`): None where graphs run
 
     def _nodes(self, root: int, state: torch.Tensor, depth: int) -> list[Node]:
         """Level d: head d's top-k below each of the `topk` likeliest nodes of level d - 1, for its branch."""
+        if self.device_tree if self.device_tree is not None else self.step.graphs_for(state):
+            found = self.step(state, torch.tensor([root]).to(state.device, non_blocking=True), key=depth)
+            return nodes_from(found, "hydra")  # one wait a tree
         k = self.config.topk
-        pad = self.pad_levels if self.pad_levels is not None else self.step.graphs_for(state)
         nodes: list[Node] = []
         parents, branches = [-1], [[root]]
         for d in range(depth):
-            # a graph a level: every level's rows padded to k (copies of the last branch, their guesses unread)
-            rows = branches + branches[-1:] * (k - len(branches)) if pad else branches
-            branch = torch.tensor(rows, device=state.device)  # [c, d + 1]
-            top, tokens = self.step(state.expand(len(rows), -1), branch, key=d)
+            branch = torch.tensor(branches, device=state.device)  # [c, d + 1]
+            values, ids = top_log_probs(self.heads.head_logits(d, state.expand(len(branches), -1), branch), k)
+            top, tokens = read_back(values, self.heads.token_map[ids])  # one wait, not one a tensor
             level = []
-            real = len(parents)
-            top, tokens = read_back(top, tokens)  # one wait, not one a tensor
-            for parent, lps, row_tokens in zip(parents, top[:real], tokens[:real], strict=True):
+            for parent, lps, row_tokens in zip(parents, top, tokens, strict=True):
                 base = nodes[parent].score if parent >= 0 else 0.0
                 for lp, token in zip(lps, row_tokens, strict=True):
                     nodes.append(Node(token, parent, base + lp, d + 1, "hydra"))
@@ -87,15 +89,26 @@ class HydraProposer(MedusaProposer):
         return nodes
 
     @staticmethod
-    def graphed_step(heads: HydraHeads, topk: int) -> GraphedCall:
-        """step(state, branch, key=d): head d's top-k for each row's branch, (log-probabilities [c, k], target
-        token ids [c, k]), one graph a level (and row count) on a GPU."""
+    def graphed_step(heads: HydraHeads, config: MedusaConfig) -> GraphedCall:
+        """step(state, root, key=depth): the whole tree (`tree_step`), one graph a depth on a GPU."""
+        return GraphedCall(functools.partial(tree_step, heads, config.topk, min_score(config.min_prob), config.budget))
 
-        def top(d: int, state: torch.Tensor, branch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            values, ids = top_log_probs(heads.head_logits(d, state, branch), topk)
-            return values, heads.token_map[ids]
 
-        return GraphedCall(top)
+def tree_step(heads: HydraHeads, k: int, min_score: float, budget: int, depth: int, state: torch.Tensor,
+              root: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The tree at fixed shapes (`device_levels.likeliest_made`'s tensors): state [H] whose logits gave the
+    root, root [1]. Every level after the first runs `k` rows, each with its branch (the root, then the tokens
+    down to the node it expands)."""
+    top, ids = top_log_probs(heads.head_logits(0, state[None], root[None]), k)
+    levels = [root_level(top[0], heads.token_map[ids[0]])]
+    branches, parent_row = root.expand(k, 1), torch.zeros(k, dtype=torch.long, device=state.device)
+    for d in range(1, depth):
+        chosen = choose(levels[-1], k, min_score)
+        branches = torch.cat([branches[parent_row[chosen[1]]], levels[-1].tokens[chosen[1]][:, None]], dim=1)
+        top, ids = top_log_probs(heads.head_logits(d, state.expand(k, -1), branches), k)  # [k, k]
+        levels.append(next_level(levels[-1], chosen, top, heads.token_map[ids], k + (d - 1) * k * k))
+        parent_row = torch.arange(k, device=state.device).repeat_interleave(k)
+    return likeliest_made(levels, budget)
 
 
 def branch_of(root: int, nodes: list[Node], index: int) -> list[int]:

@@ -31,7 +31,6 @@ distribution (Medusa's typical acceptance, which is not lossless, is not used).
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
@@ -51,7 +50,7 @@ from specdec.proposers.eagle.retrieval import Node
 from specdec.proposers.medusa.head import ARCHITECTURE, MedusaHeads, load_medusa
 from specdec.proposers.plain_lookup import PlainLookup
 from specdec.proposers.schema import method_config, option
-from specdec.proposers.tree_budget import as_tree, likeliest, paying_count, top_log_probs
+from specdec.proposers.tree_budget import as_tree, likeliest, min_score, paying_count, top_log_probs
 from specdec.tree import DraftTree
 
 
@@ -90,7 +89,7 @@ class MedusaConfig:
         costs = load_or_measure(loaded, self.costs_dir or None) if self.adaptive else None
         heads = self.load(loaded)
         # kept beside the heads: every proposer on them replays the same graphs, captured once
-        step = loaded.state.shared(("medusa-step", heads, self.topk), lambda: MedusaProposer.graphed_step(heads, self.topk))
+        step = loaded.state.shared(("medusa-step", heads, self.topk), lambda: MedusaProposer.graphed_step(heads, self))
         return MedusaProposer(self, heads, costs, loaded.eos_token_ids, step)
 
 
@@ -116,9 +115,9 @@ class MedusaProposer(ProposerBase):
         self.costs = costs.table(config.budget) if costs is not None else []
         self.priced = PricedCosts(self.costs)  # at the node price the engine's steps paid (`node_price`)
         self.lookup = PlainLookup(self.costs, eos_token_ids)  # what the floor's plain steps verify
-        self._min_score = math.log(config.min_prob) if config.min_prob > 0 else -math.inf
+        self._min_score = min_score(config.min_prob)
         # the heads' step (a level's, for Hydra) as one CUDA graph a depth on a GPU: eager, it is launch-bound
-        self.step = step if step is not None else self.graphed_step(heads, config.topk)
+        self.step = step if step is not None else self.graphed_step(heads, config)
 
     @property
     def sized_by_costs(self) -> bool:
@@ -151,12 +150,12 @@ class MedusaProposer(ProposerBase):
         return self._grow(*read_back(top, tokens))  # one wait, not one a tensor
 
     @staticmethod
-    def graphed_step(heads: MedusaHeads, topk: int) -> GraphedCall:
+    def graphed_step(heads: MedusaHeads, config: MedusaConfig) -> GraphedCall:
         """step(state, key=depth): the first `depth` heads' top-k, (log-probabilities [depth, k], target
         token ids [depth, k]), one graph a depth on a GPU."""
 
         def top(depth: int, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            values, ids = top_log_probs(heads.draft_logits(state)[:depth], topk)
+            values, ids = top_log_probs(heads.draft_logits(state)[:depth], config.topk)
             return values, heads.token_map[ids]
 
         return GraphedCall(top)
