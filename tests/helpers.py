@@ -12,6 +12,7 @@ conftest.py), never from one another.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -104,6 +105,15 @@ def save_fixed_costs(loaded, curve: dict[int, float] = FIXED_COST_CURVE):  # noq
     curve = costs.CostModel(tuple(curve), tuple(curve.values()))
     costs.save_costs(costs.costs_folder(), key, curve)
     return loaded
+
+
+def on_meta(head: torch.nn.Module) -> torch.nn.Module:
+    """A copy of a head on the meta device (shapes, no values: any read of a value fails), with a meta stand-in
+    for the target's embedding it borrows (kept in a list, not a submodule, so not copied)."""
+    borrowed = head.embed[0]
+    meta = copy.deepcopy(head, {id(borrowed): borrowed}).to("meta")
+    meta.embed = [torch.nn.Embedding(*borrowed.weight.shape, device="meta")]
+    return meta
 
 
 # ------------------------------------------------------------------ tiny models and trees

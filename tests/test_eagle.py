@@ -11,7 +11,7 @@ import json
 
 import pytest
 import torch
-from helpers import TEXTS, TRAIN, tiny_target
+from helpers import TEXTS, TRAIN, on_meta, tiny_target
 from safetensors.torch import load_file, save_file
 
 from specdec.drafters.features import collate, load_cache
@@ -19,6 +19,7 @@ from specdec.drafters.train import TrainConfig, train, ttt_loss
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine, generate_batch
 from specdec.proposers import make_config
+from specdec.proposers.eagle.device_tree import tree_step
 from specdec.proposers.eagle.head import (
     Eagle3Head,
     HeadError,
@@ -28,6 +29,7 @@ from specdec.proposers.eagle.head import (
     save_head,
 )
 from specdec.proposers.plain import PlainProposer
+from specdec.proposers.tree_budget import min_score
 from specdec.tree import DraftTree
 
 
@@ -201,3 +203,19 @@ def test_the_tree_grown_on_the_device_is_the_hosts(default_model, engine, blocks
     (text, trees), (device_text, device_trees) = runs
     assert device_trees == trees and device_text == text
     assert max(DraftTree.of_lists(*tree).max_depth for tree in trees) >= 5
+
+
+def test_the_device_tree_reads_nothing_back(default_model):
+    """One wait a tree: the tree step reads no value before it ends. On the meta device, where any read
+    fails, it runs to the end and hands back the likeliest budget - 1 nodes' scores (float64), tokens,
+    parents, depths and numbers for the one transfer."""
+    head = on_meta(make_config("eagle", {"blocks": "false"}).load(default_model))
+    attn, hidden = head.midlayer.self_attn, head.fc.weight.shape[0]
+    kv = attn.k_proj.weight.shape[0] // attn.head_dim
+    entries = [torch.empty(1, kv, 64, attn.head_dim, device="meta") for _ in range(2)]
+    with torch.inference_mode():
+        found = tree_step(head, head.draft_ids, 8, min_score(0.05), 48, (6, 64),
+                          torch.empty(head.draft_ids.shape[0], device="meta"), torch.empty(hidden, device="meta"),
+                          *entries, torch.empty(2, dtype=torch.int64, device="meta"))
+    assert [tuple(t.shape) for t in found] == [(47,)] * 5
+    assert [t.dtype for t in found] == [torch.float64] + [torch.int64] * 4

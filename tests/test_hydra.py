@@ -11,7 +11,7 @@ import json
 
 import pytest
 import torch
-from helpers import TEXTS, TRAIN, assert_resume_is_exact
+from helpers import TEXTS, TRAIN, assert_resume_is_exact, on_meta
 from safetensors.torch import load_file
 
 from specdec.drafters.features import collate, load_cache
@@ -21,8 +21,10 @@ from specdec.engine.loop import Engine, generate_batch
 from specdec.proposers import make_config
 from specdec.proposers.eagle.head import HeadError
 from specdec.proposers.hydra.head import HydraHeads, hydra_loss, start_as_medusa
+from specdec.proposers.hydra.proposer import tree_step
 from specdec.proposers.medusa.head import MedusaHeads, heads_loss, load_medusa, save_medusa
 from specdec.proposers.plain import PlainProposer
+from specdec.proposers.tree_budget import min_score
 from specdec.sampling import SamplingParams
 
 HYDRA = {**TRAIN, "arch": "hydra", "heads": 3}
@@ -119,6 +121,17 @@ def test_the_tree_grown_on_the_device_is_the_hosts(tiny, trained):  # noqa: F811
         trees.append(proposer.propose(ctx))
     assert trees[1].token_list == trees[0].token_list and trees[1].parent_list == trees[0].parent_list
     assert trees[0].max_depth >= 3 and trees[0].num_nodes > 1 + 3 + 3  # past the first level's one row
+
+
+def test_the_device_tree_reads_nothing_back(tiny, trained):  # noqa: F811
+    """One wait a tree: on the meta device, where any read of a value fails, the tree step runs to the end and
+    hands back the likeliest budget - 1 nodes for the one transfer."""
+    out, _ = trained
+    heads = on_meta(make_config("hydra", {"head": str(out), "blocks": "false"}).load(tiny))
+    with torch.inference_mode():
+        found = tree_step(heads, 3, min_score(0.0), 16, 3, torch.empty(64, device="meta"),
+                          torch.empty(1, dtype=torch.int64, device="meta"))
+    assert [tuple(t.shape) for t in found] == [(15,)] * 5
 
 
 def test_hydra_and_medusa_heads_are_not_mixed_up(tiny, trained, tmp_path):  # noqa: F811
