@@ -7,10 +7,13 @@ on it keeps plain decoding's text while accepting what a self-draft accepts.
 
 from __future__ import annotations
 
+import gc
+from dataclasses import replace
+
 from helpers import assert_logits_close, tiny_llama
 
 from specdec.backends.registry import draft_runner, runs_graphed, sequence_runner, verify_model
-from specdec.backends.torch.draft_runner import GraphedSequence
+from specdec.backends.torch.draft_runner import GraphedSequence, SequencePool
 from specdec.backends.torch.target import TargetModel
 from specdec.engine.generation import GenerationConfig
 from specdec.proposers.draft import DraftConfig
@@ -50,6 +53,41 @@ def test_a_draft_on_the_graphed_sequence_keeps_plain_text(default_model, engine)
     assert out.token_ids == want
     assert out.stats.acceptance_rate > 0.9
     assert proposer.runner.graphed.eager_passes > 0
+
+
+def test_proposers_lease_the_drafts_sequences_one_at_a_time(default_model, engine):
+    """The API builds a draft proposer a call, and on a GPU each one's own sequence captured its graphs again.
+    The draft's pool lends each proposer a sequence for its life and takes it back, reset, when the proposer is
+    collected: a later proposer gets the same sequence (its graphs), proposers alive together hold their own,
+    and a sequence leased again decodes plain decoding's text, accepting nearly every draft."""
+    prompt = default_model.tokenizer("Count from one to twenty: one, two, three,").input_ids
+    settings = GenerationConfig(max_new_tokens=32)
+    want = engine.generate(prompt, PlainProposer(), settings).token_ids
+    config = DraftConfig(k=4, adaptive=False)
+    pool = SequencePool(verify_model(default_model), use_graphs=False)
+    prepared = replace(config.prepare(default_model, default_model.model), runners=pool)
+    first = config.build_prepared(default_model, prepared)
+    sequence = first.runner
+    assert engine.generate(prompt, first, settings).token_ids == want and sequence.num_cached > len(prompt)
+    second = config.build_prepared(default_model, prepared)  # while the first is alive
+    assert second.runner is not sequence and pool.made == 2
+    del first
+    gc.collect()
+    third = config.build_prepared(default_model, prepared)
+    assert third.runner is sequence and pool.made == 2 and sequence.num_cached == 0
+    out = engine.generate(prompt, third, settings)
+    assert out.token_ids == want and out.stats.acceptance_rate > 0.9
+
+
+def test_a_drafts_own_module_leases_from_its_pool_on_cuda_only(default_model):
+    """Only a GPU's graphed draft pools its sequences (kept in the draft's state); on the CPU a proposer runs
+    a sequence runner of its own."""
+    from specdec.models.state import ModelState
+
+    draft = replace(default_model, state=ModelState())
+    prepared = DraftConfig(k=4, adaptive=False).prepare(default_model, draft.model, draft)
+    assert prepared.runners is None and isinstance(DraftConfig().build_prepared(default_model, prepared).runner,
+                                                   TargetModel)
 
 
 def test_drafts_run_graphed_on_cuda_only():

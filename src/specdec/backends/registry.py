@@ -31,7 +31,7 @@ from specdec.backends.llamacpp import LlamaCppModel, LlamaCppTarget
 from specdec.backends.timing_cache import contended, cost_file, cost_key, write_json_atomic
 from specdec.backends.torch import explain as torch_explain
 from specdec.backends.torch.attention import AttentionPlan, resolve_plan
-from specdec.backends.torch.draft_runner import GraphedSequence
+from specdec.backends.torch.draft_runner import GraphedSequence, SequencePool
 from specdec.backends.torch.graphed_call import GraphedCall
 from specdec.backends.torch.graphs import GraphedTarget, bucket, bucket_sizes
 from specdec.backends.torch.invariant import verifiable
@@ -60,8 +60,8 @@ __all__ = [
     "AttentionPlan", "Timed", "llamacpp_model", "verifier", "rows_of", "timing_target", "padded_sizes",
     # capabilities
     "verifies_exactly", "verifies_on_int4", "verifiable_tree", "scores_every_position",
-    "sequence_runner", "draft_runner", "runs_graphed", "verify_model", "pack_draft", "separable_head", "block_head_rows", "describe_path",
-    "path_line",
+    "sequence_runner", "draft_runner", "SequencePool", "runs_graphed", "verify_model", "pack_draft", "separable_head",
+    "block_head_rows", "describe_path", "path_line",
     # torch helpers for drafting, and the cost curves' cache (`timing_cache`), as they are
     "head_logits", "on_blocks", "top_tokens", "argmax_rows", "greedy_walk", "GraphedCall", "bucket",
     "contended", "cost_file", "cost_key", "write_json_atomic",

@@ -66,6 +66,7 @@ import torch
 
 from specdec.backends.registry import (
     AttentionPlan,
+    SequencePool,
     draft_runner,
     pack_draft,
     runs_graphed,
@@ -229,7 +230,12 @@ class DraftConfig:
             ratio *= INT8_COST_FACTOR.get(loaded.dtype, 0.32)
         else:  # packed as the target is, so the cost ratio still holds; the target's own view if it drafts itself
             draft_model = verify_model(loaded) if own else pack_draft(draft_model, loaded)
-        return PreparedDraft(draft_model, ratio)
+        runners = None
+        if source is not None and draft_model is source.model and runs_graphed(draft_model):
+            # the draft's own module on a GPU: its graphed sequences outlive a proposer (the API builds one a
+            # call), kept in the draft's state, which lives as long as the module
+            runners = source.state.shared(("graphed sequences",), lambda: SequencePool(draft_model))
+        return PreparedDraft(draft_model, ratio, runners=runners)
 
     def build_prepared(
         self, loaded: LoadedModel, prepared: PreparedDraft, vocab_size: int | None = None
@@ -242,17 +248,19 @@ class DraftConfig:
         # graphed draft (CUDA) verifies chains of any bucket, so its module returns every row
         whole = prepared.attention is not None or runs_graphed(prepared.module)
         module = prepared.module if whole else LastLogitsOnly(prepared.module)
-        return DraftProposer(module, settings, vocab_size, jump, self.fill, prepared.attention)
+        return DraftProposer(module, settings, vocab_size, jump, self.fill, prepared.attention, prepared.runners)
 
 
 @dataclass(frozen=True)
 class PreparedDraft:
     """A draft module ready to run (maybe an int8 copy) and its pass cost relative to the target's;
-    `attention`: the plan its passes run on (the invariant one on 4-bit weights), None for its own."""
+    `attention`: the plan its passes run on (the invariant one on 4-bit weights), None for its own;
+    `runners`: where its proposers lease their graphed sequences (a GPU), None: each makes its own."""
 
     module: torch.nn.Module
     cost_ratio: float
     attention: AttentionPlan | None = None
+    runners: SequencePool | None = None  # the draft's graphed sequences, leased a proposer (CUDA)
 
 
 class DraftProposer(ProposerBase):
@@ -268,8 +276,11 @@ class DraftProposer(ProposerBase):
         jump: RetrievalJump | None = None,
         fill: int = 0,
         attention: AttentionPlan | None = None,
+        runners: SequencePool | None = None,
     ) -> None:
-        self.runner = draft_runner(draft_model, attention)  # the draft's own KV cache (graphed on CUDA)
+        """runners: the draft's graphed sequences, one leased for this proposer's life (else one of its own)."""
+        # the draft's own KV cache (graphed on CUDA)
+        self.runner = runners.lease(self) if runners is not None else draft_runner(draft_model, attention)
         self.jump = jump
         self.fill = fill
         self._leaves: list[tuple[float, int, int]] = []  # greedy fill candidates: (gain, parent node, token)

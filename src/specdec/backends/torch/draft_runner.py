@@ -25,12 +25,15 @@ Invariants:
 - the module must return every position's logits (not a last-row view), since a
   graphed pass serves chains of any bucket;
 - `reset` keeps the buffers and the graphs captured on them, so a proposer reused
-  across requests (the server's pool) captures each bucket once; a proposer built
-  per request (with its draft model loaded per request) captures its buckets again.
+  across requests (the server's pool) captures each bucket once; proposers built one
+  a request (the API's) lease their sequence from the draft model's `SequencePool`,
+  so they replay the graphs an earlier request captured.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -86,3 +89,34 @@ class GraphedSequence:
             self.rows.release()
         elif length != self.num_cached:
             self.rows.truncate(0, length)
+
+
+class SequencePool:
+    """Graphed sequences of one draft module, each lent to one proposer at a time.
+
+    Why: a sequence's graphs are captured on its own buffers, one a bucket, and the API builds a proposer a
+    call: with a sequence of its own, each call captured its graphs again. A proposer leases a sequence when
+    it is built; the sequence comes back, reset, when the proposer is collected (`weakref.finalize`), and the
+    next proposer replays its graphs. Proposers alive together hold sequences of their own.
+    """
+
+    def __init__(self, model: torch.nn.Module, use_graphs: bool | None = None) -> None:
+        self.model, self.use_graphs = model, use_graphs
+        self._free: list[GraphedSequence] = []
+        self._lock = threading.Lock()
+        self.made = 0  # sequences made, over the pool's life: its peak of proposers alive together
+
+    def lease(self, owner: object) -> GraphedSequence:
+        """A sequence for `owner` alone, given back to the pool when `owner` is collected."""
+        with self._lock:
+            sequence = self._free.pop() if self._free else None
+            self.made += sequence is None
+        if sequence is None:
+            sequence = GraphedSequence(self.model, self.use_graphs)
+        weakref.finalize(owner, self._give_back, sequence)
+        return sequence
+
+    def _give_back(self, sequence: GraphedSequence) -> None:
+        sequence.reset()
+        with self._lock:
+            self._free.append(sequence)
