@@ -19,7 +19,7 @@ from specdec.drafters.train import TrainConfig, train, ttt_loss
 from specdec.engine.generation import GenerationConfig
 from specdec.engine.loop import Engine, generate_batch
 from specdec.proposers import make_config
-from specdec.proposers.eagle.device_tree import tree_step
+from specdec.proposers.eagle.device_tree import catch_up_step, tree_step
 from specdec.proposers.eagle.head import (
     Eagle3Head,
     HeadError,
@@ -177,10 +177,11 @@ def test_the_shipped_head_on_8_bit_blocks_stays_within_its_bound(default_model):
 
 @pytest.mark.parametrize("blocks", [False, True], ids=["fp32", "blocks"])
 def test_the_tree_grown_on_the_device_is_the_hosts(default_model, engine, blocks):
-    """A GPU grows the whole top-k tree at fixed shapes (`device_tree`: `topk` rows a level, chosen by
-    torch.topk, the committed entries in a power-of-two buffer, the tree's entries in fixed slots), so one
-    CUDA graph serves a tree and one transfer brings it back. On the CPU the same steps run eagerly: over a
-    real generation with the shipped head, every step's tree is the one the host's heap and `HeadSteps`
+    """A GPU feeds the head the committed positions and grows the whole top-k tree at fixed shapes
+    (`device_tree`: the catch-up's rows padded to a bucket; `topk` rows a level, chosen by torch.topk; the
+    committed entries in a power-of-two buffer, the tree's entries in fixed slots), so one CUDA graph serves
+    each and one transfer brings the tree back. On the CPU the same steps run eagerly: over a real generation
+    with the shipped head, every step's tree is the one the eager catch-up, the host's heap and `HeadSteps`
     draft, and the text is plain's."""
     prompt = default_model.tokenizer("The three primary colours are red, yellow and")["input_ids"]
     config = GenerationConfig(max_new_tokens=24)
@@ -208,7 +209,7 @@ def test_the_tree_grown_on_the_device_is_the_hosts(default_model, engine, blocks
 def test_the_device_tree_reads_nothing_back(default_model):
     """One wait a tree: the tree step reads no value before it ends. On the meta device, where any read
     fails, it runs to the end and hands back the likeliest budget - 1 nodes' scores (float64), tokens,
-    parents, depths and numbers for the one transfer."""
+    parents, depths and numbers for the one transfer; the catch-up before it reads nothing either."""
     head = on_meta(make_config("eagle", {"blocks": "false"}).load(default_model))
     attn, hidden = head.midlayer.self_attn, head.fc.weight.shape[0]
     kv = attn.k_proj.weight.shape[0] // attn.head_dim
@@ -219,3 +220,8 @@ def test_the_device_tree_reads_nothing_back(default_model):
                           *entries, torch.empty(2, dtype=torch.int64, device="meta"))
     assert [tuple(t.shape) for t in found] == [(47,)] * 5
     assert [t.dtype for t in found] == [torch.float64] + [torch.int64] * 4
+    with torch.inference_mode():  # the catch-up before it: 3 new positions in a bucket of 4, 60 entries fed
+        features = torch.empty(4, head.fc.weight.shape[1], device="meta")
+        ints = torch.empty(2 * 4 + 2, dtype=torch.int64, device="meta")
+        logits, state, keys, values = catch_up_step(head, (4, 64), features, ints, *entries)
+    assert (logits.shape, state.shape, keys.shape) == ((head.draft_ids.shape[0],), (hidden,), (1, kv, 4, attn.head_dim))

@@ -185,7 +185,7 @@ def test_a_heads_plain_steps_capture_no_features(default_model, plain_runs, benc
     proposer = parse_method("eagle").build(default_model)
     out = engine.generate(bench_prompts["math_reasoning"], proposer, GenerationConfig(max_new_tokens=48))
     assert out.token_ids == plain_runs.tokens("math_reasoning", 48)
-    entries = proposer.key_positions.tolist()
+    entries = list(proposer.key_positions)
     assert entries == sorted(set(entries)) and len(entries) < entries[-1] + 1 - 20, "no position was skipped"
     drafted = [step.tree_size for step in out.stats.steps if step.tree_size > 1]
     assert len(drafted) > WARMUP, [step.tree_size for step in out.stats.steps]  # a try after plain steps

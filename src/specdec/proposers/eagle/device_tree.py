@@ -1,5 +1,8 @@
 """EAGLE's whole top-k tree grown on the device at fixed shapes: one CUDA graph and one wait a tree.
 
+(And the catch-up before it, the head fed the newly committed positions, as one graph at fixed shapes:
+`catch_up`. Eager, it was some forty launches a step.)
+
 Why: a level of EAGLE-2's tree is one head step over the expanded nodes (the head's
 attention, MLP and draft-vocabulary head, then a top-k), about forty small kernels,
 and choosing the next level's nodes read the step's top-k back to the host: on a GPU
@@ -82,3 +85,48 @@ def tree_step(head: Eagle3Head, draft_ids: torch.Tensor, k: int, min_score: floa
 def tree_call(head: Eagle3Head, topk: int, min_score: float, budget: int) -> GraphedCall:
     """The head's whole top-k tree (`tree_step`) as one CUDA graph per (depth, capacity) on a GPU."""
     return GraphedCall(functools.partial(tree_step, head, head.draft_ids, topk, min_score, budget))
+
+
+MAX_CATCH_UP = 16  # newly committed positions a graphed catch-up takes; more (a prompt's) run eagerly
+
+
+def catch_up(call: GraphedCall, keys: torch.Tensor, values: torch.Tensor, features: torch.Tensor,
+             tokens: list[int], positions: list[int]) -> tuple[torch.Tensor, ...]:
+    """The head fed `features` [m, F] of committed `positions` (each with the token after it), by `call` (a
+    `GraphedCall` of `catch_up_step`): its logits [V_d] and state [H] at the last, and the committed entries
+    with the new ones after them (keys, values [1, kv, E + m, d])."""
+    m, fed = features.shape[0], keys.shape[2]
+    rows = bucket(m)
+    capacity = bucket(fed + rows)
+    spare = rows - m  # padded rows: their entries land past the real ones, where no mask opens
+    ints = torch.tensor([*tokens, *[0] * spare, *positions, *positions[-1:] * spare, fed, m])
+    inputs = (F.pad(features, (0, 0, 0, spare)), ints.to(features.device, non_blocking=True),
+              F.pad(keys, (0, 0, 0, capacity - fed)), F.pad(values, (0, 0, 0, capacity - fed)))
+    logits, state, new_keys, new_values = call(*inputs, key=(rows, capacity))
+    # the graph's outputs are its own buffers, rewritten at the next replay: the entries are copied out
+    return (logits, state, torch.cat([keys, new_keys[:, :, :m]], dim=2),
+            torch.cat([values, new_values[:, :, :m]], dim=2))
+
+
+def catch_up_step(head: Eagle3Head, key: tuple[int, int], features: torch.Tensor, ints: torch.Tensor,
+                  keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The catch-up at fixed shapes. key: (rows, capacity); ints: the rows' tokens, their positions, then
+    [entries fed, real rows]; keys and values [1, kv, capacity, d], the committed entries first. Returns
+    (logits [V_d], state [H] at the last real row, the rows' keys and values [1, kv, rows, d])."""
+    rows, capacity = key
+    device = features.device
+    tokens, positions, fed, real = ints[:rows], ints[rows : 2 * rows], ints[2 * rows], ints[2 * rows + 1]
+    hidden = head.fuse(features)[None]  # [1, rows, H]
+    q, k, v = head.qkv(hidden, tokens[None], positions[None])
+    slots = fed + torch.arange(rows, device=device)
+    keys, values = keys.index_copy(2, slots, k), values.index_copy(2, slots, v)
+    last = (real - 1).reshape(1)
+    # every real entry: the committed positions increase, so all are at or before the last (`_feed` checks)
+    mask = torch.arange(capacity, device=device) < fed + real
+    out, state = head.finish(hidden.index_select(1, last), q.index_select(2, last), keys, values, mask[None, None, None])
+    return out[0, -1], state[0, -1], k, v
+
+
+def catch_up_call(head: Eagle3Head) -> GraphedCall:
+    """The head's catch-up (`catch_up_step`) as one CUDA graph per (rows, capacity) on a GPU."""
+    return GraphedCall(functools.partial(catch_up_step, head))

@@ -57,7 +57,7 @@ from specdec.engine.read_back import read_back
 from specdec.engine.verify import VerifyResult
 from specdec.models import LoadedModel
 from specdec.proposers.base import ProposerBase
-from specdec.proposers.eagle.device_tree import grow, tree_call
+from specdec.proposers.eagle.device_tree import MAX_CATCH_UP, catch_up, catch_up_call, grow, tree_call
 from specdec.proposers.eagle.head import ARCHITECTURE, Eagle3Head, load_head
 from specdec.proposers.eagle.retrieval import Node, Retrieval
 from specdec.proposers.eagle.sampled import HeadSteps, SampledPlan, draft_generator, draft_rows, grow_sampled
@@ -121,7 +121,8 @@ class EagleConfig:
         # kept beside the head: every proposer on it replays the same graphs, captured once
         key = ("eagle-tree", head, self.topk, self.min_prob, self.budget)
         tree = loaded.state.shared(key, lambda: tree_call(head, self.topk, min_score(self.min_prob), self.budget))
-        return EagleProposer(self, head, costs, loaded.eos_token_ids, tree)
+        fed = loaded.state.shared(("eagle-catch-up", head), lambda: catch_up_call(head))
+        return EagleProposer(self, head, costs, loaded.eos_token_ids, tree, fed)
 
 
 class EagleProposer(ProposerBase):
@@ -137,9 +138,10 @@ class EagleProposer(ProposerBase):
         costs: CostModel | None = None,
         eos_token_ids: Sequence[int] = (),
         tree: GraphedCall | None = None,
+        feed: GraphedCall | None = None,
     ) -> None:
-        """tree: the head's graphed top-k tree (`device_tree.tree_call`), shared by the proposers on it; None:
-        its own."""
+        """tree, feed: the head's graphed top-k tree and catch-up (`device_tree`), shared by the proposers on
+        it; None: its own."""
         self.config = config
         self.multi_draft = config.accept
         self.head = head
@@ -154,8 +156,9 @@ class EagleProposer(ProposerBase):
         self.source_stats = {s: {"offered": 0, "accepted": 0} for s in sources} if config.retrieval else None
         self._kept: list[Node] = []  # the last tree's nodes below the root, in tree order
         self._drew = False  # the last tree was drawn from the head's distribution
-        # the whole top-k tree at fixed shapes, one CUDA graph a tree, where graphs run (`device_tree`)
+        # the catch-up and the whole top-k tree at fixed shapes, one CUDA graph each, where graphs run
         self._tree_call = tree if tree is not None else tree_call(head, config.topk, self._min_score, config.budget)
+        self._catch_up_call = feed if feed is not None else catch_up_call(head)
         self.begin([])
 
     @property
@@ -171,7 +174,7 @@ class EagleProposer(ProposerBase):
             self.retrieval.begin(prompt_ids)
         self.keys: torch.Tensor | None = None  # [1, kv, entries, d] the head's entries, committed positions
         self.values: torch.Tensor | None = None
-        self.key_positions = torch.empty(0, dtype=torch.int64)  # [entries] the position of each entry
+        self.key_positions: list[int] = []  # the position of each entry
         self.last_position = -1  # the last entry's position, on the host (no device read a step)
         self.pending: list[tuple[int, torch.Tensor]] = []  # (first position, features) not fed to the head yet
         self.generator: torch.Generator | None = None  # sampled trees' draws, seeded per request
@@ -204,7 +207,7 @@ class EagleProposer(ProposerBase):
         root_pos = len(ctx.token_ids) - 1
         if self._drew:
             return self._sampled(root, logits, HeadSteps(self.head, self.keys, self.values, state, root_pos), depth, ctx)
-        if self.device_tree if self.device_tree is not None else self._tree_call.graphs_for(state):
+        if self._on_device(state):
             nodes = grow(self._tree_call, logits, state, self.keys, self.values, root_pos, depth)
         else:
             nodes = self._grow(logits, HeadSteps(self.head, self.keys, self.values, state, root_pos), depth)
@@ -242,21 +245,30 @@ class EagleProposer(ProposerBase):
         if any(later <= earlier for earlier, later in zip([self.last_position, *order[:-1]], order, strict=True)):
             raise RuntimeError(f"eagle: features for positions {order} after {self.last_position}")
         self.last_position = order[-1]
+        self.key_positions.extend(order)
+        self.pending = []
+        tokens = [token_ids[p + 1] for p in order]
+        if self.keys is not None and len(order) <= MAX_CATCH_UP and self._on_device(features):
+            logits, state, self.keys, self.values = catch_up(self._catch_up_call, self.keys, self.values, features,
+                                                             tokens, order)
+            return logits, state
         head = self.head
         hidden = head.fuse(features)[None]  # [1, m, H]
-        tokens = torch.tensor([token_ids[p + 1] for p in order], device=hidden.device)[None]
-        positions = torch.tensor(order, device=hidden.device)
-        q, k, v = head.qkv(hidden, tokens, positions[None], queries=1)
+        positions = torch.tensor(order, device=hidden.device)[None]
+        q, k, v = head.qkv(hidden, torch.tensor(tokens, device=hidden.device)[None], positions, queries=1)
         keys = k if self.keys is None else torch.cat([self.keys, k], dim=2)
         values = v if self.values is None else torch.cat([self.values, v], dim=2)
-        self.key_positions = torch.cat([self.key_positions.to(hidden.device), positions])
-        self.keys, self.values, self.pending = keys, values, []
+        self.keys, self.values = keys, values
         # Only the last position's output is read: the others' entries (k, v) are all the head keeps of them. On a
         # prompt's catch-up, the attention, MLP and draft-vocabulary head over every position cost several plain
-        # steps (docs/benchmarks.md, design choices).
-        mask = positions[-1:, None] >= self.key_positions[None]  # [1, entries]: every entry up to the last position
+        # steps (docs/benchmarks.md, design choices). It sees every entry: their positions increase to its own.
+        mask = torch.ones(1, keys.shape[2], dtype=torch.bool, device=hidden.device)
         logits, state = head.finish(hidden[:, -1:], q, keys, values, mask[None, None])
         return logits[0, -1], state[0, -1]
+
+    def _on_device(self, tensor: torch.Tensor) -> bool:
+        """Whether the catch-up and the top-k tree run at fixed shapes (`device_tree`): where graphs run."""
+        return self.device_tree if self.device_tree is not None else self._tree_call.graphs_for(tensor)
 
     def _grow(self, logits: torch.Tensor, steps: HeadSteps, depth: int) -> list[Node]:
         """EAGLE-2's expansion: `depth` levels, each expanding the `topk` likeliest nodes of the last, chosen on
