@@ -366,10 +366,12 @@ def seeded_alike(loaded, turns: list[list[int]], sampling: SamplingParams) -> di
 
 
 def _head_graphs(proposer) -> dict:  # noqa: ANN001 - a head's proposer
-    """Its graphed step's counters, over every proposer built on the same heads (they share it)."""
-    call = getattr(proposer, "_tree_call", None) or proposer.step
-    return {"mode": call.mode, "replays": call.replays, "eager_calls": call.eager_calls,
-            "graphs": call.captured, "failure": call.failure}
+    """Its graphed steps' counters, over every proposer built on the same heads (they share them): EAGLE's
+    tree and catch-up, Medusa's and Hydra's step."""
+    calls = {"tree": proposer._tree_call, "catch_up": proposer._catch_up_call} if hasattr(proposer, "_tree_call") \
+        else {"step": proposer.step}
+    return {name: {"mode": call.mode, "replays": call.replays, "eager_calls": call.eager_calls,
+                   "graphs": call.captured, "failure": call.failure} for name, call in calls.items()}
 
 
 def lossless(engine: Engine, source: str, chat: bool, methods: tuple[str, ...] = ()) -> dict[str, dict]:
