@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 from dataclasses import replace
 
+import pytest
 from helpers import assert_logits_close, tiny_llama
 
 from specdec.backends.registry import draft_runner, runs_graphed, sequence_runner, verify_model
@@ -53,6 +54,40 @@ def test_a_draft_on_the_graphed_sequence_keeps_plain_text(default_model, engine)
     assert out.token_ids == want
     assert out.stats.acceptance_rate > 0.9
     assert proposer.runner.graphed.eager_passes > 0
+
+
+@pytest.mark.parametrize("options", [{"adaptive": False}, {"schedule": "heuristic"}], ids=["fixed", "heuristic"])
+def test_a_fixed_chain_drafted_on_the_device_is_the_hosts(default_model, engine, options):
+    """Where no confidence rule stops a greedy chain (a fixed k, transformers' heuristic), a GPU drafts it on
+    the device (`greedy_chain`: each pass's token the argmax after the one before, read once at the end). On
+    the CPU the same padded passes run eagerly: every step's chain is the one the host's loop drafts, pick by
+    pick, and the text is plain's."""
+    prompt = default_model.tokenizer("Count from one to twenty: one, two, three,").input_ids
+    settings = GenerationConfig(max_new_tokens=32)
+    want = engine.generate(prompt, PlainProposer(), settings).token_ids
+    runs = []
+    for on_device in (False, True):
+        proposer = DraftConfig(k=4, **options).build_with(default_model, default_model.model)
+        proposer.runner = GraphedSequence(verify_model(default_model), use_graphs=False)
+        proposer.device_chain = on_device
+        chains, chained = [], []
+        propose, greedy_chain = proposer.propose, proposer.runner.greedy_chain
+
+        def recorded(ctx, propose=propose, chains=chains):  # noqa: ANN001, ANN202 - the proposer's own call
+            tree = propose(ctx)
+            chains.append(tree.token_list)
+            return tree
+
+        def counted(*args, greedy_chain=greedy_chain, chained=chained):  # noqa: ANN002, ANN202
+            chained.append(args[1])
+            return greedy_chain(*args)
+
+        proposer.propose, proposer.runner.greedy_chain = recorded, counted
+        out = engine.generate(prompt, proposer, settings)
+        runs.append((out.token_ids, chains, chained))
+    (text, chains, host_chained), (device_text, device_chains, chained) = runs
+    assert device_chains == chains and text == device_text == want
+    assert not host_chained and len(chained) == sum(len(chain) > 1 for chain in chains) and max(chained) >= 3
 
 
 def test_proposers_lease_the_drafts_sequences_one_at_a_time(default_model, engine):

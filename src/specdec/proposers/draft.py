@@ -14,6 +14,9 @@ Invariants:
   to the longest prefix shared with the accepted context, then the missing
   tokens are fed, so the draft never re-reads what it has already seen and
   never keeps KV of rejected drafts. The target's cache is never touched;
+- a greedy chain of fixed length (no confidence rule: `adaptive=false` or the heuristic
+  schedule; no `fill` or `jump`) is drafted on the device where the draft's passes replay as
+  graphs (`GraphedSequence.greedy_chain`): the same picks, read back once, not one a token;
 - `draft_probs` row i (i >= 1) is the distribution draft token i was drawn
   from (row 0 unused, zeros); it is built only when sampling (the greedy rule
   ignores it), over the target's vocabulary size (draft logits cut or padded);
@@ -267,6 +270,8 @@ class DraftProposer(ProposerBase):
     """Drafts a chain with any causal LM (a separate draft model or a layer-skipping view)."""
 
     prunable = True  # a batch may cut the tree to its budget
+    # a chain of fixed length drafted on the device (`_device_chain`): None where the draft's passes replay as graphs
+    device_chain: bool | None = None
 
     def __init__(
         self,
@@ -402,7 +407,11 @@ class DraftProposer(ProposerBase):
             passes, chain_prob = 1, 1.0
             ahead: list[tuple[int, torch.Tensor]] = []  # (copied token, the draft's logits after it), fed
             self._leaves = []
-            while True:
+            on_device = self._chains_on_device(ctx.sampling)
+            if on_device:
+                drafts = self._device_chain(logits, limit, steady)
+                passes, predicted = limit, float(limit)  # every token joins: chain probability 1 throughout
+            while not on_device:  # the host's loop: a pick, then its pass, each read back
                 token, prob, row = self._pick(logits, ctx.sampling)
                 if self.fill and ctx.sampling.greedy:  # below the chain's last node: its runner-up
                     self._leaves.append((chain_prob * self._runner_up[1], len(drafts), self._runner_up[0]))
@@ -441,6 +450,26 @@ class DraftProposer(ProposerBase):
         if not (self.fill and ctx.sampling.greedy and limit > 0):
             return DraftTree.chain(root, drafts, draft_probs)
         return self._filled(root, drafts)
+
+    def _chains_on_device(self, sampling: SamplingParams) -> bool:
+        """Whether this step's chain is drafted on the device: greedy, of fixed length (no confidence rule stops
+        it, so every token joins), without `fill` or `jump` (whose picks the host reads), on a runner that
+        drafts there (`greedy_chain`), where its passes replay as graphs unless `device_chain` says."""
+        if not sampling.greedy or self.fill or self.jump is not None or self.length.uses_confidence:
+            return False
+        if not hasattr(self.runner, "greedy_chain"):
+            return False
+        return self.device_chain if self.device_chain is not None else self.runner.graphed.mode == "cuda-graphs"
+
+    def _device_chain(self, logits: torch.Tensor, limit: int, steady: PassTimes) -> list[int]:
+        """The chain's `limit` tokens, each the draft's argmax after the one before, picked and fed on the device
+        (`GraphedSequence.greedy_chain`) and read back once, where the host's loop waited a token."""
+        start = time.perf_counter()
+        drafts = read_back(self.runner.greedy_chain(logits, limit, self.vocab_size))[0]
+        self.cached.extend(drafts[:-1])  # the last token is picked, not fed, as the host's loop leaves it
+        for _ in range(limit - 1):  # the passes queued behind each other: each is timed as their mean
+            steady.add((time.perf_counter() - start) / (limit - 1))
+        return drafts
 
     def _filled(self, root: int, drafts: list[int]) -> DraftTree:
         """The chain plus its likeliest leaves, up to `fill` nodes (greedy).

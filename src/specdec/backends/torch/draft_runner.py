@@ -24,6 +24,8 @@ Invariants:
   (`graphs.MAX_NODES`) runs eagerly;
 - the module must return every position's logits (not a last-row view), since a
   graphed pass serves chains of any bucket;
+- `greedy_chain` drafts on the device: each pass's token is the argmax of the one
+  before, copied into the graph's input there, so a chain waits once, not a token;
 - `reset` keeps the buffers and the graphs captured on them, so a proposer reused
   across requests (the server's pool) captures each bucket once; proposers built one
   a request (the API's) lease their sequence from the draft model's `SequencePool`,
@@ -82,6 +84,19 @@ class GraphedSequence:
         logits = self.rows.verify_trees([tree])[0][0]
         self.rows.commit([list(range(len(ids)))])
         return logits[-1:] if last_only else logits
+
+    @torch.inference_mode()
+    def greedy_chain(self, logits: torch.Tensor, count: int, vocab: int) -> torch.Tensor:
+        """Draft `count` tokens greedily on the device, each the argmax of the logits before it over the first
+        `vocab` ids (`logits` [V]: after the sequence's last token), feeding and keeping all but the last. No
+        value is read, so the passes queue behind each other. Returns the tokens [count] on the device."""
+        tokens = []
+        for i in range(count):
+            tokens.append(logits[:vocab].argmax(-1, keepdim=True))
+            if i + 1 < count:
+                logits = self.rows.verify_token(tokens[-1])
+                self.rows.commit([[0]])
+        return torch.cat(tokens)
 
     def trim(self, length: int) -> None:
         """Keep the sequence's first `length` tokens (none: the next append is a prompt again)."""

@@ -188,6 +188,21 @@ class BatchedTarget:
             for b, tree in enumerate(trees)
         ]
 
+    @torch.inference_mode()
+    def verify_token(self, token: torch.Tensor) -> torch.Tensor:
+        """The one row's graphed pass over one node whose token is a device tensor [1], never read on the host
+        (a draft's chain picked on the device: `GraphedSequence.greedy_chain`); the logits after it [V].
+        Committed as any pass's (`commit([[0]])`)."""
+        if self.num_rows != 1 or self.graphed is None:
+            raise ValueError("a token on the device is verified on one row of the graphed pass")
+        if self._pending:
+            raise RuntimeError("commit the previous pass before verifying another")
+        self.layout.starts = torch.tensor(self.lengths, dtype=torch.int64)
+        self.layout.context = self.lengths[0]
+        logits, _ = self._run_graphed([DraftTree.chain(0)], tokens=token.reshape(1, 1))
+        self._pending = [1]
+        return logits[0, 0]
+
     def _run_compiled(self, trees: Sequence[DraftTree]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The pass on the compiled path: the rows' trees and the layout's window as tensors."""
         width = max(max(tree.num_nodes for tree in trees), 2)  # see `specdec.backends.compiled.CompiledPass.mark`
@@ -202,17 +217,20 @@ class BatchedTarget:
         finally:
             self.layout.window = None  # the other passes on this cache (prefill copies) are eager
 
-    def _run_graphed(self, trees: Sequence[DraftTree]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _run_graphed(self, trees: Sequence[DraftTree], tokens: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The pass padded to its bucket (`specdec.backends.torch.graphs`): padded rows and nodes see only
         themselves, every row attends over the cache's whole capacity. Returns the live rows' outputs,
-        copied out of the graph's (its next replay overwrites them)."""
+        copied out of the graph's (its next replay overwrites them). tokens: the padded tokens [B', T'] on
+        the device, in place of the trees' (which then give the shape alone)."""
         live = len(trees)
         rows, width = self.graphed.shape(live, max(tree.num_nodes for tree in trees))
         for layer in self._layers:
             layer.ensure(rows, self.layout.context + width)
         padded = [*trees, *[DraftTree.chain(0)] * (rows - live)]
         starts = torch.tensor([*self.lengths, *[0] * (rows - live)], dtype=torch.int64)
-        tokens, positions = _padded_tokens(padded, width, starts)
+        host_tokens, positions = _padded_tokens(padded, width, starts)
+        tokens = host_tokens if tokens is None else tokens
         inputs = dict(tokens=tokens, positions=positions, ancestry=padded_ancestry(padded, width), starts=starts)
         try:
             logits, features = self.graphed.run(inputs, self.cache, self.layout, self.capture)
