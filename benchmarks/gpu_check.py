@@ -305,6 +305,9 @@ def check_bundled(source: str, device: str, report: Report, max_prompts: int, pr
     report.add("bundled.syncs_per_step", {  # the step's reads of the device: one transfer against row by row
         "plain": syncs_per_step(engine, turns[:2], "plain"),
         "logitspec": syncs_per_step(engine, turns[:2], "logitspec"),
+        # a fixed chain is drafted on the device (`greedy_chain`): its waits a step do not grow with k
+        **{f"draft_fixed_k{k}": syncs_per_step(engine, turns[:2], f"draft:draft_model={source},k={k},adaptive=false")
+           for k in (2, 6)},
         **({"logitspec_rowwise": syncs_per_step(rowwise, turns[:2], "logitspec")} if graphed is not None else {}),
     })
     report.add("bundled.spec_bench_first_turns", {"prompts": len(turns), "new_tokens": NEW_TOKENS, **_shown(rates)})
