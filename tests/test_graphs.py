@@ -14,6 +14,7 @@ import torch
 from helpers import assert_logits_close, random_tree, tiny_llama
 
 from specdec.backends.registry import verify_model
+from specdec.backends.torch.draft_runner import GraphedSequence
 from specdec.backends.torch.graphs import (
     MAX_NODES,
     GraphedPass,
@@ -45,6 +46,23 @@ def test_without_cuda_the_pass_runs_eagerly_and_says_so():
     assert target.graphed.mode == "eager"
     with pytest.raises(ValueError, match="CUDA"):
         GraphedPass(target, use_graphs=True)
+
+
+def test_a_captured_pass_keeps_its_own_inputs():
+    """A graph replays on its own input buffers, each replay copying the caller's inputs into them: an input
+    already on the device (a draft's token picked there) must not become the graph's buffer, or the next
+    replay would overwrite the caller's tensor (`BatchedTarget.verify_token`)."""
+    rows = GraphedSequence(tiny_llama(), use_graphs=False).rows
+    rows.add([3, 14, 15])
+    token = torch.tensor([[7]])
+    inputs = dict(tokens=token, positions=torch.tensor([[3]]), ancestry=torch.ones(1, 1, 1, dtype=torch.bool),
+                  starts=torch.tensor([3]))
+    rows.layout.starts, rows.layout.context = inputs["starts"], 3
+    with torch.inference_mode():
+        graph = rows.graphed._capture(inputs, rows.cache, rows.layout, ())
+        graph.inputs["tokens"].fill_(9)  # what a replay's copy into the graph's buffer does
+    assert all(graph.inputs[name] is not tensor for name, tensor in inputs.items())
+    assert int(token) == 7
 
 
 def _entries(rows: BatchedTarget, row: int) -> torch.Tensor:

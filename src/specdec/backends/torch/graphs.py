@@ -234,7 +234,9 @@ class GraphedPass:
                  capture: tuple[int, ...]) -> _Graph:
         """Run the pass; on CUDA, also record it as the graph of its bucket (None where it runs eagerly)."""
         device = self.single.device
-        static = {name: tensor.to(device) for name, tensor in inputs.items()}
+        # the graph's own copies: an input already on the device (a draft's token picked there, `verify_token`)
+        # would otherwise be the graph's buffer, and each replay's copy would overwrite the caller's tensor
+        static = {name: tensor.to(device, copy=True) for name, tensor in inputs.items()}
         static["window"] = torch.arange(cache.layers[0].capacity, device=device)
         if self.mode != "cuda-graphs":
             logits, features = self._forward(static, cache, layout, capture)
