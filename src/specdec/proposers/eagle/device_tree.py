@@ -60,7 +60,7 @@ def tree_step(head: Eagle3Head, draft_ids: torch.Tensor, k: int, min_score: floa
     keys and values [1, kv, capacity, d]; where: [entries fed, root position]; k: the top-k."""
     depth, capacity = key
     device = logits.device
-    top, ids = top_log_probs(logits[None].float(), k)
+    top, ids = top_log_probs(logits[None], k)  # as the host's `_top` reads it
     levels = [root_level(top[0], draft_ids[ids[0]])]
     slots = capacity + (depth - 1) * k
     keys, values = (F.pad(t, (0, 0, 0, slots - capacity)) for t in (keys, values))

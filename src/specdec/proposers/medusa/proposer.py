@@ -116,7 +116,7 @@ class MedusaProposer(ProposerBase):
         self.priced = PricedCosts(self.costs)  # at the node price the engine's steps paid (`node_price`)
         self.lookup = PlainLookup(self.costs, eos_token_ids)  # what the floor's plain steps verify
         self._min_score = min_score(config.min_prob)
-        # the heads' step (a level's, for Hydra) as one CUDA graph a depth on a GPU: eager, it is launch-bound
+        # the heads' step (Hydra's: its whole tree) as one CUDA graph a depth on a GPU: eager, it is launch-bound
         self.step = step if step is not None else self.graphed_step(heads, config)
 
     @property
