@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 import torch
 from helpers import fresh_recycle, prompts_by_category
@@ -101,6 +102,17 @@ def test_update_refuses_bad_shapes():
     small = RecycleTable(vocab_size=3, k=8)  # k > V: the row is partly filled
     small.update(torch.tensor([0]), torch.zeros(1, 3))
     assert sorted(small.successors(0)) == [0, 1, 2]
+
+
+def test_a_row_of_fewer_known_successors_than_k_drops_the_missing_ranks():
+    """The top ids read with a step (`VerifyResult.tops`) fill a row holding fewer numbers than k with -1: the row
+    keeps the known ids, and a tree grown from it drops the ranks it does not hold."""
+    table = RecycleTable(vocab_size=10, k=3)
+    tops = np.array([[4, 2, -1], [6, -1, -1]])
+    table.update([3, 4], torch.zeros(2, 10), tops)  # the tops are taken as read: the logits are not
+    assert (table.successors(3), table.successors(4)) == ([4, 2], [6])
+    nodes, parents = table.expand(3, static_shape(3, 64, 2))
+    assert nodes == [3, 4, 2, 6] and parents == [-1, 0, 0, 1]
 
 
 @settings(max_examples=80, deadline=None)

@@ -58,8 +58,8 @@ class ProposalContext:
     # on a step the floor keeps plain (max_depth 0): the depth a draft found by a lookup alone may still fill
     # (prompt lookup's n-gram match, a plain step's cost beyond it); 0: none
     lookup_depth: int = 0
-    # the top ids of last_logits, best first, read back with the last step's decisions (`VerifyResult.tops`:
-    # as many as the proposer's `top_wanted`, on an accelerator); None: read them from last_logits
+    # the top ids of last_logits, best first, read with the last step's decisions (`VerifyResult.tops`: as
+    # many as the proposer's `top_wanted`); None: read them from last_logits
     last_top: list[int] | None = None
 
 
@@ -82,9 +82,9 @@ class Proposer(Protocol):
     (`Engine.generate`, a lone request in the server) then keeps them whole, else they are cut to the width the
     row's acceptance pays for (`Batch._budget`).
     `top_wanted` (optional, 0 when absent): how many top target ids at every node the proposer reads from a
-    step's logits (LogitSpec's candidates, the recycle table's rows); where a step reads back in one transfer
-    (an accelerator) they come with it (`VerifyResult.tops`, `ProposalContext.last_top`), so reading them
-    costs the proposer no wait on the device.
+    step's logits (LogitSpec's candidates, the recycle table's rows). They come with the step's result
+    (`VerifyResult.tops`, `ProposalContext.last_top`): on an accelerator in its one transfer, so reading them
+    costs the proposer no wait on the device; on a CPU in one read right after the pass (`verify`).
     """
 
     prunable: bool

@@ -83,9 +83,11 @@ def verify(
 
     one_transfer (default: on an accelerator): every row's nodes decided on the device and read back
     together, the step's one sync (`accept.decide`); else each row walks its own path (the CPU's lazy walk).
-    tops[b]: how many top ids at every node row b's proposer reads (`Proposer.top_wanted`); with one
-    transfer they come back in it (`VerifyResult.tops`), else they are not read (the CPU reads only the
-    rows it needs, from the logits).
+    tops[b]: how many top ids at every node row b's proposer reads (`Proposer.top_wanted`), handed on in
+    `VerifyResult.tops`: with one transfer they come back in it; else they are read right after the pass,
+    one call a row. A CPU step's host work costs what its calls into compiled code cost with their code and
+    data evicted by the pass's weights (docs/benchmarks.md, "The step around the pass"): one read here
+    spares the proposer its own (the recycle table's every row, then the next-next candidates' last row).
     """
     passes = target.verify_trees(trees)  # per row: logits [n_b, V], features; one forward pass
     logits = [target_logits for target_logits, _ in passes]
@@ -94,11 +96,12 @@ def verify(
     if one_transfer:
         acceptances, top_ids = read_together(trees, logits, draws, tops)
     else:
+        wanted = _wanted(logits, tops)
+        top_ids = [top_tokens(rows, k).numpy() if k else None for rows, k in zip(logits, wanted, strict=True)]
         acceptances = [
             accept(tree, rows, row.sampling, row.generator, row.positions, row.multi_draft, one_transfer=False)
             for tree, rows, row in zip(trees, logits, draws, strict=True)
         ]
-        top_ids = [None] * len(trees)
     results = [
         VerifyResult(acceptance.tokens, acceptance.path, rows, tree, features, top)
         for acceptance, tree, rows, (_, features), top in zip(acceptances, trees, logits, passes, top_ids, strict=True)
@@ -124,7 +127,7 @@ def read_together(
 
     A row that `decide` leaves to the walk (SpecTr's drawn siblings) walks on its own after it. Each row draws
     from its own generator, so the order rows decide in changes nothing."""
-    wanted = [0] * len(trees) if tops is None else [min(k, rows.shape[-1]) for k, rows in zip(tops, logits, strict=True)]
+    wanted = _wanted(logits, tops)
     decided = [
         decide(tree, rows, row.sampling, row.generator, row.positions, row.multi_draft)
         for tree, rows, row in zip(trees, logits, draws, strict=True)
@@ -146,3 +149,10 @@ def read_together(
         top_ids.append(None if ids is None else flat[at : at + ids.numel()].reshape(ids.shape))
         at += 0 if ids is None else ids.numel()
     return acceptances, top_ids
+
+
+def _wanted(logits: Sequence[torch.Tensor], tops: Sequence[int] | None) -> list[int]:
+    """How many top ids to read at every node of each row: `tops[b]`, at most the vocabulary (0 without tops)."""
+    if tops is None:
+        return [0] * len(logits)
+    return [min(k, rows.shape[-1]) for k, rows in zip(tops, logits, strict=True)]

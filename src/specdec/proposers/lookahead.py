@@ -168,8 +168,8 @@ class LookaheadProposer(ProposerBase):
 
 
 def _iterate(result: VerifyResult, nodes: list[int]) -> list[int]:
-    """The target's best token at each of `nodes`: read back with the step's decisions where it was
-    (`VerifyResult.tops`, an accelerator's one transfer), else from the logits."""
+    """The target's best token at each of `nodes`: read with the step's decisions where it was
+    (`VerifyResult.tops`), else from the logits."""
     if result.tops is not None:
         best = result.tops[nodes, 0].tolist()
         if min(best) >= 0:  # -1: a row without a number (the kernel's top ids), read as the logits say

@@ -4,8 +4,11 @@ Why: every verification pass computes the target's logits at every tree node,
 accepted or not, and their top-k tokens are good guesses for what follows that
 node's token the next time it appears. Token Recycling keeps them in a [V, k]
 successor table ("adjacency matrix") and drafts by walking the table
-breadth-first from the root into a tree: no draft model, no datastore, about
-1.5 MB for SmolLM2 (V = 49,152, k = 8, int32).
+breadth-first from the root into a tree: no draft model, no datastore. The
+table is a list of V rows, each a tuple of up to k ids (about 0.4 MB for
+SmolLM2's V = 49,152 before any row is written): a step reads and writes a
+few rows, and plain Python on a few rows costs less beside the pass than an
+array's indexing (docs/benchmarks.md, "The step around the pass").
 
 Per step:
 1. `propose`: expand the table from the root along a static tree shape
@@ -27,7 +30,7 @@ not fitted to any benchmark's outputs.
 Interface for other proposers (LogitSpec uses the table as one of its sources):
 
     table = RecycleTable.for_loaded(loaded, k)   # shared per loaded model and scope
-    table.update(tokens, logits)         # tokens [N] int64, logits [N, V]
+    table.update(tokens, logits)         # tokens: N ids (a list or an int64 tensor), logits [N, V]
     table.successors(token) -> list[int]   # known successors, best first
     table.branches(root, budget, max_depth, eos_token_ids=()) -> list[list[int]]
         # root-to-leaf token paths (root excluded), depth-first by rank, so that
@@ -35,8 +38,8 @@ Interface for other proposers (LogitSpec uses the table as one of its sources):
         # budget cut keeps the heaviest (lowest-rank) paths
 
 Invariants: the table is shared by every proposer on the same model object and
-kept across requests (the paper's "hot start"); it is thread-safe (one lock,
-held for whole-row writes and reads, so no draft mixes two versions of a row);
+kept across requests (the paper's "hot start"); it is thread-safe (a row is an
+immutable tuple replaced whole, so no draft mixes two versions of a row);
 drafts are deterministic (`draft_probs=None`), so verification stays lossless;
 trees never exceed `budget` nodes nor `ctx.max_depth` levels, and siblings are
 distinct (one table row holds distinct tokens).
@@ -46,7 +49,7 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Annotated, Any
 
 import numpy as np
@@ -118,8 +121,8 @@ class RecycleTable:
             raise ValueError(f"need vocab_size >= 1 and k >= 1 (got {vocab_size}, {k})")
         self.vocab_size = vocab_size
         self.k = k
-        self._successors = np.full((vocab_size, k), -1, dtype=np.int32)  # -1: not seen yet
-        self._lock = threading.Lock()
+        self._successors: list[tuple[int, ...]] = [()] * vocab_size  # (): not seen yet
+        self._lock = threading.Lock()  # the shapes' cache
         self._shapes: dict[tuple[int, int], Shape] = {}
 
     @classmethod
@@ -128,31 +131,29 @@ class RecycleTable:
         key = ("recycle", k, loaded.state_scope)
         return loaded.state.shared(key, lambda: cls(output_vocab_size(loaded.model), k))
 
-    def update(self, tokens: torch.Tensor, logits: torch.Tensor, tops: np.ndarray | None = None) -> None:
-        """Row tokens[i] := top-k of logits[i]. tokens: [N] int64; logits: [N, V] (any float dtype, any device).
+    def update(self, tokens: Sequence[int] | torch.Tensor, logits: torch.Tensor, tops: np.ndarray | None = None
+               ) -> None:
+        """Row tokens[i] := top-k of logits[i]. tokens: N ids; logits: [N, V] (any float dtype, any device).
 
         tops: [N, >= k] those top ids already on the host, best first (`VerifyResult.tops`): the logits are
         then not read (on an accelerator, no wait); with fewer columns than the table's k they are ignored."""
-        if logits.dim() != 2 or tokens.dim() != 1 or logits.shape[0] != tokens.shape[0]:
-            raise ValueError(
-                f"need tokens [N] and logits [N, V], got {tuple(tokens.shape)}, {tuple(logits.shape)}"
-            )
+        ids = tokens.tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
+        if logits.dim() != 2 or logits.shape[0] != len(ids):
+            raise ValueError(f"need N tokens and logits [N, V], got {len(ids)} and {tuple(logits.shape)}")
         if logits.shape[1] != self.vocab_size:
             raise ValueError(f"logits have {logits.shape[1]} columns; the table has {self.vocab_size} rows")
         width = min(self.k, self.vocab_size)
-        if tops is not None and tops.shape == (tokens.shape[0], tops.shape[1]) and tops.shape[1] >= width:
-            top = tops[:, :width]
+        if tops is not None and tops.shape == (len(ids), tops.shape[1]) and tops.shape[1] >= width:
+            top = tops[:, :width].tolist()
         else:
-            top = top_tokens(logits, width).cpu().numpy()  # [N, width] int64, cast into the int32 table on assignment
-        rows = tokens.cpu().numpy()
-        with self._lock:
-            self._successors[rows, :width] = top  # a token seen twice: its last node wins
+            top = top_tokens(logits, width).tolist()
+        rows = self._successors
+        for token, row in zip(ids, top, strict=True):  # a token seen twice: its last node wins
+            rows[token] = tuple(t for t in row if t >= 0)  # -1: the kernel's fill after a row's last number
 
     def successors(self, token: int) -> list[int]:
         """The successors known for `token`, best first (empty when it was never verified)."""
-        with self._lock:
-            row = self._successors[token].tolist()
-        return [t for t in row if t >= 0]
+        return list(self._successors[token])
 
     def shape(self, budget: int, max_depth: int) -> Shape:
         """`static_shape(self.k, budget, max_depth)`, cached per (budget, max_depth)."""
@@ -173,23 +174,22 @@ class RecycleTable:
         """(tokens, parents) of the tree grown from `root` along `shape`; missing successors drop subtrees."""
         eos = frozenset(eos_token_ids)
         tokens, parents, where = [int(root)], [-1], [0]  # where[i]: tree node of shape node i, or -1
-        rows: dict[int, list[int]] = {}
-        with self._lock:
-            for parent, rank, _depth in shape:
-                node = where[parent]
-                token = tokens[node] if node >= 0 else -1
-                if node < 0 or token in eos:
-                    where.append(-1)
-                    continue
-                row = rows.get(token)
-                if row is None:
-                    row = rows[token] = self._successors[token].tolist()
-                if row[rank] < 0:
-                    where.append(-1)
-                    continue
-                where.append(len(tokens))
-                tokens.append(row[rank])
-                parents.append(node)
+        rows: dict[int, tuple[int, ...]] = {}  # each row read once: a token's row stays one version in a tree
+        for parent, rank, _depth in shape:
+            node = where[parent]
+            token = tokens[node] if node >= 0 else -1
+            if node < 0 or token in eos:
+                where.append(-1)
+                continue
+            row = rows.get(token)
+            if row is None:
+                row = rows[token] = self._successors[token]
+            if rank >= len(row):
+                where.append(-1)
+                continue
+            where.append(len(tokens))
+            tokens.append(row[rank])
+            parents.append(node)
         return tokens, parents
 
     def branches(
@@ -262,7 +262,7 @@ class RecycleProposer(ProposerBase):
     def propose(self, ctx: ProposalContext) -> DraftTree:
         tokens = ctx.token_ids
         if self._first_step and len(tokens) >= 2:  # the prefill's logits follow the prompt's last token
-            self.table.update(torch.tensor(tokens[-2:-1]), ctx.last_logits[None])
+            self.table.update(tokens[-2:-1], ctx.last_logits[None])
         self._first_step = False
         if ctx.max_depth <= 0 and self.lookup is not None:  # the floor's plain step: a looked-up chain at most
             return self.lookup.propose(ctx)
@@ -277,4 +277,4 @@ class RecycleProposer(ProposerBase):
     def observe(self, result: VerifyResult) -> None:
         if self.lookup is not None:
             self.lookup.observe(result)
-        self.table.update(result.tree.tokens, result.target_logits, result.tops)  # a looked-up tree's rows too
+        self.table.update(result.tree.token_list, result.target_logits, result.tops)  # a looked-up tree's rows too

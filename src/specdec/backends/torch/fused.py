@@ -188,10 +188,13 @@ class KeySequences:
                  + [[start + pad] for pad in range(tree.num_nodes, width)]
                  for tree, start in zip(trees, lengths, strict=True)]
         longest = max(len(line) for row in lines for line in row)
-        tail = [[slot for line in row for slot in line + [0] * (longest - len(line))] for row in lines]
-        counts = [[len(line) for line in row] for row in lines]
-        starts = torch.tensor(lengths, dtype=torch.int64)[:, None].expand(-1, width).contiguous()
-        return cls(starts, torch.tensor(tail, dtype=torch.int64), torch.tensor(counts, dtype=torch.int64))
+        rows, nodes = len(lines), len(lines) * width
+        # one tensor, three views: each tensor made beside the pass costs more than its values (docs/benchmarks.md)
+        flat = [start for start in lengths for _ in range(width)]
+        flat += [len(line) for row in lines for line in row]
+        flat += [slot for row in lines for line in row for slot in line + [0] * (longest - len(line))]
+        made = torch.tensor(flat, dtype=torch.int64)
+        return cls(made[:nodes].view(rows, width), made[2 * nodes :].view(rows, -1), made[nodes : 2 * nodes].view(rows, width))
 
 
 class FusedDecoder:

@@ -445,6 +445,6 @@ class LogitSpecProposer(ProposerBase):
                 learn_chain(self.stats, prefix, chain, result.tokens)
             return
         if self.sources.recycle is not None:
-            self.sources.recycle.update(result.tree.tokens, result.target_logits, result.tops)
+            self.sources.recycle.update(result.tree.token_list, result.target_logits, result.tops)
         count_sources(self.source_stats, step.sources, result.path)
         learn_step(self.stats, step, result.tree.token_list[0], result.tokens, heat)

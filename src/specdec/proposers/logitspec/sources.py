@@ -160,4 +160,4 @@ def add_recycled(
 def prefill_row(table: RecycleTable, token_ids: list[int], last_logits: torch.Tensor) -> None:
     """The first step of a request: the prompt's last token gets its row from the prefill logits ([V])."""
     if len(token_ids) >= 2:
-        table.update(torch.tensor(token_ids[-2:-1]), last_logits[None])
+        table.update(token_ids[-2:-1], last_logits[None])
