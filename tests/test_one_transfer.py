@@ -225,6 +225,18 @@ def test_a_batched_step_in_one_transfer_verifies_as_row_by_row() -> None:
     assert all(torch.equal(a, b) for a, b in zip(states, want_states, strict=True))
 
 
+def test_a_cpu_step_reads_top_ids_only_for_proposers_that_read_every_node() -> None:
+    """On the CPU a row's top ids are read after the pass only where its proposer reads them at every node
+    (`every_node`, the recycle table's rows); a proposer reading a few rows reads them itself."""
+    model = tiny_llama()
+    rows = _rows(model, [[1, 2, 3, 4], [5, 6, 7]])
+    draws = [Draws(SamplingParams(), None, PositionUniforms(None)) for _ in range(2)]
+    trees = _step_trees(0, model.config.vocab_size)[:2]
+    first, second = verify(rows, trees, draws, one_transfer=False, tops=[4, 4], every_node=[False, True])
+    assert first.tops is None and first.next_top is None
+    assert np.array_equal(second.tops, top_tokens(second.target_logits, 4).numpy())
+
+
 @pytest.mark.parametrize("rule", ["specinfer", "spectr"])
 def test_drawn_trees_decode_as_the_cpu_walk(default_model, rule: str) -> None:
     """`eagle:sampled=true` draws each tree from the head (`topk` siblings below a level's likeliest nodes)

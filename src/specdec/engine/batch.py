@@ -238,7 +238,8 @@ class Batch:
         start = time.perf_counter()
         # getattr: a proposer written to the protocol before it named `top_wanted` reads no top ids
         tops = [getattr(row.proposer, "top_wanted", 0) for row in self.rows]
-        results = verify(self.target, trees, [row.draws for row in self.rows], self.engine.one_transfer, tops)
+        every = [getattr(row.proposer, "tops_at_every_node", False) for row in self.rows]
+        results = verify(self.target, trees, [row.draws for row in self.rows], self.engine.one_transfer, tops, every)
         verify_s = time.perf_counter() - start
         rows = list(self.rows)  # _advance may end rows; the results follow the pass's order
         finished = [row for row, res in zip(rows, results, strict=True) if self._advance(row, res, verify_s)]

@@ -84,7 +84,9 @@ class Proposer(Protocol):
     `top_wanted` (optional, 0 when absent): how many top target ids at every node the proposer reads from a
     step's logits (LogitSpec's candidates, the recycle table's rows). They come with the step's result
     (`VerifyResult.tops`, `ProposalContext.last_top`): on an accelerator in its one transfer, so reading them
-    costs the proposer no wait on the device; on a CPU in one read right after the pass (`verify`).
+    costs the proposer no wait on the device; on a CPU only for a proposer that reads them at every node
+    (`tops_at_every_node`, optional, False when absent: the recycle table's rows), in one read right after the
+    pass (`verify`); a CPU proposer that reads a few rows reads them from the logits itself.
     """
 
     prunable: bool

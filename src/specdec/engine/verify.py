@@ -78,6 +78,7 @@ def verify(
     draws: Sequence[Draws],
     one_transfer: bool | None = None,
     tops: Sequence[int] | None = None,
+    every_node: Sequence[bool] | None = None,
 ) -> list[VerifyResult]:
     """trees[b], draws[b]: row b's tree and draws -> row b's result, its accepted path committed.
 
@@ -85,9 +86,12 @@ def verify(
     together, the step's one sync (`accept.decide`); else each row walks its own path (the CPU's lazy walk).
     tops[b]: how many top ids at every node row b's proposer reads (`Proposer.top_wanted`), handed on in
     `VerifyResult.tops`: with one transfer they come back in it; else they are read right after the pass,
-    one call a row. A CPU step's host work costs what its calls into compiled code cost with their code and
-    data evicted by the pass's weights (docs/benchmarks.md, "The step around the pass"): one read here
-    spares the proposer its own (the recycle table's every row, then the next-next candidates' last row).
+    one call a row, for the rows whose proposer reads every node's (`every_node[b]`,
+    `Proposer.tops_at_every_node`; None: every row), and not at all for the others (such a proposer reads
+    the few rows it needs from the logits). A CPU step's host work costs what its calls into compiled code
+    cost with their code and data evicted by the pass's weights (docs/benchmarks.md, "The step around the
+    pass"): one read here spares the proposer two (the recycle table's every row, then the next-next
+    candidates' last row).
     """
     passes = target.verify_trees(trees)  # per row: logits [n_b, V], features; one forward pass
     logits = [target_logits for target_logits, _ in passes]
@@ -97,6 +101,8 @@ def verify(
         acceptances, top_ids = read_together(trees, logits, draws, tops)
     else:
         wanted = _wanted(logits, tops)
+        if every_node is not None:
+            wanted = [k if every else 0 for k, every in zip(wanted, every_node, strict=True)]
         top_ids = [top_tokens(rows, k).numpy() if k else None for rows, k in zip(logits, wanted, strict=True)]
         acceptances = [
             accept(tree, rows, row.sampling, row.generator, row.positions, row.multi_draft, one_transfer=False)

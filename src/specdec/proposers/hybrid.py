@@ -136,6 +136,11 @@ class HybridProposer(ProposerBase):
         return self.logitspec.top_wanted
 
     @property
+    def tops_at_every_node(self) -> bool:
+        """LogitSpec's."""
+        return self.logitspec.tops_at_every_node
+
+    @property
     def length(self) -> DraftLength:
         """The draft chain's length schedule."""
         return self.draft.inner.length if isinstance(self.draft, UniversalDraftProposer) else self.draft.length

@@ -252,6 +252,7 @@ class RecycleProposer(ProposerBase):
         self.eos_token_ids = frozenset(eos_token_ids)
         self.shape = static_shape(config.k, config.budget, config.max_depth)
         self.top_wanted = table.k  # every verified node's row of the table
+        self.tops_at_every_node = True
         self._first_step = True
 
     def begin(self, prompt_ids: list[int]) -> None:

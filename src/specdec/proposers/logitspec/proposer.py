@@ -253,6 +253,11 @@ class LogitSpecProposer(ProposerBase):
         return max(self.config.k, recycle.k if recycle is not None else 0)
 
     @property
+    def tops_at_every_node(self) -> bool:
+        """Where the recycle table is fed: its rows are every node's top ids."""
+        return self.sources.recycle is not None
+
+    @property
     def sized_by_costs(self) -> bool:
         """Adaptive: its trees hold only the nodes this machine's pass costs pay for."""
         return bool(self.costs)
