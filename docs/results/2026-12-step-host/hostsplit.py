@@ -49,7 +49,7 @@ def main(rounds: int, methods: list[str]) -> None:
                     n = len(steps)
                     rows.append((wall / n, sum(s.draft_s for s in steps) / n, sum(s.verify_s for s in steps) / n,
                                  passes[0] / n, len(out.token_ids) / n))
-        step, draft, verify, pass_, per_step = (sorted(column)[len(column) // 2] for column in zip(*rows))
+        step, draft, verify, pass_, per_step = (sorted(column)[len(column) // 2] for column in zip(*rows, strict=True))
         ms = 1000.0
         print(f"{method:12s} step {step * ms:.3f} pass {pass_ * ms:.3f} host {(step - pass_) * ms:.3f} | propose "
               f"{draft * ms:.3f} verify-pass {(verify - pass_) * ms:.3f} rest {(step - draft - verify) * ms:.3f} "
