@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import torch
+from hostsplit import PROMPTS, passes, timed_run  # this folder's: the pass timed by a wrapper
 
 import specdec.engine.batch as batch
 from specdec.backends.registry import top_tokens
@@ -24,12 +25,6 @@ from specdec.models import load_model
 from specdec.prompts import encode_prompt
 from specdec.proposers import parse_method
 from specdec.proposers.recycle import RecycleTable
-
-PROMPTS = (
-    "Write a short story about a robot who learns to paint.",
-    "Summarize: the cat sat on the mat. The cat sat on the mat again, and then the cat slept. Then the dog came.",
-    "Write a python function that returns the n-th fibonacci number, with a docstring and tests.",
-)
 
 
 class OldTable:
@@ -70,21 +65,11 @@ def old_of_trees(cls, trees, lengths, width):  # noqa: ANN001, ANN201
 
 new_of_trees = fused.KeySequences.of_trees.__func__
 new_verify = verify.verify
-untimed_run = fused.FusedDecoder.run
-passes = [0.0]
 
 
 def old_verify(target, trees, draws, one_transfer=None, tops=None, every_node=None):  # noqa: ANN001, ANN201, ARG001
     """`verify` with no top ids asked: on the CPU each proposer reads its own, as before."""
     return new_verify(target, trees, draws, one_transfer, None)
-
-
-def timed_run(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN201
-    start = time.perf_counter()
-    try:
-        return untimed_run(self, *args, **kwargs)
-    finally:
-        passes[0] += time.perf_counter() - start
 
 
 def use(variant: str, proposer) -> None:  # noqa: ANN001
