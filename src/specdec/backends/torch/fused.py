@@ -194,7 +194,8 @@ class KeySequences:
         flat += [len(line) for row in lines for line in row]
         flat += [slot for row in lines for line in row for slot in line + [0] * (longest - len(line))]
         made = torch.tensor(flat, dtype=torch.int64)
-        return cls(made[:nodes].view(rows, width), made[2 * nodes :].view(rows, -1), made[nodes : 2 * nodes].view(rows, width))
+        starts, counts, tail = made[:nodes], made[nodes : 2 * nodes], made[2 * nodes :]
+        return cls(starts.view(rows, width), tail.view(rows, -1), counts.view(rows, width))
 
 
 class FusedDecoder:
