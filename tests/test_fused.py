@@ -17,7 +17,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from specdec.backends.registry import timing_target, verifier
 from specdec.backends.torch.attention_plan import AttentionPlan
-from specdec.backends.torch.fused import FusedDecoder, KeySequences, why_not
+from specdec.backends.torch.fused import FusedDecoder, KeySequences, _causal_rows, why_not
 from specdec.backends.torch.invariant import kernel_runs_here
 from specdec.backends.torch.packed import pack_of, packed_view
 from specdec.backends.torch.rows import BatchedTarget, OneSequence
@@ -208,6 +208,17 @@ def test_key_sequences_are_each_nodes_prefix_then_its_ancestors():
     tail = keys.tail_slots.view(2, 5, 3).tolist()
     assert tail[0] == [[10, 0, 0], [10, 11, 0], [10, 12, 0], [10, 12, 13], [14, 0, 0]]
     assert tail[1] == [[4, 0, 0], [5, 0, 0], [6, 0, 0], [7, 0, 0], [8, 0, 0]]
+
+
+def test_a_causal_pass_reads_every_slot_up_to_its_own_position():
+    """Row t of a causal pass after `context` tokens sits at context + t and reads slots [0, context + t], nothing
+    gathered; the C++ pass takes them as contiguous int64 tensors."""
+    positions, starts, counts, tail = _causal_rows(2, 3, 5)
+    assert positions.tolist() == [[5, 6, 7]] * 2
+    assert starts.tolist() == [[6, 7, 8]] * 2
+    assert counts.tolist() == [[0, 0, 0]] * 2
+    assert tail.shape == (2, 3, 0)
+    assert all(t.dtype == torch.int64 and t.is_contiguous() for t in (positions, starts, counts, tail))
 
 
 def test_batched_trees_of_different_sizes_get_each_trees_bits_alone(exact_int4, bench_prompts):

@@ -155,6 +155,16 @@ def _joined(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
     return torch.cat([first, second])
 
 
+def _causal_rows(batch: int, tokens: int, context: int) -> tuple[torch.Tensor, ...]:
+    """A causal pass's positions, starts and counts [B, T] (row t sits at context + t and reads slots
+    [0, context + t], nothing gathered) as three views of one tensor, and its empty tail [B, T, 0]: each tensor
+    made or op called beside a pass costs several times its warm price (docs/benchmarks.md)."""
+    positions = list(range(context, context + tokens))
+    made = torch.tensor([[positions] * batch, [[p + 1 for p in positions]] * batch, [[0] * tokens] * batch])
+    positions, starts, counts = made.unbind()
+    return positions, starts, counts, made.new_empty(batch, tokens, 0)
+
+
 def _slot_tensors(claims: list[tuple]) -> list[tuple]:
     """Claims with their write slots as tensors: a one-sequence cache's layers claim an int start, the same for
     every layer of a pass, made a tensor once (a batched cache's claim is its layout's tensor already)."""
@@ -250,9 +260,9 @@ class FusedDecoder:
         layout: where each row reads its keys (a tree or batched pass's `Layout`); None for a causal pass,
         whose row t reads slots [0, context + t] (position_ids then default to context + t)."""
         batch, tokens = input_ids.shape
-        if position_ids is None:
-            position_ids = (context + torch.arange(tokens, device=input_ids.device))[None].expand(batch, -1)
-        if layout is None:
+        if layout is None and position_ids is None:
+            position_ids, starts, counts, tail = _causal_rows(batch, tokens, context)
+        elif layout is None:
             starts = (position_ids + 1).contiguous()
             tail = torch.zeros(batch, tokens, 0, dtype=torch.int64)
             counts = torch.zeros_like(starts)
@@ -260,7 +270,9 @@ class FusedDecoder:
             starts, counts = layout.starts, layout.counts
             tail = layout.tail_slots.view(batch, tokens, -1)
         if self.direct:  # the embedding rows and rotary rows in one C++ call (what the else branch takes)
-            self._grow(context + tokens if layout is None else int(position_ids.max()) + 1)
+            # every position lies below context + tokens (a tree's nodes sit at their rows' starts plus their
+            # depths, and context is the longest row's start): no read of position_ids' maximum
+            self._grow(context + tokens)
             hidden, cos, sin = torch.ops.specdec_layer.pass_inputs(
                 input_ids, self.embed.weight, position_ids, self._cos, self._sin)
         else:
