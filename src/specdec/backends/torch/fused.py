@@ -267,6 +267,8 @@ class FusedDecoder:
             tail = torch.zeros(batch, tokens, 0, dtype=torch.int64)
             counts = torch.zeros_like(starts)
         else:
+            if position_ids is None:  # the layout's rows at context + t
+                position_ids = _causal_rows(batch, tokens, context)[0]
             starts, counts = layout.starts, layout.counts
             tail = layout.tail_slots.view(batch, tokens, -1)
         if self.direct:  # the embedding rows and rotary rows in one C++ call (what the else branch takes)
