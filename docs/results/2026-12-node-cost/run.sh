@@ -19,6 +19,7 @@ run quantize-grain.diff quantize-grain.txt "$here/switch_ab.py" specdec_qgrain i
 run prefetch-nta.diff prefetch-nta.txt "$here/switch_ab.py" specdec_prefetch_nta int 0,1 1,2,4,8 60
 run dynamic-groups.diff dynamic-groups.txt "$here/switch_ab.py" specdec_dynamic int 0,2,8 1,2,4,8 40
 run prefetch-next-product.diff prefetch-next-product.txt "$here/switch_ab.py" specdec_pf_bytes long 0,16384,1073741824 1,2,4,8 60
+"$py" "$here/head_bound.py" 2>&1 | grep -av "Loading weights" | tee "$here/head-bound.txt"
 "$py" "$here/products_alone.py" 20 | tee "$here/products-alone.txt"
 "$py" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" > "$here/machine.txt"
 lscpu | grep -E "Model name|CPU family|^Model:|Thread|Core|Socket|L2|L3" >> "$here/machine.txt"
