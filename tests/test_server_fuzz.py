@@ -179,6 +179,35 @@ def test_invalid_requests_get_4xx_in_openai_shape(http, path, body, status, para
     assert error["param"] == param or (param and (error["param"] or "").startswith(param))
 
 
+# A feature specdec does not have is refused in those words, naming the one value it takes (the schema declares it);
+# a value of the wrong type still gets the type's own error.
+UNSUPPORTED = [
+    (CHAT, {"messages": USER, "logprobs": True}, "logprobs", "false"),
+    (CHAT, {"messages": USER, "top_logprobs": 2}, "top_logprobs", "0"),
+    (CHAT, {"messages": USER, "n": 2}, "n", "1"),
+    (CHAT, {"messages": USER, "presence_penalty": 0.5}, "presence_penalty", "0"),
+    (CHAT, {"messages": USER, "logit_bias": {"50256": -100}}, "logit_bias", "an empty object"),
+    (CHAT, {"messages": USER, "tools": [{"type": "function"}]}, "tools", "an empty list"),
+    (COMPLETIONS, {"prompt": "hi", "logprobs": 3}, "logprobs", "0"),
+    (COMPLETIONS, {"prompt": "hi", "echo": True}, "echo", "false"),
+    (COMPLETIONS, {"prompt": "hi", "best_of": 2}, "best_of", "1"),
+    (COMPLETIONS, {"prompt": "hi", "suffix": "end"}, "suffix", "an empty string"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "body", "param", "only"), UNSUPPORTED)
+def test_a_feature_specdec_lacks_is_refused_as_such(http, path, body, param, only):
+    error = assert_openai_error(http.post(path, json=body, headers=AUTH), 400)
+    assert (error["param"], error["message"]) == (param, f"{param}: not supported by specdec (only {only} is accepted)")
+
+
+def test_a_wrong_type_for_a_missing_feature_is_a_type_error(http):
+    error = assert_openai_error(http.post(CHAT, json={"messages": USER, "logprobs": 0}, headers=AUTH), 400)
+    assert error["message"] == "logprobs: Input should be a valid boolean"
+    error = assert_openai_error(http.post(COMPLETIONS, json={"prompt": "hi", "logprobs": False}, headers=AUTH), 400)
+    assert error["message"] == "logprobs: Input should be a valid integer"
+
+
 @pytest.mark.parametrize(
     ("request_args", "status"),
     [

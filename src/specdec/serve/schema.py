@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
+from pydantic_core import PydanticCustomError
 
 MAX_STOP_STRINGS = 4
 MAX_STOP_CHARS = 256
@@ -59,12 +60,34 @@ Bool = Annotated[bool, Strict()]
 
 def _strictly_bool(value: Any) -> Any:
     if not isinstance(value, bool):
-        raise ValueError("Input should be a valid boolean")  # Literal[False] alone takes 0 and 0.0
+        # Literal[False] alone takes 0 and 0.0; a custom error keeps pydantic's "Value error, " prefix off
+        raise PydanticCustomError("bool_type", "Input should be a valid boolean")
     return value
 
 
-NotSupported = Annotated[Literal[False], BeforeValidator(_strictly_bool), Field(description="not supported")]
-NoLogprobs = Annotated[Int, Field(ge=0, le=0, description="not supported: 0 only")]
+def _only(accepted: Any, shown: str) -> BeforeValidator:
+    """A feature specdec does not have: a value of the field's own type other than `accepted` is refused in those
+    words, not as a bound ('less than or equal to 0'); a value of another type gets the type's own error. The
+    schema still declares the one value it takes: in `Annotated`, the `Field` bounds come first, so they apply to
+    the value (its schema's minimum and maximum) and this check wraps them."""
+
+    def check(value: Any) -> Any:
+        kind = type(accepted)
+        if (type(value) is kind or (kind is float and type(value) is int)) and value != accepted:
+            raise PydanticCustomError("not_supported", "not supported by specdec (only {only} is accepted)",
+                                      {"only": shown})
+        return value
+
+    return BeforeValidator(check)
+
+
+NotSupported = Annotated[Literal[False], BeforeValidator(_strictly_bool), _only(False, "false"),
+                         Field(description="not supported")]
+NoLogprobs = Annotated[Int, Field(ge=0, le=0, description="not supported: 0 only"), _only(0, "0")]
+JustOne = Annotated[Int, Field(ge=1, le=1), _only(1, "1")]
+NoPenalty = Annotated[Num, Field(ge=0.0, le=0.0), _only(0.0, "0")]
+NoLogitBias = Annotated[dict[str, Num], Field(max_length=0), _only({}, "an empty object")]
+NoTools = Annotated[list[dict[str, Any]], Field(max_length=0), _only([], "an empty list")]
 OnePrompt = Annotated[list[PromptText], Field(min_length=1, max_length=1)]
 
 
@@ -129,12 +152,12 @@ def request_models(limits: SchemaLimits) -> tuple[type[BaseModel], type[BaseMode
         top_k: Int = Field(0, ge=0, le=limits.vocab_size, description="0 = off (extension)")
         seed: Int | None = Field(None, ge=MIN_SEED, le=MAX_SEED)
         stop: NonEmptyText | Annotated[list[NonEmptyText], Field(max_length=MAX_STOP_STRINGS)] | None = None
-        n: Int | None = Field(None, ge=1, le=1, description="only 1 is supported")
+        n: JustOne | None = Field(None, description="only 1 is supported")
         stream: Bool = False
         stream_options: StreamOptions | None = None
-        presence_penalty: Num | None = Field(None, ge=0.0, le=0.0, description="not supported: 0 only")
-        frequency_penalty: Num | None = Field(None, ge=0.0, le=0.0, description="not supported: 0 only")
-        logit_bias: dict[str, Num] | None = Field(None, max_length=0, description="not supported")
+        presence_penalty: NoPenalty | None = Field(None, description="not supported: 0 only")
+        frequency_penalty: NoPenalty | None = Field(None, description="not supported: 0 only")
+        logit_bias: NoLogitBias | None = Field(None, description="not supported")
         user: Text | None = None
         specdec: SpecdecRequest | None = None
 
@@ -143,7 +166,7 @@ def request_models(limits: SchemaLimits) -> tuple[type[BaseModel], type[BaseMode
         max_completion_tokens: MaxTokens = None
         logprobs: NotSupported | None = None
         top_logprobs: NoLogprobs | None = None  # as logprobs: refused unless it asks for nothing
-        tools: list[dict[str, Any]] | None = Field(None, max_length=0, description="not supported")
+        tools: NoTools | None = Field(None, description="not supported")
 
     class CompletionRequest(CommonRequest):
         prompt: PromptText | Annotated[list[TokenId], Field(min_length=1)] | OnePrompt = Field(
@@ -151,8 +174,8 @@ def request_models(limits: SchemaLimits) -> tuple[type[BaseModel], type[BaseMode
         )
         logprobs: NoLogprobs | None = None
         echo: NotSupported = False
-        best_of: Int | None = Field(None, ge=1, le=1)
-        suffix: Literal[""] | None = None
+        best_of: JustOne | None = None
+        suffix: Annotated[Literal[""], _only("", "an empty string")] | None = None
 
     return ChatCompletionRequest, CompletionRequest
 
