@@ -226,6 +226,13 @@ def test_one_call_api_takes_a_list_of_prompts(default_model):
         specdec.generate(default_model, [], "pld")
 
 
+def test_one_call_api_asks_for_a_loaded_model_not_a_name():
+    import specdec
+
+    with pytest.raises(TypeError, match=r"specdec.load_model\(NAME_OR_PATH\).*got str 'smollm2-135m'"):
+        specdec.generate("smollm2-135m", "hi")
+
+
 def test_generate_batch_file_writes_one_line_per_request_in_order(default_model, tmp_path, capsys):
     import json
 

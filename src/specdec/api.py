@@ -42,6 +42,10 @@ def generate(
     A list of prompts (plain strings, or chats as lists of messages) gives a list of outputs, decoded
     `max_batch` at a time; `on_text` streams single prompts only.
     """
+    if not isinstance(model, LoadedModel | Engine):  # a name or a path: loading is the caller's, once
+        shown = f"{type(model).__name__} {model!r}" if isinstance(model, str) else type(model).__name__
+        raise TypeError(f"model must be a loaded model (model = specdec.load_model(NAME_OR_PATH), once) or an Engine, "
+                        f"got {shown}")
     engine = model if isinstance(model, Engine) else Engine(model, floor=remembered_floor(model))
     config = make_config(method, method_options) if method_options else parse_method(method)
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
