@@ -203,6 +203,19 @@ def test_cli_prints_the_summary_as_the_last_stdout_line(tmp_path, capsys):
     assert printed["methods"]["plain"]["overall"]["exact_match_hf_greedy"] == 1.0
 
 
+def test_each_method_pays_its_own_prefill(default_model, tmp_path):
+    # The methods take turns on each prompt: an engine keeping prompts would let whoever ran first time the
+    # prefill for all of them (the transformers baselines always pay it).
+    data = str(write_questions(tmp_path / "questions.jsonl", QUESTIONS[1:]))
+    config = BenchConfig(data=data, methods=("plain", "pld"), max_new_tokens=4, warmup=0, progress=False)
+    contenders = runner.build_contenders(runner.prepare(config), config, default_model, None)
+    prompt = encode_prompt(default_model.tokenizer, QUESTIONS[1]["turns"][0], chat=True)
+    for label in ("plain", "pld"):
+        contenders[label].run(prompt)
+    engine = contenders["plain"].engine
+    assert engine is contenders["pld"].engine and engine._solo.target.prompts.hits == 0
+
+
 def test_bad_method_is_refused_before_the_model_loads(tmp_path, capsys):
     data = str(write_questions(tmp_path / "q.jsonl", QUESTIONS))
     with pytest.raises(MethodError, match="unknown method 'nope'"):

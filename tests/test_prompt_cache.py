@@ -86,3 +86,12 @@ def test_the_same_prompt_again_decodes_the_same_text(default_model, engine):
     outs = [fresh.generate(prompt, parse_method(m).build(default_model), config) for m in ("plain", "pld", "plain")]
     assert outs[0].token_ids == outs[1].token_ids == outs[2].token_ids
     assert fresh._solo.target.prompts.hits == 2
+
+
+def test_an_engine_that_keeps_no_prompts_prefills_every_request(default_model):
+    prompt = default_model.tokenizer("Name three rivers of Europe.").input_ids
+    config = GenerationConfig(max_new_tokens=4)
+    paying = Engine(default_model, keep_prompts=False)
+    outs = [paying.generate(prompt, parse_method(m).build(default_model), config) for m in ("plain", "pld")]
+    assert outs[0].token_ids == outs[1].token_ids
+    assert (paying._solo.target.prompts.hits, len(paying._solo.target.prompts)) == (0, 0)

@@ -44,6 +44,7 @@ from specdec.backends.torch.packed import (
     verify_model,
     wants_packing,
 )
+from specdec.backends.torch.prompt_cache import DEFAULT_MAX_BYTES
 from specdec.backends.torch.rows import BatchedTarget, OneSequence
 from specdec.backends.torch.target import FAST_HEAD_TYPES, TargetModel, head_logits
 from specdec.backends.torch.top_tokens import argmax_rows, greedy_walk, top_tokens
@@ -112,13 +113,15 @@ def verifier(loaded: LoadedModel, attention: str | AttentionPlan = "auto") -> Ta
     return _VERIFIERS[loaded.backend](loaded, attention)
 
 
-def rows_of(target: Target) -> Rows:
-    """An empty set of batch rows verified on `target` (what `specdec.engine.batch.Batch` drives)."""
+def rows_of(target: Target, keep_prompts: bool = True) -> Rows:
+    """An empty set of batch rows verified on `target` (what `specdec.engine.batch.Batch` drives). keep_prompts:
+    the torch rows keep whole-prompt prefills for the same prompt again (`prompt_cache`); llama.cpp's keep none."""
     if isinstance(target, LlamaCppTarget):
         return target.batched()
     if isinstance(target, TargetModel):
         compiled = target.compiled if isinstance(target, CompiledTarget) else None
-        return BatchedTarget(target, compiled, target.graphed if isinstance(target, GraphedTarget) else None)
+        graphed = target.graphed if isinstance(target, GraphedTarget) else None
+        return BatchedTarget(target, compiled, graphed, prompt_bytes=DEFAULT_MAX_BYTES if keep_prompts else 0)
     raise TypeError(f"no rows for a {type(target).__name__}")
 
 

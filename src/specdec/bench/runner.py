@@ -100,7 +100,9 @@ class Prompting:
 def build_contenders(
     plan: BenchPlan, config: BenchConfig, loaded: LoadedModel, assistant: LoadedModel | None
 ) -> dict[str, Contender]:
-    engine = Engine(loaded, floor=Floor())
+    # keep_prompts off: the methods take turns on each prompt, and each must pay its own prefill, as the
+    # transformers baselines do, or whoever ran first would time the prefill for all of them
+    engine = Engine(loaded, floor=Floor(), keep_prompts=False)
     sampling = SamplingParams(temperature=config.temperature, seed=config.seed)
     settings = GenerationConfig(max_new_tokens=config.max_new_tokens, sampling=sampling)
     contenders: dict[str, Contender] = {}

@@ -122,7 +122,7 @@ class Batch:
         self.costs = costs
         self.max_batch = max_batch
         self.prefill_chunk = prefill_chunk
-        self.target = rows_of(engine.target)
+        self.target = rows_of(engine.target, engine.keep_prompts)
         self._narrow = NarrowBatch()  # a full batch's greedy rows stop proposing what its plan would cut
         self._proposing = True
         self.rows: list[Row] = []  # rows[b] sits in slot b of the batched cache

@@ -50,6 +50,7 @@ class Engine:
         attention: str | AttentionPlan = "auto",
         floor: Floor | None = None,
         one_transfer: bool | None = None,
+        keep_prompts: bool = True,
     ) -> None:
         """attention: "auto" (the plan measured once per machine, see `specdec.backends.torch.attention`), an
         implementation name for every pass ("sdpa", "eager"), or an `AttentionPlan`. Verification
@@ -58,10 +59,14 @@ class Engine:
         drafting steps out-earn plain ones (`specdec.engine.floor`); None: every step drafts as its
         proposer chose (what the user-facing entry points turn on, the tests of a method's own trees off).
         one_transfer: a step's decisions, and the top ids its proposers read, come back in one transfer
-        (`specdec.engine.verify`); None: on an accelerator, where each read waits on the device."""
+        (`specdec.engine.verify`); None: on an accelerator, where each read waits on the device. keep_prompts:
+        a prompt prefilled whole is kept, and the same prompt again joins without its prefill
+        (`specdec.backends.torch.prompt_cache`); off where every request must pay its own (the bench, whose
+        methods take turns on each prompt)."""
         self.loaded = loaded
         self.floor = floor
         self.one_transfer = one_transfer
+        self.keep_prompts = keep_prompts
         self.tokenizer = loaded.tokenizer
         self.target = verifier(loaded, attention)
         self.eos_token_ids = frozenset(loaded.eos_token_ids)
