@@ -34,6 +34,7 @@ engine then meets the same drift, rather than one engine a fast phase and anothe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -173,14 +174,18 @@ def prompts(per_category: int, categories: list[str] | None = None, skip: int = 
 
 
 def run_specdec(engine, method: str, prompt_ids: list[int], max_new_tokens: int) -> dict:
-    """One greedy generation; prefill = time to the first token, decode = the rest."""
+    """One greedy generation; prefill = time to the first token, decode = the rest. The method's state that
+    outlives a request (recycled successors, the session store) is its own, as in `specdec-hf bench`: shared,
+    `recycle` drafted from the successors `logitspec` had just recorded for the same prompt
+    (docs/results/2026-12-bench-state)."""
     from specdec.engine.generation import GenerationConfig
     from specdec.proposers import parse_method
 
     config = GenerationConfig(max_new_tokens=max_new_tokens)
     first: list[float] = []
+    own = dataclasses.replace(engine.loaded, state_scope=method)
     start = time.perf_counter()
-    out = engine.generate(prompt_ids, parse_method(method).build(engine.loaded), config,
+    out = engine.generate(prompt_ids, parse_method(method).build(own), config,
                           on_text=lambda _: first.append(time.perf_counter()) if not first else None)
     end = time.perf_counter()
     prefill = (first[0] if first else end) - start
