@@ -173,17 +173,19 @@ def prompts(per_category: int, categories: list[str] | None = None, skip: int = 
     return chosen
 
 
-def run_specdec(engine, method: str, prompt_ids: list[int], max_new_tokens: int) -> dict:
+def run_specdec(engine, method: str, prompt_ids: list[int], max_new_tokens: int, floor: object = None) -> dict:
     """One greedy generation; prefill = time to the first token, decode = the rest. The method's state that
     outlives a request (recycled successors, the session store) is its own, as in `specdec-hf bench`: shared,
     `recycle` drafted from the successors `logitspec` had just recorded for the same prompt
-    (docs/results/2026-12-bench-state)."""
+    (docs/results/2026-12-bench-state). floor: the method's own (None: the engine's stays)."""
     from specdec.engine.generation import GenerationConfig
     from specdec.proposers import parse_method
 
     config = GenerationConfig(max_new_tokens=max_new_tokens)
     first: list[float] = []
     own = dataclasses.replace(engine.loaded, state_scope=method)
+    if floor is not None:
+        engine.floor = floor
     start = time.perf_counter()
     out = engine.generate(prompt_ids, parse_method(method).build(own), config,
                           on_text=lambda _: first.append(time.perf_counter()) if not first else None)
@@ -285,6 +287,8 @@ def specdec_contender(engine_of: Callable[[str], object], backend: str, method: 
     """A specdec method on one backend's engine (shared by its methods), warmed when started."""
 
     def ready() -> Callable[[list[int], int], dict]:
+        from specdec.engine.floor import Floor
+
         engine = engine_of(backend)
         # Warm-up (and the cost curve, once) on a short prompt and one as long as the longest run to the full
         # length: a compiled pass compiles (or loads from disk) a graph for each cache size it meets, which must
@@ -293,9 +297,12 @@ def specdec_contender(engine_of: Callable[[str], object], backend: str, method: 
         # then hold the target's own successors of that very text (+0.3-0.6 tokens a step measured on a prompt
         # answered twice: docs/results/2026-11-draft-ceiling).
         longest = max((ids for _, ids in work), key=len)
+        # a floor of its own: a floor keeps rates by proposer class, so variants of one method (`eagle`,
+        # `eagle:retrieval=true`) would start each prompt from the rates the other just left
+        floor = None if engine.floor is None else Floor()
         for ids, new in ((work[0][1][:32], 8), (longest[::-1], max_new_tokens)):
-            run_specdec(engine, method, ids, new)
-        return lambda ids, new: run_specdec(engine, method, ids, new)
+            run_specdec(engine, method, ids, new, floor)
+        return lambda ids, new: run_specdec(engine, method, ids, new, floor)
 
     return Contender(f"specdec {backend} {method}", backend, method, ready)
 

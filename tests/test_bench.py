@@ -216,6 +216,17 @@ def test_each_method_pays_its_own_prefill(default_model, tmp_path):
     assert engine is contenders["pld"].engine and engine._solo.target.prompts.hits == 0
 
 
+def test_two_variants_of_one_method_keep_their_own_floor(default_model, tmp_path):
+    # A floor keeps rates by proposer class: shared, `logitspec:k=8` would start from `logitspec`'s last rates.
+    data = str(write_questions(tmp_path / "questions.jsonl", QUESTIONS[1:]))
+    config = BenchConfig(data=data, methods=("logitspec", "logitspec:k=8"), max_new_tokens=8, warmup=0, progress=False)
+    contenders = runner.build_contenders(runner.prepare(config), config, default_model, None)
+    contenders["logitspec"].run(encode_prompt(default_model.tokenizer, QUESTIONS[1]["turns"][0], chat=True))
+    first, second = contenders["logitspec"], contenders["logitspec:k=8"]
+    assert first.floor.start(first.proposer).drafting.value is not None  # it learned
+    assert second.floor.start(second.proposer).drafting.value is None  # and kept it to itself
+
+
 def test_bad_method_is_refused_before_the_model_loads(tmp_path, capsys):
     data = str(write_questions(tmp_path / "q.jsonl", QUESTIONS))
     with pytest.raises(MethodError, match="unknown method 'nope'"):

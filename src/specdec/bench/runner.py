@@ -69,9 +69,13 @@ class SpecdecContender:
         # from this method's earlier requests only, never from another method's run of the same prompt.
         self.proposer = spec.config.build(dataclasses.replace(engine.loaded, state_scope=spec.label))
         self.settings = settings
+        # A floor of its own too: a floor keeps its rates by proposer class, so two variants of one method
+        # (`logitspec`, `logitspec:k=8`) would each start a prompt from the rates the other just left.
+        self.floor = Floor()
 
     def run(self, prompt_ids: list[int]) -> RunResult:
         before = sources.snapshot(self.proposer)  # outside the stopwatch
+        self.engine.floor = self.floor  # the shared engine gates this method by its own rates
         start = time.perf_counter()
         out = self.engine.generate(prompt_ids, self.proposer, self.settings)
         wall = time.perf_counter() - start
@@ -101,7 +105,8 @@ def build_contenders(
     plan: BenchPlan, config: BenchConfig, loaded: LoadedModel, assistant: LoadedModel | None
 ) -> dict[str, Contender]:
     # keep_prompts off: the methods take turns on each prompt, and each must pay its own prefill, as the
-    # transformers baselines do, or whoever ran first would time the prefill for all of them
+    # transformers baselines do, or whoever ran first would time the prefill for all of them. The floor is
+    # each contender's own (`SpecdecContender.floor`), set before its runs.
     engine = Engine(loaded, floor=Floor(), keep_prompts=False)
     sampling = SamplingParams(temperature=config.temperature, seed=config.seed)
     settings = GenerationConfig(max_new_tokens=config.max_new_tokens, sampling=sampling)
